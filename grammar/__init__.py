@@ -1,0 +1,1 @@
+"""Token-mask grammars: JSON Schema, regex and choices compiled over a tokenizer vocabulary."""

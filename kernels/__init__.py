@@ -1,0 +1,1 @@
+"""Kernels for the GPU path, each paired with its plain-torch reference (the CPU path)."""

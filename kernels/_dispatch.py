@@ -1,0 +1,29 @@
+"""Backend selection shared by every kernel entry point."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+BACKENDS = ("auto", "triton", "torch")
+
+
+def use_triton(backend: str, *tensors: torch.Tensor) -> bool:
+    """Decide whether to launch the Triton kernel.
+
+    ``auto`` picks Triton when every tensor is on CUDA (or when ``TRITON_INTERPRET=1`` is set
+    and the caller forced ``triton``); ``torch`` always runs the reference; ``triton`` insists.
+    ``RADIXGEN_KERNEL_BACKEND=torch`` forces the reference everywhere (used to check that the
+    engine's outputs do not depend on the kernels).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    forced = os.environ.get("RADIXGEN_KERNEL_BACKEND", "")
+    if forced == "torch" and backend == "auto":
+        return False
+    if backend == "torch":
+        return False
+    if backend == "triton":
+        return True
+    return all(t.is_cuda for t in tensors)

@@ -1,0 +1,1 @@
+"""radixgen: a structured-generation LLM serving runtime."""
