@@ -135,11 +135,16 @@ class RadixCache:
             allocator.free(slots[prefix_len:num_cached])   # then cache.unlock(node)
 
         Mutates the tree (may split one edge, adds at most one leaf, touches the path).
-        Do not pass slots the tree already owns beyond the cached prefix.
+        Do not pass slots the tree already owns beyond the cached prefix. The new leaf is
+        unlocked (evictable at once): a request that keeps running on these slots (chunked
+        prefill) must ``match_prefix`` again, lock the new node before unlocking the old
+        one, and use the returned slots in place of the duplicates it freed.
         """
         ids = token_ids if isinstance(token_ids, list) else list(token_ids)
         if len(slots) != len(ids):
-            raise ValueError(f"insert: expected {len(ids)} slots for {len(ids)} tokens, got {len(slots)}")
+            raise ValueError(
+                f"insert: expected {len(ids)} slots for {len(ids)} tokens, got {len(slots)}"
+            )
         now = self._tick()
         node, pos = self.root, 0
         while pos < len(ids):
@@ -186,7 +191,9 @@ class RadixCache:
         return upper
 
     def _add_leaf(self, parent: TreeNode, key: list[int], value: torch.Tensor, now: int) -> None:
-        leaf = TreeNode(key=key, value=value, parent=parent, node_id=next(self._next_id), last_access=now)
+        leaf = TreeNode(
+            key=key, value=value, parent=parent, node_id=next(self._next_id), last_access=now
+        )
         parent.children[key[0]] = leaf
         self._evictable_leaves.discard(parent)
         self._evictable_leaves.add(leaf)
@@ -203,7 +210,7 @@ class RadixCache:
         if node is self.root:
             return
         if node.parent is None:
-            raise ValueError("lock: node is no longer in the tree (it was evicted)")
+            raise RuntimeError("lock: node is no longer in the tree (evicted or reset)")
         self._num_locks += 1
         while node is not self.root:
             if node.lock_ref == 0:
@@ -218,7 +225,9 @@ class RadixCache:
         if node is self.root:
             return
         if node.lock_ref <= 0:
-            raise RuntimeError(f"unlock: node {node.node_id} is not locked (lock_ref={node.lock_ref})")
+            raise RuntimeError(
+                f"unlock: node {node.node_id} is not locked (lock_ref={node.lock_ref})"
+            )
         self._num_locks -= 1
         while node is not self.root:
             node.lock_ref -= 1
@@ -271,7 +280,9 @@ class RadixCache:
         Node handles from before the reset are dead.
         """
         if self._num_locks or self.protected_size:
-            raise RuntimeError(f"reset: {self._num_locks} locks are still held ({self.protected_size} protected tokens)")
+            raise RuntimeError(
+                f"reset: {self._num_locks} locks are still held ({self.protected_size} protected tokens)"
+            )
         for node in self._nodes():
             self.allocator.free(node.value)
             node.parent = None
@@ -315,7 +326,9 @@ class RadixCache:
                 evictable += len(node.key)
                 if node.is_leaf:
                     leaves.add(node)
-        assert sum(c.lock_ref for c in self.root.children.values()) == self._num_locks, "lock count drift"
+        assert sum(c.lock_ref for c in self.root.children.values()) == self._num_locks, (
+            "lock count drift"
+        )
         assert (evictable, protected) == (self.evictable_size, self.protected_size), (
             f"sizes: recount evictable={evictable} protected={protected}, "
             f"counters evictable={self.evictable_size} protected={self.protected_size}"
@@ -325,8 +338,12 @@ class RadixCache:
 
     def _check_node(self, node: TreeNode) -> None:
         parent = node.parent
-        assert parent is not None and len(node.key) > 0, f"node {node.node_id}: detached or empty edge"
-        assert parent.children.get(node.key[0]) is node, f"node {node.node_id}: not keyed by first token"
+        assert parent is not None and len(node.key) > 0, (
+            f"node {node.node_id}: detached or empty edge"
+        )
+        assert parent.children.get(node.key[0]) is node, (
+            f"node {node.node_id}: not keyed by first token"
+        )
         assert node.value.dtype == torch.int64 and node.value.shape == (len(node.key),), (
             f"node {node.node_id}: value shape {tuple(node.value.shape)} for {len(node.key)} tokens"
         )
@@ -336,7 +353,9 @@ class RadixCache:
 
     def format_tree(self) -> str:
         """One line per node: indentation = depth, then key, slots, lock_ref, last_access."""
-        lines = [f"root  total={self.total_size()} evictable={self.evictable_size} protected={self.protected_size}"]
+        lines = [
+            f"root  total={self.total_size()} evictable={self.evictable_size} protected={self.protected_size}"
+        ]
 
         def visit(node: TreeNode, depth: int) -> None:
             for child in sorted(node.children.values(), key=lambda c: c.key[0]):
@@ -361,10 +380,18 @@ def check_slot_ownership(
     With ``running_slots`` also assert the three together cover ``1..allocator.size``.
     """
     free = allocator.free_slots()
-    parts = [free, cached_slots] if running_slots is None else [free, cached_slots, running_slots.to(torch.int64)]
+    parts = (
+        [free, cached_slots]
+        if running_slots is None
+        else [free, cached_slots, running_slots.to(torch.int64)]
+    )
     owned = torch.cat(parts)
-    assert owned.unique().numel() == owned.numel(), "a slot is owned twice (free list / cache / running)"
-    assert owned.numel() == 0 or (owned.min() >= 1 and owned.max() <= allocator.size), "slot out of range"
+    assert owned.unique().numel() == owned.numel(), (
+        "a slot is owned twice (free list / cache / running)"
+    )
+    assert owned.numel() == 0 or (owned.min() >= 1 and owned.max() <= allocator.size), (
+        "slot out of range"
+    )
     if running_slots is not None:
         assert owned.numel() == allocator.size, (
             f"slot accounting: free={len(free)} + cached={len(cached_slots)} + running={len(running_slots)} "

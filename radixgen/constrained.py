@@ -1,0 +1,85 @@
+"""Request <-> grammar glue: compile at submit, bitmask rows per step, accept tokens, jump-forward.
+
+Grammars compile in the compiler's thread pool. ``start`` waits for the result on the *caller's*
+thread (never the engine thread), so an unsupported schema is a ``GrammarError`` (a
+``ValueError``) at submit time while running requests keep decoding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .kernels.bitmask import allocate_token_bitmask
+from .request import Req
+from .sampling_params import SamplingParams
+from .tokenizer import Tokenizer
+
+MAX_FORCED_TOKENS = 64  # jump-forward at most this many tokens per step
+
+
+class Constraints:
+    def __init__(self, tokenizer: Tokenizer, vocab_size: int, device: torch.device, jump_forward: bool = True) -> None:
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.device = device
+        self.jump_forward = jump_forward
+        self._compiler = None
+
+    @property
+    def compiler(self):
+        """The engine's ``GrammarCompiler`` (built on first use: it indexes the vocabulary)."""
+        if self._compiler is None:
+            from .grammar import GrammarCompiler
+
+            self._compiler = GrammarCompiler(self.tokenizer)
+        return self._compiler
+
+    def start(self, req: Req, params: SamplingParams) -> None:
+        """Compile ``params``' constraint (cached) and attach a matcher; raises ``GrammarError``."""
+        constraint = params.constraint
+        if constraint is None:
+            return
+        kind, spec = constraint
+        future = self.compiler.compile_async(kind, True if kind == "json_object" else spec)
+        req.matcher = future.result().matcher()
+
+    def bitmask(self, reqs: list[Req]) -> tuple[torch.Tensor | None, list[int]]:
+        """An int32 bitmask ``[len(reqs), ceil(V/32)]`` with rows filled for constrained requests."""
+        rows = [i for i, r in enumerate(reqs) if r.matcher is not None]
+        if not rows:
+            return None, rows
+        bitmask = allocate_token_bitmask(len(reqs), self.vocab_size)
+        for i in rows:
+            reqs[i].matcher.fill_bitmask(bitmask, i)
+        return bitmask.to(self.device, non_blocking=True), rows
+
+    def accept(self, req: Req, token_id: int) -> list[int]:
+        """Advance ``req``'s matcher by ``token_id``; return grammar-forced tokens to jump over."""
+        matcher = req.matcher
+        if matcher is None:
+            return []
+        if token_id in self.tokenizer.eos_token_ids:
+            matcher.accept_token(token_id)
+            return []
+        if not matcher.accept_token(token_id):
+            raise AssertionError(f"sampled token {token_id} was not allowed by the grammar mask")
+        return self._forced_tokens(req) if self.jump_forward else []
+
+    def _forced_tokens(self, req: Req) -> list[int]:
+        text = req.matcher.forced_text()
+        if not text:
+            return []
+        accepted = []
+        for token_id in self.tokenizer.encode(text)[:MAX_FORCED_TOKENS]:
+            if not req.matcher.accept_token(token_id):
+                break
+            accepted.append(token_id)
+        return accepted
+
+    def finished(self, req: Req) -> bool:
+        """True when the grammar is complete and allows nothing but EOS."""
+        return req.matcher is not None and req.matcher.is_terminated()
+
+    def shutdown(self) -> None:
+        if self._compiler is not None and hasattr(self._compiler, "shutdown"):
+            self._compiler.shutdown()

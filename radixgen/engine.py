@@ -1,0 +1,418 @@
+"""Engine: the offline API and the engine thread.
+
+``Engine.step()`` is the main loop's table of contents: schedule, run the model, sample, post-process.
+Callers on other threads talk to the engine thread only through ``_inbox`` (commands) and each
+request's ``sink`` (deltas out), so the radix tree, scheduler and grammar matchers are touched by
+one thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import queue
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from .config import EngineConfig
+from .constrained import Constraints
+from .detokenizer import IncrementalDetokenizer, StopStringMatcher
+from .mem_cache.chunk_cache import ChunkCache
+from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator
+from .mem_cache.radix_cache import RadixCache
+from .model_runner import ModelRunner
+from .models.hub import resolve_model
+from .models.loader import load_model
+from .outputs import EngineStats
+from .request import Delta, Req, ReqStatus, RequestOutput, TokenLogprob
+from .sampler import Sampler
+from .sampling_params import SamplingParams
+from .scheduler.scheduler import Scheduler
+from .tokenizer import load_tokenizer
+
+logger = logging.getLogger(__name__)
+
+_CONFIG_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
+
+
+class Engine:
+    """Load a model and serve generation requests.
+
+    ``Engine(model=None, **options)``: ``model`` is a folder, a ``.gguf`` file or an alias (default
+    SmolLM2-135M-Instruct); options are the fields of :class:`EngineConfig`.
+    """
+
+    def __init__(self, model: str | None = None, **options: Any) -> None:
+        unknown = sorted(set(options) - _CONFIG_FIELDS)
+        if unknown:
+            raise ValueError(f"Engine: unknown option(s) {', '.join(unknown)}")
+        self.config = EngineConfig(model=model, **options).validate()
+        self.device = _pick_device(self.config.device)
+        self.dtype = _pick_dtype(self.config.dtype, self.device)
+        if self.config.num_threads:
+            torch.set_num_threads(self.config.num_threads)
+        started = time.monotonic()
+        path = resolve_model(self.config.model)
+        self.model_path = str(path)
+        self.tokenizer = load_tokenizer(path)
+        self.model = load_model(path, self.dtype, self.device)
+        self._build_memory()
+        self.sampler = Sampler(self.model.config.vocab_size, self.device)
+        self.constraints = Constraints(self.tokenizer, self.model.config.vocab_size, self.device,
+                                       jump_forward=self.config.jump_forward)
+        self.stats_counters = EngineStats()
+        self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._reqs: dict[str, Req] = {}
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="radixgen-engine", daemon=True)
+        self._thread.start()
+        logger.info(
+            "loaded %s (%s layers, vocab %d) on %s/%s in %.1fs; KV pool %d tokens; context %d",
+            path.name, self.model.config.num_layers, self.model.config.vocab_size, self.device,
+            str(self.dtype).removeprefix("torch."), time.monotonic() - started, self.max_total_tokens,
+            self.context_len,
+        )
+
+    @property
+    def grammar_compiler(self):
+        return self.constraints.compiler
+
+    def _build_memory(self) -> None:
+        cfg = self.model.config
+        self.context_len = min(self.config.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
+        per_token = KVPool.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, self.dtype)
+        self.max_total_tokens = self.config.max_total_tokens or _default_pool_tokens(per_token, self.device)
+        self.kv_pool = KVPool(self.max_total_tokens, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
+                              self.dtype, self.device)
+        self.allocator = SlotAllocator(self.max_total_tokens)
+        self.req_to_token_pool = ReqToTokenPool(self.config.max_running_requests, self.context_len + 1, self.device)
+        cache_cls = ChunkCache if self.config.disable_radix_cache else RadixCache
+        self.cache = cache_cls(self.allocator)
+        self.scheduler = Scheduler(self.config, self.cache, self.allocator, self.req_to_token_pool, self.context_len)
+        self.model_runner = ModelRunner(self.model, self.kv_pool, self.req_to_token_pool)
+
+    # ================================================================== the main loop
+    def step(self) -> None:
+        """One iteration: schedule, forward, sample, post-process (engine thread only)."""
+        reqs = self.scheduler.schedule()
+        if not reqs:
+            return
+        sampling = [r.computed_len + r.extend_len == r.seq_len for r in reqs]
+        logits = self.model_runner.forward(reqs, sampling)
+        to_sample = [r for r, s in zip(reqs, sampling) if s]
+        bitmask, masked_rows = self.constraints.bitmask(to_sample)
+        next_ids, logprobs = self.sampler.sample(logits, to_sample, bitmask, masked_rows)
+        self.scheduler.advance(reqs)
+        for req, token_id, logprob in zip(to_sample, next_ids, logprobs):
+            self._process_token(req, token_id, logprob)
+        self.stats_counters.steps += 1
+
+    def _loop(self) -> None:
+        while not self._stopping:
+            self._drain_inbox(block=not self.scheduler.has_work())
+            if self._stopping:
+                break
+            try:
+                self.step()
+            except Exception:  # a bug must not kill the thread silently: fail what runs, keep serving
+                logger.error("engine step failed:\n%s", traceback.format_exc())
+                for req in list(self.scheduler.running) + list(self.scheduler.waiting):
+                    self._fail(req, "internal error in the engine step")
+
+    def _drain_inbox(self, block: bool) -> None:
+        try:
+            command = self._inbox.get(timeout=0.02) if block else self._inbox.get_nowait()
+            command()
+            while True:
+                self._inbox.get_nowait()()
+        except queue.Empty:
+            pass
+
+    # ================================================================== per-token post-processing
+    def _process_token(self, req: Req, token_id: int, logprob: TokenLogprob | None) -> None:
+        req.output_ids.append(token_id)
+        if req.first_token_time is None:
+            req.first_token_time = time.monotonic()
+            self.stats_counters.record_ttft(req.first_token_time - req.arrival_time)
+        if logprob is not None:
+            req.pending_logprobs.append(logprob)
+        forced = self.constraints.accept(req, token_id)
+        req.detokenizer.push([token_id])
+        reason = self._finish_reason(req, token_id)
+        if reason is None and forced:
+            reason = self._jump_forward(req, forced)
+        self._emit(req, reason)
+
+    def _finish_reason(self, req: Req, token_id: int) -> str | None:
+        p = req.params
+        if not p.ignore_eos and token_id in self.tokenizer.eos_token_ids:
+            return "stop"
+        if p.stop_token_ids and token_id in p.stop_token_ids:
+            return "stop"
+        if req.stop_matcher.find(req.detokenizer.text) is not None:
+            return "stop"
+        if self.constraints.finished(req):
+            return "stop"
+        if len(req.output_ids) >= p.max_new_tokens or req.seq_len >= self.context_len:
+            return "length"
+        return None
+
+    def _jump_forward(self, req: Req, forced_ids: list[int]) -> str | None:
+        """Append grammar-forced tokens without sampling; they are computed as one extend next step."""
+        room = min(req.params.max_new_tokens - len(req.output_ids), self.context_len - req.seq_len)
+        for token_id in forced_ids[:room]:
+            req.output_ids.append(token_id)
+            req.detokenizer.push([token_id])
+            reason = self._finish_reason(req, token_id)
+            if reason is not None:
+                return reason
+        return None
+
+    def _emit(self, req: Req, reason: str | None) -> None:
+        text = req.detokenizer.text
+        if reason is not None:
+            text += req.detokenizer.flush()
+            cut = req.stop_matcher.find(text) if req.stop_matcher.stops else None
+            end = len(text) if cut is None else cut
+        else:
+            end = req.stop_matcher.safe_len(text)
+        delta_text = text[req.streamed_len : end] if end > req.streamed_len else ""
+        req.streamed_len = max(req.streamed_len, end)
+        new_ids = req.output_ids[req.num_sent_ids :]
+        req.num_sent_ids = len(req.output_ids)
+        delta = self._delta(req, delta_text, new_ids, reason)
+        if reason is not None:
+            self._finish(req, reason)
+        req.sink(delta)
+
+    def _delta(self, req: Req, text: str, new_ids: list[int], reason: str | None) -> Delta:
+        logprobs = req.pending_logprobs if req.params.logprobs else None
+        req.pending_logprobs = []
+        return Delta(
+            rid=req.rid, text=text, token_ids=new_ids, logprobs=logprobs, finished=reason is not None,
+            finish_reason=reason, prompt_tokens=len(req.prompt_ids), completion_tokens=len(req.output_ids),
+            cached_tokens=req.cached_tokens,
+        )
+
+    def _finish(self, req: Req, reason: str) -> None:
+        req.finish_reason = reason
+        if req.status is not ReqStatus.FINISHED:
+            self.scheduler.finish(req)
+        self._reqs.pop(req.rid, None)
+        self.stats_counters.record_finish(req)
+
+    def _fail(self, req: Req, message: str) -> None:
+        """End ``req`` with an error delta (engine thread)."""
+        self.scheduler.finish(req)
+        self._reqs.pop(req.rid, None)
+        req.sink(Delta(rid=req.rid, text="", token_ids=[], finished=True, finish_reason="abort",
+                       prompt_tokens=len(req.prompt_ids), completion_tokens=len(req.output_ids), error=message))
+
+    # ================================================================== public API (any thread)
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        sink: Callable[[Delta], None] | None = None,
+        rid: str | None = None,
+    ) -> str:
+        """Validate and queue a request; deltas go to ``sink`` (called on the engine thread).
+
+        Raises ``ValueError`` for bad input (empty or too long prompt, bad params, bad grammar spec
+        that fails fast). Returns the request id.
+        """
+        params = (params or SamplingParams()).validate(self.model.config.vocab_size)
+        prompt_ids = self._prompt_ids(prompt)
+        rid = rid or uuid.uuid4().hex
+        req = Req(
+            rid=rid, prompt_ids=prompt_ids, params=params, sink=sink or (lambda d: None),
+            detokenizer=IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens),
+            stop_matcher=StopStringMatcher(params.stop_strings),
+        )
+        if params.seed is not None:
+            req.generator = torch.Generator(device=self.device)
+            req.generator.manual_seed(params.seed)
+        self.constraints.start(req, params)  # raises ValueError for an invalid spec known up front
+        self._inbox.put(lambda: self._admit(req))
+        return rid
+
+    def _admit(self, req: Req) -> None:
+        self._reqs[req.rid] = req
+        self.scheduler.add(req)
+
+    def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt:
+                raise ValueError("prompt: must not be empty")
+            ids = self.tokenizer.encode(prompt, add_special_tokens=True)
+        elif isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+            ids = list(prompt)
+            vocab = self.model.config.vocab_size
+            bad = [t for t in ids if not 0 <= t < vocab]
+            if bad:
+                raise ValueError(f"input_ids: token id {bad[0]} is outside the vocabulary [0, {vocab})")
+        else:
+            raise ValueError(f"prompt: expected a string or a list of token ids, got {type(prompt).__name__}")
+        if not ids:
+            raise ValueError("prompt: must not be empty")
+        limit = min(self.context_len, self.max_total_tokens) - 1
+        if len(ids) > limit:
+            raise ValueError(f"prompt: {len(ids)} tokens is longer than the context allows ({limit} tokens)")
+        return ids
+
+    def abort(self, rid: str) -> None:
+        """Abort a request at any stage; its slots are freed and its nodes unlocked."""
+        def command() -> None:
+            req = self._reqs.get(rid)
+            if req is not None and req.status is not ReqStatus.FINISHED:
+                self._emit_abort(req)
+        self._inbox.put(command)
+
+    def _emit_abort(self, req: Req) -> None:
+        self._finish(req, "abort")
+        req.sink(self._delta(req, "", [], "abort"))
+
+    def generate(
+        self,
+        prompts: str | list[str] | list[list[int]],
+        params: SamplingParams | list[SamplingParams] | None = None,
+    ) -> list[RequestOutput]:
+        """Generate for each prompt (text or token ids); blocks until all finish."""
+        single = isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int))
+        prompts = [prompts] if single else list(prompts)
+        if not prompts:
+            raise ValueError("prompts: expected at least one prompt")
+        params_list = params if isinstance(params, list) else [params] * len(prompts)
+        if len(params_list) != len(prompts):
+            raise ValueError(f"params: got {len(params_list)} SamplingParams for {len(prompts)} prompts")
+        collected = [self._collect(p, sp) for p, sp in zip(prompts, params_list)]
+        return [RequestOutput.from_deltas(list(deltas), p if isinstance(p, str) else None)
+                for deltas, p in zip(collected, prompts)]
+
+    def _collect(self, prompt, params) -> Iterator[Delta]:
+        """Submit now; the returned iterator yields the request's deltas until it finishes."""
+        out: queue.SimpleQueue[Delta] = queue.SimpleQueue()
+        rid = self.add_request(prompt, params, out.put)
+        return _drain(out, rid, self)
+
+    def chat(self, messages: list[dict], params: SamplingParams | None = None, tools: list | None = None) -> RequestOutput:
+        """Render ``messages`` with the chat template and generate the assistant's reply."""
+        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
+        return self.generate([prompt], params)[0]
+
+    def stream(self, prompt: str | list[int] | list[dict], params: SamplingParams | None = None) -> Iterator[Delta]:
+        """Yield deltas as they are produced (``delta.text`` joins to the final text).
+
+        ``prompt`` may be a list of chat messages. Closing the iterator early aborts the request.
+        """
+        if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+            prompt = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
+        return self._collect(prompt, params)
+
+    def stats(self) -> dict[str, Any]:
+        """Cache and scheduler counters (hit rate = cached prompt tokens / prompt tokens)."""
+        s = self.stats_counters
+        return {
+            **s.as_dict(),
+            "running": len(self.scheduler.running),
+            "waiting": len(self.scheduler.waiting),
+            "max_total_tokens": self.max_total_tokens,
+            "free_tokens": self.allocator.num_free,
+            "tokens_in_tree": self.cache.total_size(),
+            "evictable_tokens": self.cache.evictable_size,
+            "protected_tokens": self.cache.protected_size,
+            "evicted_tokens": self.cache.num_evictions,
+            "retractions": self.scheduler.num_retractions,
+            "radix_cache": not self.config.disable_radix_cache,
+        }
+
+    def call(self, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
+        """Run ``fn`` on the engine thread and return its result (for flushes and checks)."""
+        box: queue.SimpleQueue = queue.SimpleQueue()
+        self._inbox.put(lambda: box.put(_try(fn)))
+        ok, value = box.get(timeout=timeout)
+        if not ok:
+            raise value
+        return value
+
+    def flush_cache(self) -> bool:
+        """Drop every cached prefix; refused (False) while requests run."""
+        def flush() -> bool:
+            if self.scheduler.running or self.scheduler.waiting:
+                return False
+            self.cache.reset()
+            return True
+        return self.call(flush)
+
+    def check_integrity(self) -> None:
+        """Assert every KV slot is owned exactly once (free list, tree, or a running request)."""
+        self.call(lambda: self.cache.check_integrity(running_slots=self.scheduler.running_slots()))
+
+    def shutdown(self) -> None:
+        """Abort what is in flight and stop the engine thread."""
+        if self._stopping:
+            return
+        def stop() -> None:
+            for req in list(self._reqs.values()):
+                self._emit_abort(req)
+            self._stopping = True
+        self._inbox.put(stop)
+        self._thread.join(timeout=30)
+        self.constraints.shutdown()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+
+def _drain(out: queue.SimpleQueue, rid: str, engine: Engine) -> Iterator[Delta]:
+    finished = False
+    try:
+        while not finished:
+            delta = out.get()
+            finished = delta.finished
+            if delta.error:
+                raise RuntimeError(f"request {rid}: {delta.error}")
+            yield delta
+    finally:
+        if not finished:
+            engine.abort(rid)
+
+
+def _try(fn: Callable[[], Any]) -> tuple[bool, Any]:
+    try:
+        return True, fn()
+    except Exception as exc:  # handed back to the calling thread
+        return False, exc
+
+
+def _pick_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def _pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, dtype)
+
+
+def _default_pool_tokens(bytes_per_token: int, device: torch.device) -> int:
+    """KV pool size: ~60% of free GPU memory after weights, or ~10% of RAM (at most 256k tokens)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        budget = free * 0.6
+    else:
+        import os
+        budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.10
+    return int(max(1024, min(budget // bytes_per_token, 1 << 18)))
+

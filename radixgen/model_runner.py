@@ -1,0 +1,64 @@
+"""ModelRunner: build the batch tensors (the one place host-to-device copies happen) and run the model."""
+
+from __future__ import annotations
+
+import torch
+
+from .forward_batch import ForwardBatch
+from .mem_cache.memory_pool import KVPool, ReqToTokenPool
+from .models.llama import LlamaModel
+from .request import Req
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaModel, kv_pool: KVPool, req_to_token_pool: ReqToTokenPool,
+                 attention_backend: str = "auto") -> None:
+        self.model = model
+        self.kv_pool = kv_pool
+        self.req_to_token_pool = req_to_token_pool
+        self.device = model.device
+        self.attention_backend = attention_backend
+
+    def forward(self, reqs: list[Req], sampling: list[bool]) -> torch.Tensor:
+        """Run one step for ``reqs`` (decode rows, i.e. ``extend_len == 1``, first).
+
+        Each req's new slots must already be in ``req_to_token[pool_row, computed_len :
+        computed_len + extend_len]``. Returns float32 logits ``[sum(sampling), V]`` for the
+        requests flagged in ``sampling`` (their last new token), in order.
+        """
+        return self.model.forward(self.prepare(reqs, sampling))
+
+    def prepare(self, reqs: list[Req], sampling: list[bool]) -> ForwardBatch:
+        input_ids, positions, logits_indices = [], [], []
+        rows, prefix_lens, extend_lens = [], [], []
+        for req, wants_logits in zip(reqs, sampling):
+            start, n = req.computed_len, req.extend_len
+            ids = req.prompt_ids[start : start + n] if start + n <= len(req.prompt_ids) else req.fill_ids[start : start + n]
+            input_ids.extend(ids)
+            positions.extend(range(start, start + n))
+            if wants_logits:
+                logits_indices.append(len(input_ids) - 1)
+            rows.append(req.pool_row)
+            prefix_lens.append(start)
+            extend_lens.append(n)
+        num_decode = next((i for i, n in enumerate(extend_lens) if n != 1), len(extend_lens))  # leading 1-token rows
+        table = self.req_to_token_pool.table
+        rows_t = torch.tensor(rows, dtype=torch.int64)
+        prefix_t = torch.tensor(prefix_lens, dtype=torch.int64)
+        extend_t = torch.tensor(extend_lens, dtype=torch.int64)
+        out_slots = torch.cat([table[r, s : s + n] for r, s, n in zip(rows, prefix_lens, extend_lens)]).long()
+        dev = self.device
+        return ForwardBatch(
+            input_ids=torch.tensor(input_ids, dtype=torch.int64).to(dev, non_blocking=True),
+            positions=torch.tensor(positions, dtype=torch.int64).to(dev, non_blocking=True),
+            out_slots=out_slots.to(dev),
+            req_pool_indices=rows_t.to(dev),
+            prefix_lens=prefix_t.to(dev),
+            extend_lens=extend_t.to(dev),
+            seq_lens=(prefix_t + extend_t).to(dev),
+            logits_indices=torch.tensor(logits_indices, dtype=torch.int64).to(dev),
+            num_decode=num_decode,
+            kv_pool=self.kv_pool,
+            req_to_token=table,
+            attention_backend=self.attention_backend,
+        )

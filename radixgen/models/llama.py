@@ -1,0 +1,117 @@
+"""Llama-family decoder over the token-indexed KV pool (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM).
+
+Weights are plain tensors in HF layout (``[out_features, in_features]``) with q/k/v and gate/up
+fused at load time so each layer runs four matmuls. The forward pass takes a ragged
+``ForwardBatch``: no padding through the linear layers; decode rows and extend rows share a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..config import ModelConfig
+from ..forward_batch import ForwardBatch
+from ..kernels.attention import decode_attention, extend_attention
+from ..kernels.kv_store import store_kv
+from ..kernels.norm import rms_norm
+from ..kernels.rotary import apply_rotary, build_cos_sin_cache
+
+
+@dataclass
+class LayerWeights:
+    input_norm: torch.Tensor  # [H]
+    qkv: torch.Tensor  # [(Hq + 2 Hkv) * D, H]
+    qkv_bias: torch.Tensor | None  # [(Hq + 2 Hkv) * D]
+    q_norm: torch.Tensor | None  # [D] (Qwen3)
+    k_norm: torch.Tensor | None  # [D] (Qwen3)
+    o_proj: torch.Tensor  # [H, Hq * D]
+    post_norm: torch.Tensor  # [H]
+    gate_up: torch.Tensor  # [2 I, H]
+    down: torch.Tensor  # [H, I]
+
+
+@dataclass
+class ModelWeights:
+    embed: torch.Tensor  # [V, H]
+    layers: list[LayerWeights]
+    norm: torch.Tensor  # [H]
+    lm_head: torch.Tensor  # [V, H] (the embedding itself when tied)
+
+
+class LlamaModel:
+    """Stateless apart from weights and the rotary table; KV lives in the batch's pool."""
+
+    def __init__(self, config: ModelConfig, weights: ModelWeights, device: torch.device) -> None:
+        self.config = config
+        self.weights = weights
+        self.device = device
+        max_pos = config.max_position_embeddings
+        self.cos_sin_cache = build_cos_sin_cache(
+            config.head_dim, max_pos, config.rope_theta, config.rope_scaling
+        ).to(device)  # [max_pos, D]
+        self.sm_scale = config.head_dim**-0.5
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weights.embed.dtype
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch) -> torch.Tensor:
+        """Logits ``[len(batch.logits_indices), V]`` in float32; writes the new tokens' K/V."""
+        w = self.weights
+        hidden = F.embedding(batch.input_ids, w.embed)  # [N, H]
+        residual = None
+        for layer_id, layer in enumerate(w.layers):
+            hidden, residual = self._layer(layer_id, layer, hidden, residual, batch)
+        hidden, _ = rms_norm(hidden, w.norm, self.config.rms_norm_eps, residual)
+        hidden = hidden[batch.logits_indices]  # [M, H]
+        return F.linear(hidden, w.lm_head).float()  # [M, V]
+
+    def _layer(self, layer_id, layer: LayerWeights, hidden, residual, batch: ForwardBatch):
+        eps = self.config.rms_norm_eps
+        if residual is None:
+            residual = hidden
+            hidden = rms_norm(hidden, layer.input_norm, eps)
+        else:
+            hidden, residual = rms_norm(hidden, layer.input_norm, eps, residual)
+        hidden = self._attention(layer_id, layer, hidden, batch)
+        hidden, residual = rms_norm(hidden, layer.post_norm, eps, residual)
+        gate, up = F.linear(hidden, layer.gate_up).chunk(2, dim=-1)  # [N, I] each
+        return F.linear(F.silu(gate) * up, layer.down), residual
+
+    def _attention(self, layer_id: int, layer: LayerWeights, hidden: torch.Tensor, batch: ForwardBatch):
+        cfg = self.config
+        num_tokens = hidden.shape[0]
+        q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+        qkv = F.linear(hidden, layer.qkv, layer.qkv_bias)  # [N, (Hq + 2 Hkv) * D]
+        q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
+        q = q.reshape(num_tokens, cfg.num_heads, cfg.head_dim)  # [N, Hq, D]
+        k = k.reshape(num_tokens, cfg.num_kv_heads, cfg.head_dim)  # [N, Hkv, D]
+        v = v.reshape(num_tokens, cfg.num_kv_heads, cfg.head_dim)  # [N, Hkv, D]
+        if layer.q_norm is not None:
+            q = rms_norm(q, layer.q_norm, cfg.rms_norm_eps)
+            k = rms_norm(k, layer.k_norm, cfg.rms_norm_eps)
+        q, k = apply_rotary(q, k, batch.positions, self.cos_sin_cache)
+        pool = batch.kv_pool
+        k_buffer, v_buffer = pool.k_buffers[layer_id], pool.v_buffers[layer_id]
+        store_kv(k_buffer, v_buffer, batch.out_slots, k, v, backend=batch.attention_backend)
+        out = self._attend(q, k_buffer, v_buffer, batch)  # [N, Hq, D]
+        return F.linear(out.reshape(num_tokens, q_size), layer.o_proj)
+
+    def _attend(self, q, k_buffer, v_buffer, batch: ForwardBatch) -> torch.Tensor:
+        nd = batch.num_decode
+        parts = []
+        if nd:
+            parts.append(decode_attention(
+                q[:nd], k_buffer, v_buffer, batch.req_to_token, batch.req_pool_indices[:nd],
+                batch.seq_lens[:nd], self.sm_scale, backend=batch.attention_backend,
+            ))
+        if nd < batch.req_pool_indices.shape[0]:
+            parts.append(extend_attention(
+                q[nd:], k_buffer, v_buffer, batch.req_to_token, batch.req_pool_indices[nd:],
+                batch.prefix_lens[nd:], batch.extend_lens[nd:], self.sm_scale, backend=batch.attention_backend,
+            ))
+        return parts[0] if len(parts) == 1 else torch.cat(parts)

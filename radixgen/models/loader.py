@@ -1,0 +1,196 @@
+"""Load Llama-family weights from a Hugging Face safetensors folder or a GGUF file.
+
+Both paths produce ``(ModelConfig, ModelWeights)`` in HF layout. GGUF tensors are dequantized
+with the ``gguf`` package; llama.cpp stores Q and K rows permuted for its interleaved rotary,
+which we undo so one rotary implementation (rotate-half) serves every format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..config import ModelConfig
+from .gguf_file import gguf_metadata, open_gguf
+from .llama import LayerWeights, LlamaModel, ModelWeights
+
+SUPPORTED_HF_ARCHS = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
+SUPPORTED_GGUF_ARCHS = {"llama", "qwen2", "qwen3"}
+
+Getter = Callable[[str], "torch.Tensor | None"]  # HF tensor name -> tensor (None if absent)
+
+
+def load_model(path: str | Path, dtype: torch.dtype, device: torch.device) -> LlamaModel:
+    """Load the model at ``path`` (a ``.gguf`` file or an HF folder) onto ``device`` in ``dtype``."""
+    path = Path(path)
+    if path.suffix == ".gguf":
+        config, get = _gguf_source(path)
+    else:
+        config, get = _safetensors_source(path)
+    weights = _assemble(config, get, dtype, device)
+    return LlamaModel(config, weights, device)
+
+
+# --------------------------------------------------------------------------- assembly
+
+
+def _assemble(config: ModelConfig, get: Getter, dtype: torch.dtype, device: torch.device) -> ModelWeights:
+    def cast(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.to(device=device, dtype=dtype).contiguous()
+
+    def cat(*names: str) -> torch.Tensor | None:
+        parts = [get(n) for n in names]
+        return None if any(p is None for p in parts) else cast(torch.cat(parts))
+
+    layers = []
+    for i in tqdm(range(config.num_layers), desc="loading layers", unit="layer", leave=False):
+        p = f"model.layers.{i}."
+        attn = p + "self_attn."
+        layers.append(LayerWeights(
+            input_norm=cast(get(p + "input_layernorm.weight")),
+            qkv=cat(attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"),
+            qkv_bias=cat(attn + "q_proj.bias", attn + "k_proj.bias", attn + "v_proj.bias"),
+            q_norm=cast(get(attn + "q_norm.weight")) if config.qk_norm else None,
+            k_norm=cast(get(attn + "k_norm.weight")) if config.qk_norm else None,
+            o_proj=cast(get(attn + "o_proj.weight")),
+            post_norm=cast(get(p + "post_attention_layernorm.weight")),
+            gate_up=cat(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
+            down=cast(get(p + "mlp.down_proj.weight")),
+        ))
+    embed = cast(get("model.embed_tokens.weight"))
+    lm_head = None if config.tie_word_embeddings else cast(get("lm_head.weight"))
+    return ModelWeights(embed=embed, layers=layers, norm=cast(get("model.norm.weight")), lm_head=embed if lm_head is None else lm_head)
+
+
+# --------------------------------------------------------------------------- safetensors
+
+
+def _safetensors_source(folder: Path) -> tuple[ModelConfig, Getter]:
+    from safetensors import safe_open
+
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        raise ValueError(f"model: {folder} has no config.json")
+    raw = json.loads(config_path.read_text())
+    arch = (raw.get("architectures") or ["?"])[0]
+    if arch not in SUPPORTED_HF_ARCHS:
+        raise ValueError(f"model: architecture {arch!r} is not supported (supported: {sorted(SUPPORTED_HF_ARCHS)})")
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ValueError(f"model: {folder} has no *.safetensors files")
+    handles = [safe_open(str(f), framework="pt") for f in files]
+    where = {name: h for h in handles for name in h.keys()}
+    config = ModelConfig.from_hf(raw)
+    if "lm_head.weight" not in where and not config.tie_word_embeddings:
+        config = ModelConfig(**{**config.__dict__, "tie_word_embeddings": True})
+
+    def get(name: str) -> torch.Tensor | None:
+        handle = where.get(name)
+        return None if handle is None else handle.get_tensor(name)
+
+    return config, get
+
+
+# --------------------------------------------------------------------------- GGUF
+
+_GGUF_NAMES = {  # GGUF name (after "blk.N.") -> HF name (after "model.layers.N.")
+    "attn_norm.weight": "input_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "attn_q_norm.weight": "self_attn.q_norm.weight",
+    "attn_k_norm.weight": "self_attn.k_norm.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+_GGUF_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+                "output.weight": "lm_head.weight"}
+
+
+def gguf_config(path: Path) -> ModelConfig:
+    meta = gguf_metadata(path)
+    arch = meta["general.architecture"]
+    if arch not in SUPPORTED_GGUF_ARCHS:
+        raise ValueError(f"model: GGUF architecture {arch!r} is not supported (supported: {sorted(SUPPORTED_GGUF_ARCHS)})")
+    tensor_names = {t.name for t in open_gguf(str(path)).tensors}
+    num_heads = meta[f"{arch}.attention.head_count"]
+    hidden = meta[f"{arch}.embedding_length"]
+    head_dim = meta.get(f"{arch}.attention.key_length") or hidden // num_heads
+    scaling = None
+    if meta.get(f"{arch}.rope.scaling.type") == "linear":
+        scaling = {"rope_type": "linear", "factor": meta[f"{arch}.rope.scaling.factor"]}
+    return ModelConfig(
+        architecture=arch,
+        vocab_size=meta.get(f"{arch}.vocab_size") or len(meta["tokenizer.ggml.tokens"]),
+        hidden_size=hidden,
+        intermediate_size=meta[f"{arch}.feed_forward_length"],
+        num_layers=meta[f"{arch}.block_count"],
+        num_heads=num_heads,
+        num_kv_heads=meta.get(f"{arch}.attention.head_count_kv") or num_heads,
+        head_dim=head_dim,
+        rms_norm_eps=meta.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
+        rope_theta=meta.get(f"{arch}.rope.freq_base", 10000.0),
+        rope_scaling=scaling,
+        max_position_embeddings=meta.get(f"{arch}.context_length", 4096),
+        tie_word_embeddings="output.weight" not in tensor_names,
+        attention_bias="blk.0.attn_q.bias" in tensor_names,
+        qk_norm="blk.0.attn_q_norm.weight" in tensor_names,
+    )
+
+
+def _gguf_source(path: Path) -> tuple[ModelConfig, Getter]:
+    config = gguf_config(path)
+    tensors = {}
+    for t in open_gguf(str(path)).tensors:
+        if t.name.startswith("blk."):
+            _, layer, rest = t.name.split(".", 2)
+            if rest in _GGUF_NAMES:
+                tensors[f"model.layers.{layer}.{_GGUF_NAMES[rest]}"] = t
+        elif t.name in _GGUF_GLOBAL:
+            tensors[_GGUF_GLOBAL[t.name]] = t
+    unpermute = config.architecture == "llama"
+
+    def get(name: str) -> torch.Tensor | None:
+        t = tensors.get(name)
+        if t is None:
+            return None
+        weight = torch.from_numpy(np.ascontiguousarray(_dequantize(t)))
+        if unpermute and name.endswith("q_proj.weight"):
+            weight = _undo_rope_permutation(weight, config.num_heads)
+        elif unpermute and name.endswith("k_proj.weight"):
+            weight = _undo_rope_permutation(weight, config.num_kv_heads)
+        return weight
+
+    return config, get
+
+
+def _dequantize(t) -> np.ndarray:
+    """A GGUF tensor as float32 in numpy order (``[out, in]`` for matrices)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    shape = tuple(int(d) for d in reversed(t.shape))
+    if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16):
+        data = np.asarray(t.data)
+        if t.tensor_type == GGMLQuantizationType.BF16:
+            data = (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return data.astype(np.float32).reshape(shape)
+    return dequantize(t.data, t.tensor_type).astype(np.float32, copy=False).reshape(shape)
+
+
+def _undo_rope_permutation(weight: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Invert llama.cpp's ``reshape(n_head, 2, d/2, ...).swapaxes(1, 2)`` on Q/K rows."""
+    out_dim = weight.shape[0]
+    rest = weight.shape[1:]
+    return weight.reshape(num_heads, out_dim // num_heads // 2, 2, *rest).transpose(1, 2).reshape(out_dim, *rest)

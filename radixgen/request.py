@@ -1,0 +1,129 @@
+"""Req: one generation request as the scheduler and engine see it; plus what callers receive.
+
+KV bookkeeping of a request (``fill_ids = prompt_ids + output_ids``)::
+
+    fill_ids  [0 ........ num_tree_owned) [num_tree_owned ..... computed_len) [computed_len .. len)
+    slots      owned by the radix tree,     private to this request            no KV yet
+               locked through last_node
+
+``computed_len`` counts tokens whose K/V are in the pool; each step extends it towards
+``len(fill_ids)``; a step that reaches the end samples the next token.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .detokenizer import IncrementalDetokenizer, StopStringMatcher
+from .sampling_params import SamplingParams
+
+
+class ReqStatus(enum.Enum):
+    WAITING = "waiting"  # queued (or compiling its grammar, or retracted)
+    RUNNING = "running"  # admitted: holds a req_to_token row and KV slots
+    FINISHED = "finished"
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]  # [(token_id, logprob)] best first
+
+
+@dataclass(slots=True)
+class Delta:
+    """What a request emits after a step: new text/tokens, and the finish when it ends."""
+
+    rid: str
+    text: str
+    token_ids: list[int]
+    logprobs: list[TokenLogprob] | None = None
+    finished: bool = False
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    """Final result of ``Engine.generate`` / ``Engine.chat``."""
+
+    rid: str
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    logprobs: list[TokenLogprob] | None = None
+    prompt: str | None = None
+
+    @classmethod
+    def from_deltas(cls, deltas: list[Delta], prompt: str | None = None) -> RequestOutput:
+        last = deltas[-1]
+        logprobs = [lp for d in deltas for lp in (d.logprobs or [])]
+        return cls(
+            rid=last.rid,
+            text="".join(d.text for d in deltas),
+            token_ids=[t for d in deltas for t in d.token_ids],
+            finish_reason=last.finish_reason,
+            prompt_tokens=last.prompt_tokens,
+            completion_tokens=last.completion_tokens,
+            cached_tokens=last.cached_tokens,
+            logprobs=logprobs if logprobs or any(d.logprobs is not None for d in deltas) else None,
+            prompt=prompt,
+        )
+
+
+@dataclass(slots=True, eq=False)
+class Req:
+    rid: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    sink: Callable[[Delta], None]  # called on the engine thread; must not block
+    detokenizer: IncrementalDetokenizer
+    stop_matcher: StopStringMatcher
+    output_ids: list[int] = field(default_factory=list)
+    status: ReqStatus = ReqStatus.WAITING
+    pool_row: int | None = None
+    slots: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))  # [computed_len]
+    computed_len: int = 0
+    num_tree_owned: int = 0
+    last_node: Any = None
+    cached_tokens: int = 0  # prompt tokens served from the radix cache (first admission)
+    extend_len: int = 0  # tokens scheduled in the current step
+    prefix_hint: int = 0  # cached prefix length found by the policy (for ordering only)
+    generator: torch.Generator | None = None
+    matcher: Any = None  # grammar matcher, when constrained
+    streamed_len: int = 0  # characters of output text already emitted
+    num_sent_ids: int = 0  # output tokens already emitted
+    finish_reason: str | None = None
+    pending_logprobs: list[TokenLogprob] = field(default_factory=list)
+    num_retractions: int = 0
+    arrival_time: float = field(default_factory=time.monotonic)
+    first_token_time: float | None = None
+
+    @property
+    def fill_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+    @property
+    def seq_len(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def remaining_new_tokens(self) -> int:
+        return self.params.max_new_tokens - len(self.output_ids)
+
+    @property
+    def is_prefilling(self) -> bool:
+        return self.seq_len - self.computed_len > 1 or not self.output_ids

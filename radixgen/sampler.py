@@ -1,0 +1,120 @@
+"""Sampler: logits -> next tokens.
+
+Order per row: penalties -> logit_bias -> grammar mask -> (logprobs) -> temperature / top-k /
+top-p / min-p -> draw. Greedy rows take argmax. A request with a ``seed`` draws from its own
+``torch.Generator``, so its tokens do not depend on its batch-mates.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .kernels.bitmask import apply_token_bitmask_inplace
+from .request import Req, TokenLogprob
+
+
+class Sampler:
+    def __init__(self, vocab_size: int, device: torch.device) -> None:
+        self.vocab_size = vocab_size
+        self.device = device
+        self.generator = torch.Generator(device=device)
+        self.generator.seed()
+
+    def sample(
+        self,
+        logits: torch.Tensor,  # [B, V] float32, one row per request in ``reqs``
+        reqs: list[Req],
+        bitmask: torch.Tensor | None = None,  # [B, ceil(V/32)] int32, rows of constrained requests
+        masked_rows: list[int] | None = None,
+    ) -> tuple[list[int], list[TokenLogprob | None]]:
+        """Pick one token per row. Mutates ``logits``. Returns ids and (optional) logprobs."""
+        self._apply_penalties(logits, reqs)
+        self._apply_logit_bias(logits, reqs)
+        if bitmask is not None and masked_rows:
+            apply_token_bitmask_inplace(logits, bitmask, indices=masked_rows)
+        logprobs = torch.log_softmax(logits, dim=-1) if any(r.params.logprobs for r in reqs) else None
+        next_ids = self._draw(logits, reqs)
+        return next_ids, self._logprobs(logprobs, next_ids, reqs)
+
+    # ------------------------------------------------------------------ logit processing
+    def _apply_penalties(self, logits: torch.Tensor, reqs: list[Req]) -> None:
+        for row, req in enumerate(reqs):
+            p = req.params
+            if not p.needs_penalties:
+                continue
+            if p.repetition_penalty != 1.0:
+                seen = torch.tensor(req.prompt_ids + req.output_ids, device=self.device).unique()
+                values = logits[row, seen]
+                logits[row, seen] = torch.where(values > 0, values / p.repetition_penalty, values * p.repetition_penalty)
+            if req.output_ids and (p.frequency_penalty or p.presence_penalty):
+                counts = torch.bincount(torch.tensor(req.output_ids, device=self.device), minlength=logits.shape[1])
+                logits[row] -= p.frequency_penalty * counts[: logits.shape[1]] + p.presence_penalty * (counts > 0)[: logits.shape[1]]
+
+    def _apply_logit_bias(self, logits: torch.Tensor, reqs: list[Req]) -> None:
+        for row, req in enumerate(reqs):
+            bias = req.params.logit_bias
+            if bias:
+                ids = torch.tensor(list(bias.keys()), device=self.device)
+                logits[row, ids] += torch.tensor(list(bias.values()), device=self.device, dtype=logits.dtype)
+
+    # ------------------------------------------------------------------ drawing
+    def _draw(self, logits: torch.Tensor, reqs: list[Req]) -> list[int]:
+        next_ids = logits.argmax(dim=-1)  # [B]
+        sampled = [i for i, r in enumerate(reqs) if not r.params.is_greedy]
+        if sampled:
+            rows = torch.tensor(sampled, device=self.device)
+            probs = self._filtered_probs(logits[rows], [reqs[i].params for i in sampled])  # [S, V]
+            next_ids[rows] = self._multinomial(probs, [reqs[i] for i in sampled])
+        return next_ids.tolist()
+
+    def _filtered_probs(self, logits: torch.Tensor, params: list) -> torch.Tensor:
+        temps = torch.tensor([p.temperature for p in params], device=self.device)[:, None]
+        logits = logits / temps
+        top_k = [p.top_k for p in params]
+        if any(k > 0 for k in top_k):
+            k_max = max(top_k)
+            kth = logits.topk(min(k_max, logits.shape[1]), dim=-1).values  # [S, k_max]
+            idx = torch.tensor([(k if k > 0 else k_max) - 1 for k in top_k], device=self.device)
+            threshold = kth.gather(1, idx[:, None])
+            off = torch.tensor([k <= 0 for k in top_k], device=self.device)[:, None]
+            logits = logits.masked_fill((logits < threshold) & ~off, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        top_p = torch.tensor([p.top_p for p in params], device=self.device)
+        if (top_p < 1.0).any():
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass strictly above each token
+            drop = before > top_p[:, None]
+            sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter_(1, order, sorted_probs)
+        min_p = torch.tensor([p.min_p for p in params], device=self.device)
+        if (min_p > 0).any():
+            probs = probs.masked_fill(probs < min_p[:, None] * probs.max(dim=-1, keepdim=True).values, 0.0)
+        return probs
+
+    def _multinomial(self, probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
+        out = torch.empty(len(reqs), dtype=torch.int64, device=self.device)
+        shared = [i for i, r in enumerate(reqs) if r.generator is None]
+        if shared:
+            rows = torch.tensor(shared, device=self.device)
+            out[rows] = torch.multinomial(probs[rows], 1, generator=self.generator).squeeze(1)
+        for i, r in enumerate(reqs):
+            if r.generator is not None:
+                out[i] = torch.multinomial(probs[i], 1, generator=r.generator).item()
+        return out
+
+    # ------------------------------------------------------------------ logprobs
+    @staticmethod
+    def _logprobs(logprobs: torch.Tensor | None, next_ids: list[int], reqs: list[Req]) -> list[TokenLogprob | None]:
+        if logprobs is None:
+            return [None] * len(reqs)
+        out: list[TokenLogprob | None] = []
+        for row, (req, token_id) in enumerate(zip(reqs, next_ids)):
+            if not req.params.logprobs:
+                out.append(None)
+                continue
+            top = []
+            if req.params.top_logprobs:
+                values, ids = logprobs[row].topk(req.params.top_logprobs)
+                top = list(zip(ids.tolist(), values.tolist()))
+            out.append(TokenLogprob(token_id, logprobs[row, token_id].item(), top))
+        return out
