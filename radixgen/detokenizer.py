@@ -42,8 +42,9 @@ class IncrementalDetokenizer:
         return delta
 
     def flush(self) -> str:
-        """At the end of generation: emit whatever remains, even a dangling partial character."""
-        full = self.tokenizer.decode(self.ids, self.skip_special_tokens)
+        """At the end of generation: emit what remains, minus a trailing incomplete character
+        (generation stopped inside a multi-byte character; its bytes never became text)."""
+        full = self.tokenizer.decode(self.ids, self.skip_special_tokens).rstrip(_REPLACEMENT)
         delta = full[len(self.text) :] if full.startswith(self.text) else ""
         self.text += delta
         return delta
@@ -52,21 +53,25 @@ class IncrementalDetokenizer:
 class StopStringMatcher:
     """Tracks generated text against stop strings; decides what may be streamed."""
 
-    __slots__ = ("stops", "_max_len", "_scan_from")
+    __slots__ = ("stops", "_max_len", "_scan_from", "_hit")
 
     def __init__(self, stops: list[str]) -> None:
         self.stops = stops
         self._max_len = max((len(s) for s in stops), default=0)
         self._scan_from = 0
+        self._hit: int | None = None
 
     def find(self, text: str) -> int | None:
-        """Index where the earliest stop string starts in ``text``, or None. Scans only new text."""
-        if not self.stops:
-            return None
+        """Index where the earliest stop string starts in ``text`` (a growing string), or None.
+
+        Scans only the new tail; once found, the position is remembered."""
+        if not self.stops or self._hit is not None:
+            return self._hit
         start = max(0, self._scan_from - self._max_len + 1)
         hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
         self._scan_from = len(text)
-        return min(hits) if hits else None
+        self._hit = min(hits) if hits else None
+        return self._hit
 
     def safe_len(self, text: str) -> int:
         """Length of ``text`` that can be streamed now: excludes a tail that is a proper prefix of

@@ -98,6 +98,7 @@ class Engine:
         self.model_runner = ModelRunner(self.model, self.kv_pool, self.req_to_token_pool)
 
     # ================================================================== the main loop
+    @torch.inference_mode()
     def step(self) -> None:
         """One iteration: schedule, forward, sample, post-process (engine thread only)."""
         reqs = self.scheduler.schedule()
@@ -178,7 +179,7 @@ class Engine:
         text = req.detokenizer.text
         if reason is not None:
             text += req.detokenizer.flush()
-            cut = req.stop_matcher.find(text) if req.stop_matcher.stops else None
+            cut = req.stop_matcher.find(text)
             end = len(text) if cut is None else cut
         else:
             end = req.stop_matcher.safe_len(text)

@@ -83,7 +83,7 @@ class Sampler:
         if (top_p < 1.0).any():
             sorted_probs, order = probs.sort(dim=-1, descending=True)
             before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass strictly above each token
-            drop = before > top_p[:, None]
+            drop = before >= top_p[:, None]
             sorted_probs = sorted_probs.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter_(1, order, sorted_probs)
         min_p = torch.tensor([p.min_p for p in params], device=self.device)

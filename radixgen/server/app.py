@@ -1,0 +1,217 @@
+"""The FastAPI application (``create_app``) and ``radixgen serve`` (``serve``).
+
+Start-up: ``serve`` binds the port first and loads the model in a background thread, so
+``/health`` answers 503 ``{"status": "loading"}`` until the engine is ready and 200 after;
+model endpoints answer 503 ``model_loading`` meanwhile. If loading fails the server exits.
+
+Access: with ``--api-key`` every endpoint needs ``Authorization: Bearer <key>`` (401
+otherwise) except ``/health`` and ``/metrics``, which stay open for probes and scrapers.
+Bodies over ``--max-body-bytes`` are refused with 413, whether announced by Content-Length or
+found while reading a chunked body. ``--max-queued-requests`` bounds the waiting queue (429).
+
+Shutdown (SIGINT/SIGTERM): uvicorn stops accepting, gives in-flight requests
+``graceful_shutdown_s`` to finish, cancels the rest (their streams abort their engine
+requests), then the lifespan exit calls ``Engine.shutdown()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import secrets
+import threading
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
+
+from . import native_api, openai_api
+from .engine_client import EngineClient
+from .errors import error_body, install_error_handlers
+from .metrics import ServerMetrics, render_metrics
+from .protocol import OrjsonResponse
+from .settings import ServerSettings
+
+logger = logging.getLogger("radixgen.server")
+
+OPEN_PATHS = ("/health", "/metrics")
+
+
+def create_app(engine: Any, settings: ServerSettings | None = None, model_arg: str | None = None) -> FastAPI:
+    """The app serving ``engine``: a loaded ``Engine``, or a zero-argument callable that loads one.
+
+    A callable is run in a background thread when the app starts (``/health`` 503 until it
+    returns). The engine is shut down when the app stops.
+    """
+    settings = settings or ServerSettings()
+    client = EngineClient(settings, ServerMetrics())
+    loader = None if hasattr(engine, "add_request") else engine
+    if loader is None:
+        client.attach(engine, model_arg)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        stopping = threading.Event()
+        if loader is not None:
+            loop = asyncio.get_running_loop()
+            threading.Thread(target=_load, args=(loader, client, model_arg, stopping, loop, app),
+                             name="radixgen-load", daemon=True).start()
+        else:
+            _log_ready(client, settings)
+        yield
+        stopping.set()
+        if client.engine is not None:
+            logger.info("shutting down: aborting %d in-flight requests", client.in_flight)
+            await asyncio.to_thread(client.engine.shutdown)
+
+    app = FastAPI(title="radixgen", lifespan=lifespan, default_response_class=OrjsonResponse,
+                  docs_url=None, redoc_url=None)
+    app.state.client = client
+    app.state.exit_on_load_failure = None
+    install_error_handlers(app)
+    app.include_router(openai_api.router)
+    app.include_router(native_api.router)
+
+    @app.get("/health")
+    async def health() -> OrjsonResponse:
+        if client.ready:
+            return OrjsonResponse({"status": "ok", "model": client.model_name})
+        return OrjsonResponse({"status": "loading"}, status_code=503)
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        text = render_metrics(client.engine, client.metrics, client.in_flight)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    app.add_middleware(_BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(_Auth, api_key=settings.api_key)  # added last = outermost: runs first
+    return app
+
+
+def _load(loader: Callable[[], Any], client: EngineClient, model_arg: str | None, stopping: threading.Event,
+          loop: asyncio.AbstractEventLoop, app: FastAPI) -> None:
+    try:
+        engine = loader()
+    except Exception:
+        logger.exception("loading the model failed")
+        on_failure = app.state.exit_on_load_failure
+        if on_failure is not None:
+            loop.call_soon_threadsafe(on_failure)
+        return
+    if stopping.is_set():
+        engine.shutdown()
+        return
+    loop.call_soon_threadsafe(client.attach, engine, model_arg)
+    loop.call_soon_threadsafe(_log_ready, client, client.settings)
+
+
+def _log_ready(client: EngineClient, settings: ServerSettings) -> None:
+    engine = client.engine
+    logger.info("serving %r (%s): context %d tokens, KV pool %d tokens, up to %d running + %d queued requests",
+                client.model_name, engine.model_path, engine.context_len, engine.max_total_tokens,
+                engine.config.max_running_requests, settings.max_queued_requests)
+    logger.info("ready: OpenAI API at http://%s:%d/v1, native API at http://%s:%d/generate%s",
+                settings.host, settings.port, settings.host, settings.port,
+                " (API key required)" if settings.api_key else "")
+
+
+# --------------------------------------------------------------------------- ASGI middleware
+
+
+async def _send_error(send: Callable, status: int, message: str, code: str | None = None) -> None:
+    body = orjson.dumps(error_body(status, message, code=code))
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Auth:
+    """401 unless ``Authorization: Bearer <api_key>`` (paths in ``OPEN_PATHS`` stay open)."""
+
+    def __init__(self, app: Callable, api_key: str | None) -> None:
+        self.app, self.expected = app, f"Bearer {api_key}".encode() if api_key else None
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if self.expected is None or scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        if not secrets.compare_digest(given, self.expected):
+            reason = "missing" if not given else "invalid"
+            return await _send_error(send, 401, f"{reason} API key: send 'Authorization: Bearer <key>'",
+                                     code="invalid_api_key")
+        return await self.app(scope, receive, send)
+
+
+class _BodyLimit:
+    """413 for bodies over ``limit`` bytes: by Content-Length, or counted while reading.
+
+    The body is read here in full (FastAPI reads it whole anyway) and replayed to the app;
+    later ``receive`` calls go to the server, so disconnects are still seen.
+    """
+
+    def __init__(self, app: Callable, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD"):
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            return await _send_error(send, 413, self._message(int(length)), code="request_too_large")
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                return await _send_error(send, 413, self._message(size, at_least=True), code="request_too_large")
+            more = message.get("more_body", False)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+    def _message(self, size: int, at_least: bool = False) -> str:
+        return f"request body of {'more than ' if at_least else ''}{size} bytes exceeds the limit of {self.limit} bytes"
+
+
+# --------------------------------------------------------------------------- radixgen serve
+
+
+def serve(args: argparse.Namespace) -> None:
+    """Run the server until interrupted (``radixgen serve``); raises RuntimeError if the model fails to load."""
+    import uvicorn
+
+    from ..cli import engine_options
+    from ..engine import Engine
+
+    settings = ServerSettings.from_args(args)
+    options = engine_options(args)
+    logger.info("loading model %s in the background; /health answers 503 until it is ready",
+                args.model or "(default)")
+    app = create_app(lambda: Engine(args.model, **options), settings, model_arg=args.model)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=settings.graceful_shutdown_s, lifespan="on")
+    server = uvicorn.Server(config)
+    failed = threading.Event()
+
+    def exit_on_load_failure() -> None:
+        failed.set()
+        server.should_exit = True
+
+    app.state.exit_on_load_failure = exit_on_load_failure
+    server.run()
+    if failed.is_set():
+        raise RuntimeError("the model failed to load (see the log above)")

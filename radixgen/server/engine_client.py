@@ -1,0 +1,238 @@
+"""The event loop's side of the engine: submit off the loop, receive deltas through asyncio queues.
+
+The engine runs its own thread. ``EngineClient.submit`` tokenizes, checks lengths and calls
+``Engine.add_request`` in a worker thread (grammar compilation happens there, never on the
+event loop); each request's sink hands deltas to the loop with ``call_soon_threadsafe``.
+A ``Generation`` is the group of requests one HTTP request started (``n`` choices, a batch of
+prompts); whoever stops reading it early (client disconnect, cancellation) aborts what is left,
+which frees the requests' KV slots in the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+
+from ..models.hub import ALIASES
+from ..request import Delta, RequestOutput
+from ..sampling_params import SamplingParams
+from .errors import APIError
+from .metrics import ServerMetrics
+from .settings import ServerSettings
+from .tools import ChatRenderer
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One engine request to start.
+
+    ``prompt`` is text (tokenized here, ``add_special_tokens`` as given) or token ids.
+    ``max_tokens`` is what the client asked for (None: ``default_max_tokens``, or up to the
+    context when that is None too); it is written into ``params.max_new_tokens``.
+    """
+
+    prompt: str | list[int]
+    params: SamplingParams
+    max_tokens: int | None = None
+    default_max_tokens: int | None = None
+    add_special_tokens: bool = True
+    rid: str | None = None
+    prompt_param: str = "prompt"
+    max_tokens_param: str = "max_tokens"
+
+
+class Generation:
+    """Deltas of the requests one HTTP call started, tagged with their index in ``jobs``."""
+
+    def __init__(self, client: EngineClient, count: int) -> None:
+        self._client = client
+        self.count = count
+        self.rids: list[str] = []
+        self.prompt_ids: list[list[int]] = []
+        self.finished: set[int] = set()
+        self._queue: asyncio.Queue[tuple[int, Delta]] = asyncio.Queue()
+
+    def _deliver(self, index: int, delta: Delta) -> None:  # event loop thread
+        if delta.finished and index not in self.finished:
+            self.finished.add(index)
+            self._client.in_flight -= 1
+        self._queue.put_nowait((index, delta))
+
+    async def deltas(self) -> AsyncIterator[tuple[int, Delta]]:
+        """Yield ``(index, delta)`` until every request finished; abort the rest if closed early."""
+        done: set[int] = set()
+        try:
+            while len(done) < self.count:
+                index, delta = await self._queue.get()
+                if delta.finished:
+                    done.add(index)
+                yield index, delta
+        finally:
+            if len(done) < self.count:
+                self.abort()
+
+    def abort(self) -> None:
+        """Abort every request of this generation that has not finished (idempotent)."""
+        engine = self._client.engine
+        for index, rid in enumerate(self.rids):
+            if index not in self.finished and engine is not None:
+                engine.abort(rid)
+
+
+class EngineClient:
+    """Owns the engine handle, the in-flight count (for 429) and request submission."""
+
+    def __init__(self, settings: ServerSettings, metrics: ServerMetrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.engine: Any = None  # set by ``attach`` once the model is loaded
+        self.renderer: ChatRenderer | None = None
+        self.model_name = settings.served_model_name or "radixgen"
+        self._model_names: set[str] = {self.model_name.lower()}
+        self.in_flight = 0
+
+    def attach(self, engine: Any, model_arg: str | None = None) -> None:
+        """Start serving ``engine``; the names clients may send as ``model`` are fixed here."""
+        path = Path(engine.model_path)
+        aliases = [a for a, m in ALIASES.items() if m.filename == path.name]
+        default = model_arg or (aliases[0] if aliases else path.stem)
+        self.model_name = self.settings.served_model_name or default
+        names = {self.model_name, default, str(path), path.name, path.stem, *aliases}
+        self._model_names = {n.lower() for n in names if n}
+        self.renderer = ChatRenderer(engine.tokenizer)
+        self.engine = engine
+
+    def check_model(self, name: str) -> None:
+        """404 ``model_not_found`` unless ``name`` is the served model (its name, alias or path)."""
+        if name.lower() not in self._model_names:
+            raise APIError(404, f"model: {name!r} is not served here (this server serves {self.model_name!r})",
+                           param="model", code="model_not_found")
+
+    @property
+    def ready(self) -> bool:
+        return self.engine is not None
+
+    def require(self) -> Any:
+        if self.engine is None:
+            raise APIError(503, "the model is still loading; retry when /health answers 200", code="model_loading")
+        return self.engine
+
+    @property
+    def capacity(self) -> int:
+        """Requests that may be in flight: the engine's running slots plus the waiting queue."""
+        return self.require().config.max_running_requests + self.settings.max_queued_requests
+
+    async def submit(self, jobs: list[Job]) -> Generation:
+        """Start ``jobs`` (all or none); raises ``APIError`` 429 when the queue is full, 400 for bad input."""
+        self.require()
+        if self.in_flight + len(jobs) > self.capacity:
+            self.metrics.rejected += 1
+            raise APIError(429, f"server busy: {self.in_flight} requests in flight, the limit is {self.capacity} "
+                                "(--max-queued-requests); retry later", code="queue_full")
+        gen = Generation(self, len(jobs))
+        self.in_flight += len(jobs)
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(None, self._start_all, gen, jobs, loop)
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError:  # the client left while we compiled: abort once submitted
+            future.add_done_callback(lambda f: self._after_cancelled_submit(f, gen, len(jobs)))
+            raise
+        except BaseException:
+            self.in_flight -= len(jobs) - len(gen.rids)
+            raise
+        return gen
+
+    def _after_cancelled_submit(self, future: asyncio.Future, gen: Generation, count: int) -> None:
+        if future.cancelled() or future.exception() is not None:
+            self.in_flight -= count - len(gen.rids)
+        gen.abort()
+
+    def _start_all(self, gen: Generation, jobs: list[Job], loop: asyncio.AbstractEventLoop) -> None:
+        """Worker thread: tokenize, check, add_request each job; on an error abort the ones started."""
+        engine = self.engine
+        try:
+            for index, job in enumerate(jobs):
+                ids, params = self._prepare(job)
+                sink = _sink(loop, gen, index)
+                started = time.monotonic()
+                rid = engine.add_request(ids, params, sink, job.rid)
+                if params.constraint is not None:
+                    self.metrics.grammar_compile.observe(time.monotonic() - started)
+                gen.rids.append(rid)
+                gen.prompt_ids.append(ids)
+        except BaseException:
+            gen.abort()
+            raise
+
+    def _prepare(self, job: Job) -> tuple[list[int], SamplingParams]:
+        engine = self.engine
+        if isinstance(job.prompt, str):
+            if not job.prompt:
+                raise ValueError(f"{job.prompt_param}: must not be empty")
+            ids = engine.tokenizer.encode(job.prompt, add_special_tokens=job.add_special_tokens)
+        else:
+            ids = list(job.prompt)
+        limit = min(engine.context_len, engine.max_total_tokens)
+        if len(ids) >= limit:
+            raise ValueError(f"{job.prompt_param}: {len(ids)} tokens is longer than the context allows "
+                             f"({limit - 1} tokens)")
+        room = limit - len(ids)
+        if job.max_tokens is not None:
+            if isinstance(job.max_tokens, int) and job.max_tokens > room:
+                raise ValueError(f"{job.max_tokens_param}: {job.max_tokens} new tokens plus the prompt's {len(ids)} "
+                                 f"exceed the context length {limit} (at most {room} new tokens)")
+            return ids, dataclasses.replace(job.params, max_new_tokens=job.max_tokens)
+        default = room if job.default_max_tokens is None else min(job.default_max_tokens, room)
+        return ids, dataclasses.replace(job.params, max_new_tokens=default)
+
+
+async def collect(gen: Generation) -> list[RequestOutput]:
+    """Wait for every request of ``gen``; 500 if the engine failed one."""
+    per_request: list[list[Delta]] = [[] for _ in range(gen.count)]
+    async with aclosing(gen.deltas()) as deltas:
+        async for index, delta in deltas:
+            if delta.error:
+                raise APIError(500, f"generation failed: {delta.error}")
+            per_request[index].append(delta)
+    return [RequestOutput.from_deltas(d) for d in per_request]
+
+
+def _sink(loop: asyncio.AbstractEventLoop, gen: Generation, index: int):
+    """The engine-thread callback of one request: hand the delta to the loop, never block."""
+    def sink(delta: Delta) -> None:
+        loop.call_soon_threadsafe(gen._deliver, index, delta)
+    return sink
+
+
+async def watch_disconnect(request: Request, gen: Generation) -> None:
+    """Abort ``gen`` when the HTTP client goes away (run as a task; cancel it when done)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            gen.abort()
+            return
+
+
+class DisconnectWatch:
+    """``async with DisconnectWatch(request, gen):`` aborts ``gen`` if the client disconnects inside."""
+
+    def __init__(self, request: Request, gen: Generation) -> None:
+        self._request, self._gen = request, gen
+        self._task: asyncio.Task | None = None
+
+    async def __aenter__(self) -> DisconnectWatch:
+        self._task = asyncio.create_task(watch_disconnect(self._request, self._gen))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task is not None:
+            self._task.cancel()

@@ -1,0 +1,60 @@
+"""Token logprobs in the three wire shapes: OpenAI chat, OpenAI completions, SGLang native.
+
+A logprob of -inf (a token the grammar mask ruled out) is written as -9999.0, since JSON has
+no infinity.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..request import TokenLogprob
+
+FLOOR = -9999.0
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else FLOOR
+
+
+def token_text(tokenizer: Any, token_id: int) -> str:
+    return tokenizer.decode([token_id], skip_special_tokens=False)
+
+
+def _chat_entry(tokenizer: Any, token_id: int, logprob: float) -> dict[str, Any]:
+    text = token_text(tokenizer, token_id)
+    return {"token": text, "logprob": _finite(logprob), "bytes": list(text.encode("utf-8"))}
+
+
+def chat_logprobs(tokenizer: Any, logprobs: list[TokenLogprob] | None) -> dict[str, Any]:
+    """``choice.logprobs`` of a chat completion (or of one streamed chunk)."""
+    content = []
+    for lp in logprobs or []:
+        entry = _chat_entry(tokenizer, lp.token_id, lp.logprob)
+        entry["top_logprobs"] = [_chat_entry(tokenizer, t, v) for t, v in lp.top]
+        content.append(entry)
+    return {"content": content, "refusal": None}
+
+
+def completion_logprobs(tokenizer: Any, logprobs: list[TokenLogprob] | None, offset: int = 0) -> dict[str, Any]:
+    """``choice.logprobs`` of a text completion; ``offset``: characters before the first token."""
+    tokens, values, tops, offsets = [], [], [], []
+    for lp in logprobs or []:
+        text = token_text(tokenizer, lp.token_id)
+        tokens.append(text)
+        values.append(_finite(lp.logprob))
+        tops.append({token_text(tokenizer, t): _finite(v) for t, v in lp.top} if lp.top else None)
+        offsets.append(offset)
+        offset += len(text)
+    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
+
+
+def native_logprobs(tokenizer: Any, logprobs: list[TokenLogprob] | None, with_text: bool) -> dict[str, Any]:
+    """SGLang's ``output_token_logprobs`` ``[[logprob, id, text|None]]`` and ``output_top_logprobs``."""
+    def item(token_id: int, value: float) -> list[Any]:
+        return [_finite(value), token_id, token_text(tokenizer, token_id) if with_text else None]
+
+    lps = logprobs or []
+    return {"output_token_logprobs": [item(lp.token_id, lp.logprob) for lp in lps],
+            "output_top_logprobs": [[item(t, v) for t, v in lp.top] if lp.top else None for lp in lps]}

@@ -1,0 +1,87 @@
+"""``/metrics``: Prometheus text exposition of the engine's counters and the server's own.
+
+The engine keeps request counters and latency histograms (``EngineStats``); the server adds
+what only it sees: grammar compile time at submit (``add_request`` calls with a constraint)
+and requests refused because the queue was full. Written by hand in the text format
+(version 0.0.4), so no Prometheus client library is needed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..outputs import Histogram
+
+COMPILE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+PREFIX = "radixgen_"
+
+
+def _histogram(buckets: tuple[float, ...]) -> Histogram:
+    return Histogram(buckets=buckets, counts=[0] * (len(buckets) + 1))
+
+
+@dataclass
+class ServerMetrics:
+    """Counters the HTTP layer owns (touched on the event loop and the submit threads)."""
+
+    grammar_compile: Histogram = field(default_factory=lambda: _histogram(COMPILE_BUCKETS))
+    rejected: int = 0  # 429: queue full
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def metric(self, name: str, kind: str, help_text: str, value: float) -> None:
+        self.lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} {kind}",
+                       f"{PREFIX}{name} {_num(value)}"]
+
+    def histogram(self, name: str, help_text: str, hist: Histogram) -> None:
+        full = PREFIX + name
+        self.lines += [f"# HELP {full} {help_text}", f"# TYPE {full} histogram"]
+        counts = list(hist.counts)
+        cumulative = 0
+        for bound, count in zip(hist.buckets, counts):
+            cumulative += count
+            self.lines.append(f'{full}_bucket{{le="{_num(bound)}"}} {cumulative}')
+        cumulative += counts[-1]
+        self.lines += [f'{full}_bucket{{le="+Inf"}} {cumulative}', f"{full}_sum {_num(hist.total)}",
+                       f"{full}_count {cumulative}"]
+
+
+def _num(value: float) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def render_metrics(engine: Any, server: ServerMetrics, in_flight: int) -> str:
+    """The whole exposition; ``engine`` may be None while the model loads."""
+    w = _Writer()
+    w.metric("model_ready", "gauge", "1 once the model is loaded and serving", engine is not None)
+    w.metric("requests_in_flight", "gauge", "HTTP-submitted requests not finished yet", in_flight)
+    w.metric("requests_rejected_total", "counter", "requests refused with 429 (queue full)", server.rejected)
+    w.histogram("grammar_compile_seconds", "time add_request spent compiling or fetching a grammar",
+                server.grammar_compile)
+    if engine is None:
+        return "\n".join(w.lines) + "\n"
+    stats = engine.stats()
+    counters = engine.stats_counters
+    w.metric("num_requests_running", "gauge", "requests in the running batch", stats["running"])
+    w.metric("num_requests_waiting", "gauge", "requests waiting for admission", stats["waiting"])
+    w.metric("requests_finished_total", "counter", "requests finished (any reason)", stats["num_finished"])
+    w.metric("requests_aborted_total", "counter", "requests aborted", stats["num_aborted"])
+    w.metric("prompt_tokens_total", "counter", "prompt tokens of finished requests", stats["prompt_tokens"])
+    w.metric("cached_tokens_total", "counter", "prompt tokens served from the radix cache", stats["cached_tokens"])
+    w.metric("generation_tokens_total", "counter", "tokens generated", stats["generated_tokens"])
+    w.metric("cache_hit_rate", "gauge", "cached prompt tokens / prompt tokens", stats["cache_hit_rate"])
+    w.metric("kv_tokens_total", "gauge", "KV pool size in tokens", stats["max_total_tokens"])
+    w.metric("kv_tokens_free", "gauge", "free KV slots", stats["free_tokens"])
+    w.metric("kv_tokens_in_tree", "gauge", "KV slots held by the radix tree", stats["tokens_in_tree"])
+    w.metric("retractions_total", "counter", "requests retracted when decode ran out of memory",
+             stats["retractions"])
+    w.histogram("time_to_first_token_seconds", "arrival to first generated token", counters.ttft)
+    w.histogram("time_per_output_token_seconds", "mean time between output tokens", counters.tpot)
+    w.histogram("e2e_request_latency_seconds", "arrival to finish", counters.e2e)
+    return "\n".join(w.lines) + "\n"

@@ -1,0 +1,165 @@
+"""Request bodies of the OpenAI-compatible and native APIs (pydantic v2 models).
+
+Only the wire shapes live here. Decoding options are not re-declared beyond what the OpenAI
+names require: ``sampling_extras`` picks any top-level field named like a ``SamplingParams``
+field (``top_k``, ``min_p``, ``repetition_penalty``, ``regex``, ``choices`` ...: what the
+openai client's ``extra_body`` sends) so the one definition stays in ``SamplingParams``.
+Unknown fields that are neither are accepted and ignored, as OpenAI-compatible servers do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
+
+from ..sampling_params import SamplingParams
+
+
+class OrjsonResponse(Response):
+    """JSON response serialized with orjson (FastAPI's ORJSONResponse is deprecated)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    def sampling_extras(self) -> dict[str, Any]:
+        """Top-level fields named like ``SamplingParams`` fields that the model does not declare."""
+        names = set(SamplingParams.field_names())
+        return {k: v for k, v in (self.model_extra or {}).items() if k in names}
+
+
+# --------------------------------------------------------------------------- chat messages and tools
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(BaseModel):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+
+    @property
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content)
+        return self.content or ""
+
+
+class FunctionDef(BaseModel):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class JsonSchemaFormat(BaseModel):
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] | bool | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+# --------------------------------------------------------------------------- OpenAI requests
+
+
+class _OpenAISampling(_Body):
+    """Fields shared by chat and text completions (OpenAI names)."""
+
+    model: str
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    n: int = 1
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+
+
+class ChatCompletionRequest(_OpenAISampling):
+    messages: list[ChatMessage]
+    max_completion_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+
+
+class CompletionRequest(_OpenAISampling):
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = None  # 0..5: that many top alternatives per token
+    suffix: str | None = None
+    best_of: int | None = None
+
+
+# --------------------------------------------------------------------------- native (SGLang) request
+
+
+class GenerateRequest(_Body):
+    """SGLang's ``GenerateReqInput`` (the fields radixgen serves)."""
+
+    text: str | list[str] | None = None
+    input_ids: list[int] | list[list[int]] | None = None
+    sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
+    rid: str | list[str] | None = None
+    return_logprob: bool | list[bool] = False
+    logprob_start_len: int | list[int] = -1
+    top_logprobs_num: int | list[int] = 0
+    return_text_in_logprobs: bool = False
+    stream: bool = False

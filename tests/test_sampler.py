@@ -1,0 +1,69 @@
+"""Sampler filters on hand-made logits (no model)."""
+
+from __future__ import annotations
+
+import torch
+
+from radixgen.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from radixgen.request import Req
+from radixgen.sampler import Sampler
+from radixgen.sampling_params import SamplingParams
+
+
+def _req(params: SamplingParams, output_ids=(), seed=None) -> Req:
+    req = Req(rid="r", prompt_ids=[0], params=params, sink=lambda d: None,
+              detokenizer=IncrementalDetokenizer.__new__(IncrementalDetokenizer), stop_matcher=StopStringMatcher([]))
+    req.output_ids = list(output_ids)
+    if seed is not None:
+        req.generator = torch.Generator().manual_seed(seed)
+    return req
+
+
+def _draws(params: SamplingParams, logits: torch.Tensor, n: int = 400) -> set[int]:
+    sampler = Sampler(logits.shape[0], torch.device("cpu"))
+    reqs = [_req(params, seed=i) for i in range(n)]
+    ids, _ = sampler.sample(logits.repeat(n, 1), reqs)
+    return set(ids)
+
+
+LOGITS = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+
+
+def test_greedy_is_argmax():
+    assert _draws(SamplingParams(temperature=0.0), LOGITS, 5) == {0}
+
+
+def test_top_k_limits_support():
+    assert _draws(SamplingParams(temperature=1.0, top_k=2), LOGITS) == {0, 1}
+
+
+def test_top_p_keeps_the_nucleus():
+    assert _draws(SamplingParams(temperature=1.0, top_p=0.7), LOGITS) == {0, 1}
+    assert _draws(SamplingParams(temperature=1.0, top_p=0.45), LOGITS) == {0}
+
+
+def test_min_p_drops_unlikely_tokens():
+    assert _draws(SamplingParams(temperature=1.0, min_p=0.25), LOGITS) == {0, 1, 2}
+
+
+def test_unfiltered_sampling_reaches_every_token():
+    assert _draws(SamplingParams(temperature=1.0), LOGITS, 2000) == {0, 1, 2, 3}
+
+
+def test_presence_and_frequency_penalties():
+    sampler = Sampler(4, torch.device("cpu"))
+    logits = torch.zeros(1, 4)
+    req = _req(SamplingParams(presence_penalty=1.0, frequency_penalty=0.5), output_ids=[1, 1, 2])
+    sampler._apply_penalties(logits, [req])
+    assert logits.tolist() == [[0.0, -2.0, -1.5, 0.0]]
+
+
+def test_bitmask_rows_only_touch_constrained_requests():
+    from radixgen.kernels.bitmask import allocate_token_bitmask
+
+    sampler = Sampler(4, torch.device("cpu"))
+    logits = torch.tensor([[0.0, 5.0, 1.0, 0.0], [0.0, 5.0, 1.0, 0.0]])
+    bitmask = allocate_token_bitmask(2, 4)
+    bitmask[1] = 0b0100  # only token 2 allowed in row 1
+    ids, _ = sampler.sample(logits, [_req(SamplingParams(temperature=0.0))] * 2, bitmask, [1])
+    assert ids == [1, 2]
