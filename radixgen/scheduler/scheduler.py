@@ -154,10 +154,11 @@ class Scheduler:
 
     # ------------------------------------------------------------------ after the forward pass
     def advance(self, reqs: list[Req]) -> None:
-        """Mark the step's tokens as computed; publish finished prefill chunks to the cache."""
+        """Mark the step's tokens as computed; publish prefill chunks to the cache so that
+        requests admitted later match them (call before appending the sampled tokens)."""
         for req in reqs:
             req.computed_len += req.extend_len
-            if self.shares_prefixes and req.computed_len < req.seq_len:
+            if self.shares_prefixes and req.extend_len > 1:
                 self._cache_unfinished(req)
             req.extend_len = 0
 

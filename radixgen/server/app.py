@@ -1,8 +1,9 @@
 """The FastAPI application (``create_app``) and ``radixgen serve`` (``serve``).
 
-Start-up: ``serve`` binds the port first and loads the model in a background thread, so
-``/health`` answers 503 ``{"status": "loading"}`` until the engine is ready and 200 after;
-model endpoints answer 503 ``model_loading`` meanwhile. If loading fails the server exits.
+Start-up: ``serve`` loads the model first (in the main thread: an engine loaded by a thread
+that then exits decodes many times slower, as torch's OpenMP pool of the dead thread lingers),
+then binds the port; ``/health`` answers 200 as soon as it accepts connections. A client may
+poll ``/health`` (connection refused, then 200).
 
 Access: with ``--api-key`` every endpoint needs ``Authorization: Bearer <key>`` (401
 otherwise) except ``/health`` and ``/metrics``, which stay open for probes and scrapers.
@@ -20,7 +21,6 @@ import argparse
 import asyncio
 import logging
 import secrets
-import threading
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -42,45 +42,31 @@ OPEN_PATHS = ("/health", "/metrics")
 
 
 def create_app(engine: Any, settings: ServerSettings | None = None, model_arg: str | None = None) -> FastAPI:
-    """The app serving ``engine``: a loaded ``Engine``, or a zero-argument callable that loads one.
+    """The app serving a loaded ``engine``; ``engine.shutdown()`` runs when the app stops.
 
-    A callable is run in a background thread when the app starts (``/health`` 503 until it
-    returns). The engine is shut down when the app stops.
+    ``model_arg``: the ``--model`` string, accepted as a model name (with the served name,
+    the aliases and the path).
     """
     settings = settings or ServerSettings()
-    client = EngineClient(settings, ServerMetrics())
-    loader = None if hasattr(engine, "add_request") else engine
-    if loader is None:
-        client.attach(engine, model_arg)
+    client = EngineClient(engine, settings, ServerMetrics(), model_arg)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        stopping = threading.Event()
-        if loader is not None:
-            loop = asyncio.get_running_loop()
-            threading.Thread(target=_load, args=(loader, client, model_arg, stopping, loop, app),
-                             name="radixgen-load", daemon=True).start()
-        else:
-            _log_ready(client, settings)
+        _log_ready(client, settings)
         yield
-        stopping.set()
-        if client.engine is not None:
-            logger.info("shutting down: aborting %d in-flight requests", client.in_flight)
-            await asyncio.to_thread(client.engine.shutdown)
+        logger.info("shutting down: aborting %d in-flight requests", client.in_flight)
+        await asyncio.to_thread(engine.shutdown)
 
     app = FastAPI(title="radixgen", lifespan=lifespan, default_response_class=OrjsonResponse,
                   docs_url=None, redoc_url=None)
     app.state.client = client
-    app.state.exit_on_load_failure = None
     install_error_handlers(app)
     app.include_router(openai_api.router)
     app.include_router(native_api.router)
 
     @app.get("/health")
     async def health() -> OrjsonResponse:
-        if client.ready:
-            return OrjsonResponse({"status": "ok", "model": client.model_name})
-        return OrjsonResponse({"status": "loading"}, status_code=503)
+        return OrjsonResponse({"status": "ok", "model": client.model_name})
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
@@ -92,29 +78,12 @@ def create_app(engine: Any, settings: ServerSettings | None = None, model_arg: s
     return app
 
 
-def _load(loader: Callable[[], Any], client: EngineClient, model_arg: str | None, stopping: threading.Event,
-          loop: asyncio.AbstractEventLoop, app: FastAPI) -> None:
-    try:
-        engine = loader()
-    except Exception:
-        logger.exception("loading the model failed")
-        on_failure = app.state.exit_on_load_failure
-        if on_failure is not None:
-            loop.call_soon_threadsafe(on_failure)
-        return
-    if stopping.is_set():
-        engine.shutdown()
-        return
-    loop.call_soon_threadsafe(client.attach, engine, model_arg)
-    loop.call_soon_threadsafe(_log_ready, client, client.settings)
-
-
 def _log_ready(client: EngineClient, settings: ServerSettings) -> None:
     engine = client.engine
     logger.info("serving %r (%s): context %d tokens, KV pool %d tokens, up to %d running + %d queued requests",
                 client.model_name, engine.model_path, engine.context_len, engine.max_total_tokens,
                 engine.config.max_running_requests, settings.max_queued_requests)
-    logger.info("ready: OpenAI API at http://%s:%d/v1, native API at http://%s:%d/generate%s",
+    logger.info("listening: OpenAI API at http://%s:%d/v1, native API at http://%s:%d/generate%s",
                 settings.host, settings.port, settings.host, settings.port,
                 " (API key required)" if settings.api_key else "")
 
@@ -191,27 +160,19 @@ class _BodyLimit:
 
 
 def serve(args: argparse.Namespace) -> None:
-    """Run the server until interrupted (``radixgen serve``); raises RuntimeError if the model fails to load."""
+    """``radixgen serve``: load the model, then serve until SIGINT/SIGTERM."""
     import uvicorn
 
     from ..cli import engine_options
     from ..engine import Engine
 
     settings = ServerSettings.from_args(args)
-    options = engine_options(args)
-    logger.info("loading model %s in the background; /health answers 503 until it is ready",
-                args.model or "(default)")
-    app = create_app(lambda: Engine(args.model, **options), settings, model_arg=args.model)
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=settings.graceful_shutdown_s, lifespan="on")
-    server = uvicorn.Server(config)
-    failed = threading.Event()
-
-    def exit_on_load_failure() -> None:
-        failed.set()
-        server.should_exit = True
-
-    app.state.exit_on_load_failure = exit_on_load_failure
-    server.run()
-    if failed.is_set():
-        raise RuntimeError("the model failed to load (see the log above)")
+    logger.info("loading model %s", args.model or "(default)")
+    engine = Engine(args.model, **engine_options(args))
+    try:
+        app = create_app(engine, settings, model_arg=args.model)
+    except BaseException:
+        engine.shutdown()
+        raise
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level,
+                timeout_graceful_shutdown=settings.graceful_shutdown_s)

@@ -81,34 +81,27 @@ class Generation:
 
     def abort(self) -> None:
         """Abort every request of this generation that has not finished (idempotent)."""
-        engine = self._client.engine
         for index, rid in enumerate(self.rids):
-            if index not in self.finished and engine is not None:
-                engine.abort(rid)
+            if index not in self.finished:
+                self._client.engine.abort(rid)
 
 
 class EngineClient:
     """Owns the engine handle, the in-flight count (for 429) and request submission."""
 
-    def __init__(self, settings: ServerSettings, metrics: ServerMetrics) -> None:
+    def __init__(self, engine: Any, settings: ServerSettings, metrics: ServerMetrics,
+                 model_arg: str | None = None) -> None:
+        self.engine = engine
         self.settings = settings
         self.metrics = metrics
-        self.engine: Any = None  # set by ``attach`` once the model is loaded
-        self.renderer: ChatRenderer | None = None
-        self.model_name = settings.served_model_name or "radixgen"
-        self._model_names: set[str] = {self.model_name.lower()}
+        self.renderer = ChatRenderer(engine.tokenizer)
         self.in_flight = 0
-
-    def attach(self, engine: Any, model_arg: str | None = None) -> None:
-        """Start serving ``engine``; the names clients may send as ``model`` are fixed here."""
         path = Path(engine.model_path)
         aliases = [a for a, m in ALIASES.items() if m.filename == path.name]
         default = model_arg or (aliases[0] if aliases else path.stem)
-        self.model_name = self.settings.served_model_name or default
+        self.model_name = settings.served_model_name or default
         names = {self.model_name, default, str(path), path.name, path.stem, *aliases}
         self._model_names = {n.lower() for n in names if n}
-        self.renderer = ChatRenderer(engine.tokenizer)
-        self.engine = engine
 
     def check_model(self, name: str) -> None:
         """404 ``model_not_found`` unless ``name`` is the served model (its name, alias or path)."""
@@ -117,22 +110,12 @@ class EngineClient:
                            param="model", code="model_not_found")
 
     @property
-    def ready(self) -> bool:
-        return self.engine is not None
-
-    def require(self) -> Any:
-        if self.engine is None:
-            raise APIError(503, "the model is still loading; retry when /health answers 200", code="model_loading")
-        return self.engine
-
-    @property
     def capacity(self) -> int:
         """Requests that may be in flight: the engine's running slots plus the waiting queue."""
-        return self.require().config.max_running_requests + self.settings.max_queued_requests
+        return self.engine.config.max_running_requests + self.settings.max_queued_requests
 
     async def submit(self, jobs: list[Job]) -> Generation:
         """Start ``jobs`` (all or none); raises ``APIError`` 429 when the queue is full, 400 for bad input."""
-        self.require()
         if self.in_flight + len(jobs) > self.capacity:
             self.metrics.rejected += 1
             raise APIError(429, f"server busy: {self.in_flight} requests in flight, the limit is {self.capacity} "

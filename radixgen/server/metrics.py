@@ -57,15 +57,12 @@ def _num(value: float) -> str:
 
 
 def render_metrics(engine: Any, server: ServerMetrics, in_flight: int) -> str:
-    """The whole exposition; ``engine`` may be None while the model loads."""
+    """The whole exposition (engine counters are read without locking: a scrape may be a step stale)."""
     w = _Writer()
-    w.metric("model_ready", "gauge", "1 once the model is loaded and serving", engine is not None)
     w.metric("requests_in_flight", "gauge", "HTTP-submitted requests not finished yet", in_flight)
     w.metric("requests_rejected_total", "counter", "requests refused with 429 (queue full)", server.rejected)
     w.histogram("grammar_compile_seconds", "time add_request spent compiling or fetching a grammar",
                 server.grammar_compile)
-    if engine is None:
-        return "\n".join(w.lines) + "\n"
     stats = engine.stats()
     counters = engine.stats_counters
     w.metric("num_requests_running", "gauge", "requests in the running batch", stats["running"])

@@ -80,7 +80,6 @@ def native_params(raw: dict[str, Any] | None, logprob: bool, top_n: int) -> tupl
 @router.post("/generate")
 async def generate(body: GenerateRequest, request: Request):
     client = _client(request)
-    client.require()
     prompts, batch = _prompts(body)
     count = len(prompts)
     raw_params = _per_prompt(body.sampling_params, count, "sampling_params")
@@ -188,7 +187,7 @@ async def _stream(gen: Generation, results: list[_Result], client: EngineClient)
 @router.get("/get_model_info")
 async def get_model_info(request: Request) -> OrjsonResponse:
     client = _client(request)
-    engine = client.require()
+    engine = client.engine
     return OrjsonResponse({"model_path": engine.model_path, "tokenizer_path": engine.model_path,
                            "is_generation": True, "served_model_name": client.model_name,
                            "context_length": engine.context_len, "max_total_tokens": engine.max_total_tokens,
@@ -198,7 +197,7 @@ async def get_model_info(request: Request) -> OrjsonResponse:
 @router.get("/get_server_info")
 async def get_server_info(request: Request) -> OrjsonResponse:
     client = _client(request)
-    engine = client.require()
+    engine = client.engine
     settings = {k: v for k, v in dataclasses.asdict(client.settings).items() if k != "api_key"}
     engine_config = {k: v for k, v in dataclasses.asdict(engine.config).items() if k != "extra"}
     return OrjsonResponse({**settings, **engine_config, "stats": engine.stats()})
@@ -206,7 +205,7 @@ async def get_server_info(request: Request) -> OrjsonResponse:
 
 @router.api_route("/flush_cache", methods=["GET", "POST"])
 async def flush_cache(request: Request) -> PlainTextResponse:
-    engine = _client(request).require()
+    engine = _client(request).engine
     if await asyncio.to_thread(engine.flush_cache):
         return PlainTextResponse("Cache flushed.\n")
     return PlainTextResponse("Cache not flushed: requests are running or waiting; retry when idle.\n", status_code=400)
@@ -216,7 +215,6 @@ async def flush_cache(request: Request) -> PlainTextResponse:
 async def health_generate(request: Request):
     """200 once a one-token generation completes; 503 if it fails or takes too long."""
     client = _client(request)
-    client.require()
     job = Job("Hello", SamplingParams(temperature=0.0), max_tokens=1)
     try:
         gen = await client.submit([job])

@@ -24,7 +24,8 @@ from .errors import APIError
 from .logprobs import chat_logprobs, completion_logprobs
 from .openai_stream import chat_stream, completion_stream, finish_reason, usage
 from .protocol import ChatCompletionRequest, CompletionRequest, OrjsonResponse, _OpenAISampling
-from .tools import ToolOutput, constrained_schema, merge_events
+from .tool_parser import ToolOutput, merge_events
+from .tools import constrained_schema
 
 router = APIRouter()
 
@@ -80,7 +81,7 @@ def _jobs(prompt: str | list[int], params: SamplingParams, n: int, **job: Any) -
 @router.get("/v1/models")
 async def list_models(request: Request) -> OrjsonResponse:
     client = client_of(request)
-    engine = client.require()
+    engine = client.engine
     card = {"id": client.model_name, "object": "model", "created": 0, "owned_by": "radixgen",
             "root": engine.model_path, "max_model_len": engine.context_len}
     return OrjsonResponse({"object": "list", "data": [card]})
@@ -89,7 +90,7 @@ async def list_models(request: Request) -> OrjsonResponse:
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     client = client_of(request)
-    engine = client.require()
+    engine = client.engine
     _check_choices(body, client)
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, "top_logprobs: requires logprobs: true", param="top_logprobs")
@@ -135,7 +136,7 @@ def _chat_choice(index: int, result: RequestOutput, output: ToolOutput, tokenize
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request):
     client = client_of(request)
-    engine = client.require()
+    engine = client.engine
     _check_choices(body, client)
     if body.suffix:
         raise APIError(400, "suffix: not supported", param="suffix")

@@ -18,7 +18,7 @@ import orjson
 from .engine_client import Generation
 from .errors import error_body
 from .logprobs import chat_logprobs, completion_logprobs
-from .tools import ToolOutput
+from .tool_parser import ToolOutput
 
 DONE = b"data: [DONE]\n\n"
 

@@ -1,10 +1,10 @@
 """Request bodies of the OpenAI-compatible and native APIs (pydantic v2 models).
 
-Only the wire shapes live here. Decoding options are not re-declared beyond what the OpenAI
-names require: ``sampling_extras`` picks any top-level field named like a ``SamplingParams``
-field (``top_k``, ``min_p``, ``repetition_penalty``, ``regex``, ``choices`` ...: what the
-openai client's ``extra_body`` sends) so the one definition stays in ``SamplingParams``.
-Unknown fields that are neither are accepted and ignored, as OpenAI-compatible servers do.
+Only the wire shapes live here. Decoding options are not re-declared beyond OpenAI's own
+fields: bodies accept extra top-level fields, and ``openai_api.sampling_params`` passes on those
+named like a ``SamplingParams`` field (``top_k``, ``min_p``, ``repetition_penalty``, ``regex``,
+``choices`` ...: what the openai client's ``extra_body`` sends), so the one definition stays in
+``SamplingParams``. Other unknown fields are ignored, as OpenAI-compatible servers do.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
-
-from ..sampling_params import SamplingParams
 
 
 class OrjsonResponse(Response):
@@ -29,11 +27,6 @@ class OrjsonResponse(Response):
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
-
-    def sampling_extras(self) -> dict[str, Any]:
-        """Top-level fields named like ``SamplingParams`` fields that the model does not declare."""
-        names = set(SamplingParams.field_names())
-        return {k: v for k, v in (self.model_extra or {}).items() if k in names}
 
 
 # --------------------------------------------------------------------------- chat messages and tools

@@ -1,0 +1,92 @@
+"""Offline generation throughput: radixgen vs transformers ``generate`` on the same model, same run.
+
+Generated tokens/s at batch 1, 8 and 32 (mixed prompt lengths, 128 new tokens, greedy,
+``ignore_eos`` so both sides generate exactly the same number of tokens).
+
+    python benchmarks/bench_offline.py [--batches 1 8 32] [--new-tokens 128] [--skip-hf]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+import torch
+from tqdm import tqdm
+
+from radixgen import Engine, SamplingParams
+
+WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge "
+         "boxing matches in distant mountain villages under bright stars").split()
+
+
+def make_prompts(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 200))) for _ in range(n)]
+
+
+def bench_radixgen(engine: Engine, prompts: list[str], new_tokens: int) -> float:
+    params = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)
+    engine.flush_cache()
+    start = time.perf_counter()
+    outs = engine.generate(prompts, params)
+    elapsed = time.perf_counter() - start
+    assert all(o.completion_tokens == new_tokens for o in outs)
+    return len(prompts) * new_tokens / elapsed
+
+
+def bench_hf(model, tokenizer, prompts: list[str], new_tokens: int) -> float:
+    batch = tokenizer(prompts, return_tensors="pt", padding=True)
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                             pad_token_id=tokenizer.pad_token_id)
+    elapsed = time.perf_counter() - start
+    assert out.shape[1] - batch["input_ids"].shape[1] == new_tokens
+    return len(prompts) * new_tokens / elapsed
+
+
+def load_hf(path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    tok.padding_side = "left"
+    tok.pad_token = tok.pad_token or tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    return model, tok
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=1, help="runs per configuration (median reported)")
+    ap.add_argument("--skip-hf", action="store_true", help="only radixgen (no transformers baseline)")
+    args = ap.parse_args()
+
+    engine = Engine(args.model)
+    hf = None if args.skip_hf else load_hf(__import__("pathlib").Path(engine.model_path))
+    engine.generate(make_prompts(2), SamplingParams(max_new_tokens=4))  # warm-up
+    rows = []
+    for batch in tqdm(args.batches, desc="batch sizes"):
+        prompts = make_prompts(batch, seed=batch)
+        ours = statistics.median(bench_radixgen(engine, prompts, args.new_tokens) for _ in range(args.repeats))
+        ref = statistics.median(bench_hf(*hf, prompts, args.new_tokens) for _ in range(args.repeats)) if hf else None
+        rows.append((batch, ours, ref))
+    engine.shutdown()
+
+    print(f"\nOffline greedy generation, {args.new_tokens} new tokens, mixed prompt lengths (8-200 words), "
+          f"{torch.get_num_threads()} threads")
+    print(f"{'batch':>5} | {'radixgen tok/s':>14} | {'transformers tok/s':>18} | {'ratio':>6}")
+    print("-" * 54)
+    for batch, ours, ref in rows:
+        ratio = f"{ours / ref:5.2f}x" if ref else "  n/a"
+        ref_s = f"{ref:18.1f}" if ref else f"{'skipped':>18}"
+        print(f"{batch:>5} | {ours:14.1f} | {ref_s} | {ratio:>6}")
+
+
+if __name__ == "__main__":
+    main()

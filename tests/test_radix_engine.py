@@ -1,0 +1,108 @@
+"""RadixAttention through the engine: same greedy outputs with the cache on/off and chunked
+prefill on/off; multi-turn reuse; eviction and retraction under memory pressure without leaks."""
+
+from __future__ import annotations
+
+import pytest
+
+from radixgen import Engine, SamplingParams
+
+SYSTEM = ("You are a meticulous assistant for a public library. You answer questions about opening hours, "
+          "borrowing rules, fines, digital lending, room bookings and events. Always answer in two short "
+          "sentences, be polite, and never invent policies that were not described to you. ") * 3
+QUESTIONS = ["When do you open on Sunday?", "How many books can I borrow?", "Is there a fine for late DVDs?",
+             "Can I book a study room?", "Do you lend e-books?", "Are there events for kids?"]
+GREEDY = SamplingParams(max_new_tokens=24, temperature=0.0)
+
+
+def shared_prefix_prompts(tokenizer) -> list[str]:
+    return [tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}])
+            for q in QUESTIONS]
+
+
+def three_turn_chat(engine: Engine) -> list[tuple[list[int], int]]:
+    """Run a 3-turn chat; return each turn's (output ids, cached prompt tokens)."""
+    messages, results = [], []
+    for question in ["Name a planet.", "How far is it from the sun?", "And its moons?"]:
+        messages.append({"role": "user", "content": question})
+        out = engine.chat(messages, GREEDY)
+        messages.append({"role": "assistant", "content": out.text})
+        results.append((out.token_ids, out.cached_tokens))
+    return results
+
+
+@pytest.fixture(scope="module")
+def engine_no_cache(default_model_path):
+    eng = Engine(str(default_model_path), disable_radix_cache=True, chunked_prefill_size=0, max_total_tokens=8192)
+    yield eng
+    eng.shutdown()
+
+
+@pytest.fixture(scope="module")
+def engine_small_chunks(default_model_path):
+    eng = Engine(str(default_model_path), chunked_prefill_size=32, max_total_tokens=8192)
+    yield eng
+    eng.shutdown()
+
+
+def test_shared_prefix_outputs_equal_cache_on_off_and_chunked(engine, engine_no_cache, engine_small_chunks, tokenizer):
+    prompts = shared_prefix_prompts(tokenizer)
+    engine.flush_cache()
+    with_cache = engine.generate(prompts, GREEDY)
+    without = engine_no_cache.generate(prompts, GREEDY)
+    chunked = engine_small_chunks.generate(prompts, GREEDY)
+    assert [o.token_ids for o in with_cache] == [o.token_ids for o in without] == [o.token_ids for o in chunked]
+    # one request computed the shared system prompt; the others reused it
+    prefix_len = len(tokenizer.encode(prompts[0])) - 20
+    assert sum(o.cached_tokens >= prefix_len for o in with_cache) >= len(prompts) - 1
+    assert all(o.cached_tokens == 0 for o in without)
+    for eng in (engine, engine_no_cache, engine_small_chunks):
+        eng.check_integrity()
+
+
+def test_three_turn_chat_equal_and_reused(engine, engine_no_cache, engine_small_chunks):
+    engine.flush_cache()
+    cached = three_turn_chat(engine)
+    plain = three_turn_chat(engine_no_cache)
+    chunked = three_turn_chat(engine_small_chunks)
+    assert [ids for ids, _ in cached] == [ids for ids, _ in plain] == [ids for ids, _ in chunked]
+    # turns 2 and 3 hit the cache for the history (up to the previous reply, see docs/radix_cache.md)
+    assert cached[1][1] > 0 and cached[2][1] > cached[1][1]
+    assert all(hits == 0 for _, hits in plain)
+
+
+def test_stats_report_hit_rate(engine, tokenizer):
+    engine.flush_cache()
+    before = engine.stats()
+    engine.generate(shared_prefix_prompts(tokenizer), GREEDY)
+    after = engine.stats()
+    prompt = after["prompt_tokens"] - before["prompt_tokens"]
+    cached = after["cached_tokens"] - before["cached_tokens"]
+    assert cached / prompt > 0.6
+    assert after["tokens_in_tree"] > 0 and after["evictable_tokens"] == after["tokens_in_tree"]
+    assert after["protected_tokens"] == 0
+
+
+def test_memory_pressure_evicts_and_retracts_without_changing_outputs(default_model_path, engine, tokenizer):
+    prompts = [p + f" (ticket {i})" for i, p in enumerate(shared_prefix_prompts(tokenizer))] * 2
+    params = SamplingParams(max_new_tokens=48, temperature=0.0, ignore_eos=True)
+    reference = engine.generate(prompts, params)
+    prompt_len = max(len(tokenizer.encode(p)) for p in prompts)
+    small = Engine(str(default_model_path), max_total_tokens=prompt_len * 3, max_running_requests=8)
+    try:
+        pressured = small.generate(prompts, params)
+        stats = small.stats()
+        small.check_integrity()
+        assert stats["retractions"] > 0 and stats["evicted_tokens"] > 0
+        assert stats["free_tokens"] + stats["tokens_in_tree"] == stats["max_total_tokens"]
+    finally:
+        small.shutdown()
+    assert [o.token_ids for o in pressured] == [o.token_ids for o in reference]
+
+
+def test_flush_cache_empties_the_tree(engine, tokenizer):
+    engine.generate(shared_prefix_prompts(tokenizer)[:2], GREEDY)
+    assert engine.stats()["tokens_in_tree"] > 0
+    assert engine.flush_cache()
+    stats = engine.stats()
+    assert stats["tokens_in_tree"] == 0 and stats["free_tokens"] == stats["max_total_tokens"]
