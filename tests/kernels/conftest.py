@@ -1,0 +1,56 @@
+"""Kernel tests: the Triton kernels against their torch references.
+
+Without a GPU the kernels run in Triton's CPU interpreter. Triton reads ``TRITON_INTERPRET``
+when a kernel is decorated (``triton.jit``); ``radixgen.kernels`` decorates lazily at the first
+launch, so setting the variable here, before any test launches a kernel, is enough. With a GPU
+the variable is left alone and the kernels compile for it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture(autouse=True)
+def _seed() -> None:
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def device() -> torch.device:
+    """Where test tensors live: the GPU when present (compiled Triton), else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.fixture
+def triton_backend() -> str:
+    """``backend=`` value for Triton-vs-reference tests; skips them when Triton is missing."""
+    pytest.importorskip("triton")
+    return "triton"
+
+
+@pytest.fixture
+def assert_close():
+    """``assert_close(actual, expected)`` with the tolerance of ``expected.dtype``."""
+
+    def check(actual: torch.Tensor, expected: torch.Tensor) -> None:
+        assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+        torch.testing.assert_close(actual.float(), expected.float(), **TOLERANCES[expected.dtype])
+
+    return check
+
+
+# Tolerances for Triton vs reference, by output dtype. Both sides compute in float32; they
+# differ by summation order (and, for attention, by bf16/fp16 probabilities fed to the second
+# matmul), so low-precision outputs may differ by about one unit in the last place.
+TOLERANCES = {
+    torch.float32: {"atol": 2e-5, "rtol": 2e-5},
+    torch.float16: {"atol": 2e-3, "rtol": 2e-3},
+    torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2},
+}
