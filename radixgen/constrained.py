@@ -40,6 +40,7 @@ class Constraints:
         if constraint is None:
             return
         kind, spec = constraint
+        kind = "choice" if kind == "choices" else kind  # SamplingParams.choices -> the compiler's kind
         future = self.compiler.compile_async(kind, True if kind == "json_object" else spec)
         req.matcher = future.result().matcher()
 
@@ -78,7 +79,7 @@ class Constraints:
 
     def finished(self, req: Req) -> bool:
         """True when the grammar is complete and allows nothing but EOS."""
-        return req.matcher is not None and req.matcher.is_terminated()
+        return req.matcher is not None and req.matcher.can_finish()
 
     def shutdown(self) -> None:
         if self._compiler is not None and hasattr(self._compiler, "shutdown"):

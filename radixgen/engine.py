@@ -143,14 +143,16 @@ class Engine:
             self.stats_counters.record_ttft(req.first_token_time - req.arrival_time)
         if logprob is not None:
             req.pending_logprobs.append(logprob)
-        forced = self.constraints.accept(req, token_id)
+        forced = self.constraints.accept(req, token_id)  # the matcher is now past ``forced`` too
         req.detokenizer.push([token_id])
-        reason = self._finish_reason(req, token_id)
+        reason = self._finish_reason(req, token_id, grammar_done=not forced)
         if reason is None and forced:
             reason = self._jump_forward(req, forced)
         self._emit(req, reason)
 
-    def _finish_reason(self, req: Req, token_id: int) -> str | None:
+    def _finish_reason(self, req: Req, token_id: int, grammar_done: bool = True) -> str | None:
+        """Why ``req`` stops after ``token_id`` (None: it goes on). ``grammar_done=False`` while
+        grammar-forced tokens are still to be appended."""
         p = req.params
         if not p.ignore_eos and token_id in self.tokenizer.eos_token_ids:
             return "stop"
@@ -158,7 +160,7 @@ class Engine:
             return "stop"
         if req.stop_matcher.find(req.detokenizer.text) is not None:
             return "stop"
-        if self.constraints.finished(req):
+        if grammar_done and self.constraints.finished(req):
             return "stop"
         if len(req.output_ids) >= p.max_new_tokens or req.seq_len >= self.context_len:
             return "length"
@@ -167,10 +169,11 @@ class Engine:
     def _jump_forward(self, req: Req, forced_ids: list[int]) -> str | None:
         """Append grammar-forced tokens without sampling; they are computed as one extend next step."""
         room = min(req.params.max_new_tokens - len(req.output_ids), self.context_len - req.seq_len)
-        for token_id in forced_ids[:room]:
+        forced_ids = forced_ids[:room]
+        for i, token_id in enumerate(forced_ids, start=1):
             req.output_ids.append(token_id)
             req.detokenizer.push([token_id])
-            reason = self._finish_reason(req, token_id)
+            reason = self._finish_reason(req, token_id, grammar_done=i == len(forced_ids))
             if reason is not None:
                 return reason
         return None
@@ -315,6 +318,19 @@ class Engine:
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
             prompt = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
         return self._collect(prompt, params)
+
+    def score(self, prompt: str | list[int], continuations: list[str] | list[list[int]]):
+        """Teacher-forced logprob of every token of each continuation after ``prompt`` (no sampling).
+
+        Text is tokenized as a generation would be (the prompt with special tokens, each
+        continuation on its own). The prompt's KV comes from / goes to the radix cache and is
+        computed once for all continuations. Returns a :class:`radixgen.scoring.ScoreOutput`.
+        """
+        from .scoring import score
+
+        prompt_ids = self._prompt_ids(prompt)
+        ids = [self.tokenizer.encode(c) if isinstance(c, str) else list(c) for c in continuations]
+        return score(self, prompt_ids, ids)
 
     def stats(self) -> dict[str, Any]:
         """Cache and scheduler counters (hit rate = cached prompt tokens / prompt tokens)."""

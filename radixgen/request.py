@@ -123,7 +123,3 @@ class Req:
     @property
     def remaining_new_tokens(self) -> int:
         return self.params.max_new_tokens - len(self.output_ids)
-
-    @property
-    def is_prefilling(self) -> bool:
-        return self.seq_len - self.computed_len > 1 or not self.output_ids

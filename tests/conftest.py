@@ -50,3 +50,9 @@ def hf_gguf_tokenizer(default_model_path):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(default_model_path.parent), gguf_file=default_model_path.name)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data (JSON-schema corpora, GSM8K, MT-bench); tests skip when it is absent."""
+    return SHARED_DATA

@@ -26,6 +26,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
+import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
@@ -161,8 +162,6 @@ class _BodyLimit:
 
 def serve(args: argparse.Namespace) -> None:
     """``radixgen serve``: load the model, then serve until SIGINT/SIGTERM."""
-    import uvicorn
-
     from ..cli import engine_options
     from ..engine import Engine
 
@@ -174,5 +173,20 @@ def serve(args: argparse.Namespace) -> None:
     except BaseException:
         engine.shutdown()
         raise
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level,
-                timeout_graceful_shutdown=settings.graceful_shutdown_s)
+    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=settings.graceful_shutdown_s)
+    _Server(config, app.state.client).run()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, plus: halfway through the graceful-shutdown wait, abort what still runs,
+    so open streams end with ``finish_reason: "abort"`` and ``[DONE]`` instead of being cut."""
+
+    def __init__(self, config: uvicorn.Config, client: EngineClient) -> None:
+        super().__init__(config)
+        self.client = client
+
+    async def shutdown(self, sockets: list | None = None) -> None:
+        delay = (self.config.timeout_graceful_shutdown or 0) / 2
+        asyncio.get_running_loop().call_later(delay, self.client.abort_all)
+        await super().shutdown(sockets)

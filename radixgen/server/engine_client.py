@@ -64,6 +64,8 @@ class Generation:
         if delta.finished and index not in self.finished:
             self.finished.add(index)
             self._client.in_flight -= 1
+            if len(self.finished) == self.count:
+                self._client.live.discard(self)
         self._queue.put_nowait((index, delta))
 
     async def deltas(self) -> AsyncIterator[tuple[int, Delta]]:
@@ -96,6 +98,7 @@ class EngineClient:
         self.metrics = metrics
         self.renderer = ChatRenderer(engine.tokenizer)
         self.in_flight = 0
+        self.live: set[Generation] = set()  # generations with unfinished requests
         path = Path(engine.model_path)
         aliases = [a for a, m in ALIASES.items() if m.filename == path.name]
         default = model_arg or (aliases[0] if aliases else path.stem)
@@ -122,6 +125,7 @@ class EngineClient:
                                 "(--max-queued-requests); retry later", code="queue_full")
         gen = Generation(self, len(jobs))
         self.in_flight += len(jobs)
+        self.live.add(gen)
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(None, self._start_all, gen, jobs, loop)
         try:
@@ -131,12 +135,21 @@ class EngineClient:
             raise
         except BaseException:
             self.in_flight -= len(jobs) - len(gen.rids)
+            if not gen.rids:
+                self.live.discard(gen)
             raise
         return gen
+
+    def abort_all(self) -> None:
+        """Abort every unfinished request (shutdown); their streams still end with a finish chunk."""
+        for gen in list(self.live):
+            gen.abort()
 
     def _after_cancelled_submit(self, future: asyncio.Future, gen: Generation, count: int) -> None:
         if future.cancelled() or future.exception() is not None:
             self.in_flight -= count - len(gen.rids)
+            if not gen.rids:
+                self.live.discard(gen)
         gen.abort()
 
     def _start_all(self, gen: Generation, jobs: list[Job], loop: asyncio.AbstractEventLoop) -> None:
@@ -192,7 +205,10 @@ async def collect(gen: Generation) -> list[RequestOutput]:
 def _sink(loop: asyncio.AbstractEventLoop, gen: Generation, index: int):
     """The engine-thread callback of one request: hand the delta to the loop, never block."""
     def sink(delta: Delta) -> None:
-        loop.call_soon_threadsafe(gen._deliver, index, delta)
+        try:
+            loop.call_soon_threadsafe(gen._deliver, index, delta)
+        except RuntimeError:  # the loop has closed (the server is gone): nobody is listening
+            pass
     return sink
 
 

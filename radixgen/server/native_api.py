@@ -80,8 +80,23 @@ def native_params(raw: dict[str, Any] | None, logprob: bool, top_n: int) -> tupl
 @router.post("/generate")
 async def generate(body: GenerateRequest, request: Request):
     client = _client(request)
+    jobs, batch = _jobs(body, client.settings.max_n)
+    gen = await client.submit(jobs)
+    results = [_Result(job, body.return_text_in_logprobs) for job in jobs]
+    if body.stream:
+        return StreamingResponse(_stream(gen, results, client), media_type="text/event-stream")
+    async with DisconnectWatch(request, gen):
+        await _collect(gen, results)
+    payloads = [r.payload(client, gen, i) for i, r in enumerate(results)]
+    return OrjsonResponse(payloads if batch or len(payloads) > 1 else payloads[0])
+
+
+def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool]:
+    """``(jobs, is_batch)``: prompt-major, ``n`` per prompt (seeds ``seed + j``, rids ``rid-j``)."""
     prompts, batch = _prompts(body)
     count = len(prompts)
+    if not count:
+        raise APIError(400, "text: expected at least one prompt", param="text")
     raw_params = _per_prompt(body.sampling_params, count, "sampling_params")
     logprob = _per_prompt(body.return_logprob, count, "return_logprob")
     top_n = _per_prompt(body.top_logprobs_num, count, "top_logprobs_num")
@@ -93,23 +108,15 @@ async def generate(body: GenerateRequest, request: Request):
             raise APIError(400, "logprob_start_len: prompt (input) logprobs are not supported; use -1",
                            param="logprob_start_len")
         params, n, max_new = native_params(raw_params[i], bool(logprob[i]), top_n[i] or 0)
-        if n > client.settings.max_n:
-            raise APIError(400, f"sampling_params.n: expected at most {client.settings.max_n}, got {n}",
-                           param="sampling_params.n")
+        if n > max_n:
+            raise APIError(400, f"sampling_params.n: expected at most {max_n}, got {n}", param="sampling_params.n")
         for j in range(n):
+            seed = None if params.seed is None else params.seed + j
             rid = None if rids[i] is None else (rids[i] if n == 1 else f"{rids[i]}-{j}")
-            jobs.append(Job(prompt, params, max_tokens=max_new, default_max_tokens=SamplingParams.max_new_tokens,
-                            rid=rid, max_tokens_param="sampling_params.max_new_tokens"))
-    if not jobs:
-        raise APIError(400, "text: expected at least one prompt", param="text")
-    gen = await client.submit(jobs)
-    results = [_Result(job, body.return_text_in_logprobs) for job in jobs]
-    if body.stream:
-        return StreamingResponse(_stream(gen, results, client), media_type="text/event-stream")
-    async with DisconnectWatch(request, gen):
-        await _collect(gen, results)
-    payloads = [r.payload(client, gen, i) for i, r in enumerate(results)]
-    return OrjsonResponse(payloads if batch or len(payloads) > 1 else payloads[0])
+            jobs.append(Job(prompt, dataclasses.replace(params, seed=seed), max_tokens=max_new,
+                            default_max_tokens=SamplingParams.max_new_tokens, rid=rid,
+                            max_tokens_param="sampling_params.max_new_tokens"))
+    return jobs, batch
 
 
 class _Result:
@@ -218,8 +225,7 @@ async def health_generate(request: Request):
     job = Job("Hello", SamplingParams(temperature=0.0), max_tokens=1)
     try:
         gen = await client.submit([job])
-        async with asyncio.timeout(client.settings.health_generate_timeout_s):
-            await _collect(gen, [_Result(job, False)])
-    except (TimeoutError, APIError) as exc:
+        await asyncio.wait_for(_collect(gen, [_Result(job, False)]), client.settings.health_generate_timeout_s)
+    except (asyncio.TimeoutError, APIError) as exc:
         return OrjsonResponse(error_body(503, f"health generation failed: {exc}"), status_code=503)
     return PlainTextResponse("OK\n")

@@ -29,6 +29,8 @@ from .tools import constrained_schema
 
 router = APIRouter()
 
+COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions (chat: up to the context)
+
 
 def client_of(request: Request) -> EngineClient:
     return request.app.state.client
@@ -40,7 +42,8 @@ def client_of(request: Request) -> EngineClient:
 def sampling_params(body: _OpenAISampling, **overrides: Any) -> SamplingParams:
     """Fields named like ``SamplingParams`` fields pass through; ``logit_bias`` keys become ints."""
     names = set(SamplingParams.field_names())
-    fields = {k: v for k, v in body.model_dump(exclude_none=True, by_alias=False).items() if k in names}
+    given = {**{k: getattr(body, k) for k in type(body).model_fields}, **(body.model_extra or {})}
+    fields = {k: v for k, v in given.items() if k in names and v is not None}
     if body.logit_bias is not None:
         fields["logit_bias"] = {_token_id(k): v for k, v in body.logit_bias.items()}
     fields.update(overrides)
@@ -92,22 +95,19 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     client = client_of(request)
     engine = client.engine
     _check_choices(body, client)
-    if body.top_logprobs is not None and not body.logprobs:
-        raise APIError(400, "top_logprobs: requires logprobs: true", param="top_logprobs")
     tool_choice = body.tool_choice or ("auto" if body.tools else "none")
-    constraint = _response_format(body)
-    schema = constrained_schema(body.tools, tool_choice) if body.tools else None
-    if schema is not None:
-        if constraint:
-            raise APIError(400, "response_format: cannot be combined with a required or named tool_choice",
-                           param="response_format")
-        constraint = {"json_schema": schema}
-    params = sampling_params(body, top_logprobs=body.top_logprobs or 0, **constraint)
+    params, schema_param = _chat_params(body, tool_choice)
     prompt = await asyncio.to_thread(client.renderer.render, body.messages, body.tools, tool_choice)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    gen = await client.submit(_jobs(prompt, params, body.n, max_tokens=max_tokens, add_special_tokens=False,
-                                    prompt_param="messages", max_tokens_param=param))
+    jobs = _jobs(prompt, params, body.n, max_tokens=max_tokens, add_special_tokens=False,
+                 prompt_param="messages", max_tokens_param=param)
+    try:
+        gen = await client.submit(jobs)
+    except ValueError as exc:  # name the field the schema came from, not the internal json_schema
+        if schema_param and str(exc).startswith("json_schema:"):
+            raise APIError(400, f"{schema_param}: {exc}", param=schema_param) from None
+        raise
     meta = _meta("chatcmpl", client)
     outputs = [ToolOutput(body.tools, tool_choice) for _ in range(body.n)]
     if body.stream:
@@ -119,6 +119,26 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     choices = [_chat_choice(i, r, outputs[i], engine.tokenizer, body.logprobs) for i, r in enumerate(results)]
     return OrjsonResponse({**meta, "object": "chat.completion", "choices": choices,
                            "usage": usage(results, body.n), "system_fingerprint": None})
+
+
+def _chat_params(body: ChatCompletionRequest, tool_choice: Any) -> tuple[SamplingParams, str | None]:
+    """``(params, field the json_schema constraint came from)``.
+
+    A required or named ``tool_choice`` constrains the output to the tool call's schema; it
+    cannot be combined with a ``response_format``. Strict or not, a schema is enforced exactly
+    (an unsupported keyword is a 400, never a weaker constraint).
+    """
+    if body.top_logprobs is not None and not body.logprobs:
+        raise APIError(400, "top_logprobs: requires logprobs: true", param="top_logprobs")
+    constraint = _response_format(body)
+    source = "response_format" if "json_schema" in constraint else None
+    schema = constrained_schema(body.tools or [], tool_choice) if tool_choice not in ("none", "auto") else None
+    if schema is not None:
+        if constraint:
+            raise APIError(400, "response_format: cannot be combined with a required or named tool_choice",
+                           param="response_format")
+        constraint, source = {"json_schema": schema}, "tools"
+    return sampling_params(body, top_logprobs=body.top_logprobs or 0, **constraint), source
 
 
 def _chat_choice(index: int, result: RequestOutput, output: ToolOutput, tokenizer: Any, logprobs: bool) -> dict:
@@ -138,16 +158,12 @@ async def completions(body: CompletionRequest, request: Request):
     client = client_of(request)
     engine = client.engine
     _check_choices(body, client)
-    if body.suffix:
-        raise APIError(400, "suffix: not supported", param="suffix")
-    if body.best_of is not None and body.best_of != body.n:
-        raise APIError(400, f"best_of: only best_of == n is supported, got {body.best_of}", param="best_of")
-    if body.logprobs is not None and not 0 <= body.logprobs <= 5:
-        raise APIError(400, f"logprobs: expected an integer in [0, 5], got {body.logprobs}", param="logprobs")
+    _check_completion(body)
     prompts = _prompts(body.prompt)
     wants_logprobs = body.logprobs is not None
     params = sampling_params(body, logprobs=wants_logprobs, top_logprobs=body.logprobs or 0)
-    jobs = [job for p in prompts for job in _jobs(p, params, body.n, max_tokens=body.max_tokens)]
+    jobs = [job for p in prompts
+            for job in _jobs(p, params, body.n, max_tokens=body.max_tokens, default_max_tokens=COMPLETION_MAX_TOKENS)]
     gen = await client.submit(jobs)
     echoes = [_prompt_text(engine, p) if body.echo else "" for p in prompts for _ in range(body.n)]
     meta = _meta("cmpl", client)
@@ -162,6 +178,15 @@ async def completions(body: CompletionRequest, request: Request):
                 "finish_reason": r.finish_reason} for i, r in enumerate(results)]
     return OrjsonResponse({**meta, "object": "text_completion", "choices": choices,
                            "usage": usage(results, body.n), "system_fingerprint": None})
+
+
+def _check_completion(body: CompletionRequest) -> None:
+    if body.suffix:
+        raise APIError(400, "suffix: not supported", param="suffix")
+    if body.best_of is not None and body.best_of != body.n:
+        raise APIError(400, f"best_of: only best_of == n is supported, got {body.best_of}", param="best_of")
+    if body.logprobs is not None and not 0 <= body.logprobs <= 5:
+        raise APIError(400, f"logprobs: expected an integer in [0, 5], got {body.logprobs}", param="logprobs")
 
 
 def _prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str | list[int]]:

@@ -17,7 +17,8 @@ become ``<tool_call>`` blocks in its content, a ``tool`` message becomes a user 
 ``<tool_response>...</tool_response>``.
 
 Output. ``tool_choice`` "auto": the model writes text, ``<tool_call>`` blocks, or one bare
-``{"name", "arguments"}`` object; ``ToolCallParser`` extracts the calls (also while streaming).
+``{"name", "arguments"}`` object; ``tool_parser.ToolCallParser`` extracts the calls (also while
+streaming).
 "required" and a named function: the output is grammar-constrained (``constrained_schema``):
 the function's parameter schema for a named (or single) tool, else an ``anyOf`` over
 ``{"name": const, "arguments": schema}`` objects; ``constrained_calls`` reads it back.

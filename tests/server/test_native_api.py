@@ -1,0 +1,95 @@
+"""The SGLang-compatible native API against the live server."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+from server_testlib import needs_grammar, sse_events
+
+GREEDY = {"temperature": 0, "max_new_tokens": 6}
+
+
+def test_generate_single(http):
+    r = http.post("/generate", json={"text": "The capital of France is", "sampling_params": GREEDY})
+    assert r.status_code == 200
+    out = r.json()
+    meta = out["meta_info"]
+    assert out["text"] and len(out["output_ids"]) == meta["completion_tokens"] <= 6
+    assert meta["finish_reason"]["type"] in ("stop", "length")
+    assert meta["prompt_tokens"] > 0 and meta["cached_tokens"] >= 0 and meta["id"]
+    if meta["finish_reason"]["type"] == "length":
+        assert meta["finish_reason"]["length"] == meta["completion_tokens"]
+
+
+def test_generate_batch_and_input_ids(http):
+    prompt_ids = [504, 3575, 282]  # any ids inside the vocabulary
+    r = http.post("/generate", json={"input_ids": [prompt_ids, prompt_ids], "sampling_params": GREEDY})
+    outs = r.json()
+    assert isinstance(outs, list) and len(outs) == 2
+    assert outs[0]["text"] == outs[1]["text"]  # greedy, same prompt
+    assert all(o["meta_info"]["prompt_tokens"] == 3 for o in outs)
+
+
+def test_generate_batch_with_per_prompt_params_and_n(http):
+    r = http.post("/generate", json={"text": ["A", "B"], "sampling_params": [
+        {"max_new_tokens": 2, "n": 2, "temperature": 1.0, "sampling_seed": 5}, {"max_new_tokens": 1}]})
+    outs = r.json()
+    assert [o["meta_info"]["completion_tokens"] <= 2 for o in outs] == [True] * 3
+    assert outs[2]["meta_info"]["completion_tokens"] == 1
+
+
+def test_generate_stop_reports_the_match(http):
+    r = http.post("/generate", json={"text": "1, 2, 3, 4,", "sampling_params": {**GREEDY, "stop": [","]}})
+    meta = r.json()["meta_info"]
+    assert meta["finish_reason"] == {"type": "stop", "matched": ","}
+    assert "," not in r.json()["text"]
+
+
+def test_generate_logprobs(http):
+    r = http.post("/generate", json={"text": "1, 2, 3,", "sampling_params": GREEDY, "return_logprob": True,
+                                     "top_logprobs_num": 2, "return_text_in_logprobs": True})
+    meta = r.json()["meta_info"]
+    tokens = meta["output_token_logprobs"]
+    assert len(tokens) == meta["completion_tokens"]
+    logprob, token_id, text = tokens[0]
+    assert logprob <= 0 and token_id == r.json()["output_ids"][0] and isinstance(text, str)
+    assert all(len(top) == 2 for top in meta["output_top_logprobs"])
+
+
+def test_generate_stream_is_cumulative(http):
+    body = {"text": "The capital of France is", "sampling_params": GREEDY, "stream": True}
+    with http.stream("POST", "/generate", json=body) as r:
+        events = sse_events(r.iter_lines())
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    texts = [c["text"] for c in chunks]
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:]))
+    assert chunks[-1]["meta_info"]["finish_reason"]["type"] in ("stop", "length")
+    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    full = http.post("/generate", json={"text": "The capital of France is", "sampling_params": GREEDY}).json()
+    assert texts[-1] == full["text"]
+
+
+@needs_grammar
+def test_generate_json_schema_string(http):
+    schema = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["n"], "additionalProperties": False}
+    r = http.post("/generate", json={"text": "A JSON number object:", "sampling_params": {
+        "temperature": 0, "max_new_tokens": 16, "json_schema": json.dumps(schema)}})
+    jsonschema.validate(json.loads(r.json()["text"]), schema)
+
+
+@needs_grammar
+def test_generate_regex(http):
+    r = http.post("/generate", json={"text": "Answer yes or no:", "sampling_params": {
+        "temperature": 0, "max_new_tokens": 4, "regex": "(yes|no)"}})
+    assert r.json()["text"] in ("yes", "no")
+
+
+def test_model_info_and_operations(http):
+    info = http.get("/get_model_info").json()
+    assert info["is_generation"] is True and info["model_path"].endswith(".gguf")
+    assert http.get("/get_server_info").json()["stats"]["max_total_tokens"] > 0
+    assert http.get("/health_generate").status_code == 200
+    assert http.post("/flush_cache").status_code in (200, 400)  # 400 only while requests run

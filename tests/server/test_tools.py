@@ -1,0 +1,101 @@
+"""Tool prompts and constrained tool-call schemas (no model needed)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from radixgen.server.protocol import ChatMessage, NamedToolChoice, Tool
+from radixgen.server.tools import ChatRenderer, constrained_calls, constrained_schema
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOLS = [Tool.model_validate({"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}),
+         Tool.model_validate({"type": "function", "function": {"name": "get_time"}})]
+
+
+class ChatMLTokenizer:
+    """Renders like SmolLM2's ChatML template: ignores ``tools``, prints any role."""
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tools=None):
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+
+class ToolTemplateTokenizer(ChatMLTokenizer):
+    """A template that renders ``tools`` itself (like Qwen 2.5)."""
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tools=None):
+        names = ",".join(t["function"]["name"] for t in tools or [])
+        return f"TOOLS[{names}]" + super().apply_chat_template(
+            [{"role": m["role"], "content": m["content"]} for m in messages], add_generation_prompt)
+
+
+def _messages(*dicts) -> list[ChatMessage]:
+    return [ChatMessage.model_validate(d) for d in dicts]
+
+
+def test_fallback_puts_tools_in_the_system_prompt_and_maps_tool_roles():
+    renderer = ChatRenderer(ChatMLTokenizer())
+    assert not renderer.renders_tools
+    messages = _messages(
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "get_weather",
+                                                                     "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    )
+    prompt = renderer.render(messages, TOOLS, "auto")
+    assert prompt.startswith("<|im_start|>system\n# Tools")
+    assert '"name": "get_weather"' in prompt and "<tools>" in prompt
+    assert '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}' in prompt
+    assert "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>" in prompt
+    assert "<|im_start|>tool" not in prompt
+
+
+def test_fallback_appends_to_an_existing_system_prompt():
+    prompt = ChatRenderer(ChatMLTokenizer()).render(
+        _messages({"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}), TOOLS, "auto")
+    assert prompt.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
+
+
+def test_tool_choice_none_leaves_tools_out():
+    prompt = ChatRenderer(ChatMLTokenizer()).render(_messages({"role": "user", "content": "hi"}), TOOLS, "none")
+    assert "<tools>" not in prompt
+
+
+def test_native_template_gets_the_tools():
+    renderer = ChatRenderer(ToolTemplateTokenizer())
+    assert renderer.renders_tools
+    prompt = renderer.render(_messages({"role": "user", "content": "hi"}), TOOLS, "auto")
+    assert prompt.startswith("TOOLS[get_weather,get_time]") and "# Tools" not in prompt
+
+
+def test_empty_messages_is_a_value_error():
+    with pytest.raises(ValueError, match="messages: expected at least one message"):
+        ChatRenderer(ChatMLTokenizer()).render([], None, "none")
+
+
+def test_named_and_single_required_schema_is_the_parameters():
+    named = NamedToolChoice.model_validate({"function": {"name": "get_weather"}})
+    assert constrained_schema(TOOLS, named) == WEATHER
+    assert constrained_schema(TOOLS[:1], "required") == WEATHER
+    assert constrained_schema(TOOLS, "auto") is None
+
+
+def test_required_with_several_tools_is_an_any_of_calls():
+    schema = constrained_schema(TOOLS, "required")
+    branches = schema["anyOf"]
+    assert [b["properties"]["name"] for b in branches] == [{"const": "get_weather"}, {"const": "get_time"}]
+    assert branches[0]["properties"]["arguments"] == WEATHER
+    assert branches[1]["properties"]["arguments"] == {"type": "object", "properties": {}}
+    calls = constrained_calls(TOOLS, "required", '{"name":"get_weather","arguments":{"city":"Oslo"}}')
+    assert calls[0].name == "get_weather" and json.loads(calls[0].arguments) == {"city": "Oslo"}
+
+
+@pytest.mark.parametrize("tools, choice, words", [
+    (TOOLS, NamedToolChoice.model_validate({"function": {"name": "nope"}}), "no tool named 'nope'"),
+    (None, "required", "requires a non-empty 'tools' list"),
+])
+def test_bad_tool_choice(tools, choice, words):
+    with pytest.raises(ValueError, match=words):
+        constrained_schema(tools or [], choice)
