@@ -5,10 +5,22 @@ Public API (see docs): ``Engine``, ``SamplingParams``, ``load_tokenizer`` and th
 
 from __future__ import annotations
 
+from .lang import (
+    OpenAI,
+    RuntimeEndpoint,
+    assistant,
+    function,
+    gen,
+    select,
+    set_default_backend,
+    system,
+    user,
+)
 from .sampling_params import SamplingParams
 from .tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["Engine", "SamplingParams", "Tokenizer", "load_tokenizer"]
+__all__ = ["Engine", "OpenAI", "RuntimeEndpoint", "SamplingParams", "Tokenizer", "assistant", "function", "gen",
+           "load_tokenizer", "select", "set_default_backend", "system", "user"]
 __version__ = "0.1.0"
 
 
