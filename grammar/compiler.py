@@ -1,0 +1,238 @@
+"""GrammarCompiler: JSON Schema / regex / choices / any-JSON -> CompiledGrammar, cached.
+
+Compilation runs in a small thread pool (``compile_async`` returns a ``Future``) so the
+engine thread keeps decoding other requests. Each compilation has a wall-clock budget and a
+size budget (automaton states, terms) that raise ``GrammarError`` — a runaway grammar fails
+that request instead of hanging the server or exhausting memory. The budgets are checked
+inside our own loops; time spent in the JSON Schema front end is checked when it returns.
+
+Results are kept in an LRU keyed by (kind, canonical spec, vocabulary fingerprint);
+failures are cached too, so resubmitting a bad schema costs a lookup.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from .automaton import LazyDFA
+from .errors import GrammarError
+from .matcher import CompiledGrammar
+from .regex import regex_to_term
+from .terms import Budget, TermStore
+from .token_table import TokenTable
+from .vocabulary import Vocabulary
+
+KINDS = ("json_schema", "regex", "choice", "json_object")
+
+
+class GrammarCompiler:
+    """Compiles grammars against one tokenizer's vocabulary (thread-safe).
+
+    Args:
+        tokenizer_or_vocabulary: a radixgen ``Tokenizer`` or a ``Vocabulary``.
+        max_workers: compile threads.
+        timeout_s: wall-clock budget of one compilation.
+        max_states: automaton states one grammar may reach (at compile or decode time).
+        max_terms: regex terms one grammar may build (bounds memory).
+        cache_size: compiled grammars (and failures) kept.
+        precompute_s: time each compilation spends computing token masks ahead of decoding
+            (breadth-first from the start state); the rest are computed on first use.
+    """
+
+    def __init__(
+        self,
+        tokenizer_or_vocabulary: Any,
+        *,
+        max_workers: int = 2,
+        timeout_s: float = 10.0,
+        max_states: int = 200_000,
+        max_terms: int = 4_000_000,
+        cache_size: int = 128,
+        precompute_s: float = 0.03,
+    ) -> None:
+        vocab = tokenizer_or_vocabulary
+        self.vocab = vocab if isinstance(vocab, Vocabulary) else Vocabulary.from_tokenizer(vocab)
+        TokenTable.of(self.vocab)  # built once per vocabulary, before the first compile
+        self.timeout_s = timeout_s
+        self.max_states = max_states
+        self.max_terms = max_terms
+        self.cache_size = cache_size
+        self.precompute_s = precompute_s
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grammar")
+        self._cache: OrderedDict[tuple[str, str, str], Future] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    # ------------------------------------------------------------------ public entry points
+
+    def compile_json_schema(
+        self,
+        schema: dict | str,
+        *,
+        whitespace: str = "compact",
+        max_depth: int | None = None,
+        strict: bool = False,
+    ) -> CompiledGrammar:
+        """Values valid under ``schema`` (see ``json_schema.py`` for the policies)."""
+        return self.compile(
+            "json_schema", schema, whitespace=whitespace, max_depth=max_depth, strict=strict or None
+        )
+
+    def compile_regex(self, pattern: str) -> CompiledGrammar:
+        """Strings ``pattern`` matches as a whole (syntax in ``regex.py``)."""
+        return self.compile("regex", pattern)
+
+    def compile_choice(self, choices: list[str]) -> CompiledGrammar:
+        """Exactly one of ``choices`` (literal strings)."""
+        return self.compile("choice", choices)
+
+    def compile_json_object(
+        self, *, max_depth: int | None = None, whitespace: str = "compact"
+    ) -> CompiledGrammar:
+        """Any JSON object (containers nested at most ``max_depth`` deep)."""
+        return self.compile("json_object", None, max_depth=max_depth, whitespace=whitespace)
+
+    def compile(self, kind: str, spec: Any = None, **options: Any) -> CompiledGrammar:
+        """Compile (or fetch from the cache) and wait; raises ``GrammarError``.
+
+        Waits at most twice the time budget (plus queueing slack): code outside our loops
+        (the JSON Schema front end) cannot be interrupted, but it cannot hang the caller."""
+        future = self.compile_async(kind, spec, **options)
+        try:
+            return future.result(timeout=2 * self.timeout_s + 5.0)
+        except FutureTimeout:
+            raise GrammarError(
+                f"grammar: compilation timed out after {self.timeout_s:g} s", source="grammar"
+            ) from None
+
+    def compile_async(self, kind: str, spec: Any = None, **options: Any) -> Future:
+        """A ``Future[CompiledGrammar]``; the same future for the same key while cached.
+
+        Its exception is a ``GrammarError`` for anything the grammar asks that cannot be
+        compiled (bad spec, unsupported feature, over the time or size budget).
+        """
+        options = {k: v for k, v in options.items() if v is not None}  # None: the default
+        try:
+            key, spec = self._key(kind, spec, options)
+        except GrammarError as err:
+            future: Future = Future()
+            future.set_exception(err)
+            return future
+        with self._lock:
+            future = self._cache.get(key)
+            if future is not None:
+                self.hits += 1
+                self._cache.move_to_end(key)
+                return future
+            self.misses += 1
+            future = self._pool.submit(self._build, kind, key, spec, options)
+            self._cache[key] = future
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        future.add_done_callback(lambda f: self._forget_unexpected(key, f))
+        return future
+
+    def cache_info(self) -> dict[str, int]:
+        with self._lock:
+            return {"hits": self.hits, "misses": self.misses, "size": len(self._cache)}
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ internals
+
+    def _key(
+        self, kind: str, spec: Any, options: dict[str, Any]
+    ) -> tuple[tuple[str, str, str], Any]:
+        if kind not in KINDS:
+            raise GrammarError(
+                f"grammar: unknown kind {kind!r}, expected one of {', '.join(KINDS)}",
+                source="grammar",
+            )
+        spec = _validate_spec(kind, spec)
+        try:
+            text = json.dumps(
+                {"spec": spec, "options": options}, sort_keys=True, separators=(",", ":")
+            )
+        except (TypeError, ValueError) as err:
+            raise GrammarError(
+                f"{kind}: spec is not JSON-serializable ({err})", source=kind
+            ) from None
+        return (kind, text, self.vocab.fingerprint), spec
+
+    def _forget_unexpected(self, key: tuple[str, str, str], future: Future) -> None:
+        """Keep GrammarError failures cached, but not bugs or cancellations."""
+        if future.cancelled() or not isinstance(future.exception(), GrammarError | type(None)):
+            with self._lock:
+                if self._cache.get(key) is future:
+                    del self._cache[key]
+
+    def _build(
+        self, kind: str, key: tuple[str, str, str], spec: Any, options: dict[str, Any]
+    ) -> CompiledGrammar:
+        budget = Budget(timeout_s=self.timeout_s, max_terms=self.max_terms)
+        regex, canonical, build_term = _front_end(kind, spec, options)
+        budget.check()
+        store = TermStore(clip_bound=self.vocab.max_token_len + 1, budget=budget)
+        try:
+            root = build_term(store)
+        except RecursionError:
+            raise GrammarError(f"{kind}: nested too deeply to compile", source=kind) from None
+        dfa = LazyDFA(store, root, max_states=self.max_states)
+        grammar = CompiledGrammar(
+            kind=kind, key=key, dfa=dfa, vocab=self.vocab, regex=regex, canonical=canonical
+        )
+        grammar.warm_up(self.precompute_s)
+        budget.clear_deadline()
+        return grammar
+
+
+def _validate_spec(kind: str, spec: Any) -> Any:
+    if kind == "json_schema":
+        if isinstance(spec, str):
+            try:
+                spec = json.loads(spec)
+            except json.JSONDecodeError as err:
+                raise GrammarError(f"json_schema: not valid JSON ({err})") from None
+        if not isinstance(spec, dict | bool):
+            raise GrammarError(
+                f"json_schema: expected an object or a boolean, got {type(spec).__name__}"
+            )
+    elif kind == "regex" and not isinstance(spec, str):
+        raise GrammarError(f"regex: expected a string, got {type(spec).__name__}", source="regex")
+    elif kind == "choice":
+        if (
+            not isinstance(spec, list | tuple)
+            or not spec
+            or not all(isinstance(c, str) for c in spec)
+        ):
+            raise GrammarError("choice: expected a non-empty list of strings", source="choice")
+        spec = list(spec)
+    return spec
+
+
+def _front_end(
+    kind: str, spec: Any, options: dict[str, Any]
+) -> tuple[str | None, Callable[[Any], str] | None, Callable[[TermStore], int]]:
+    """(regex source, canonical_json writer, term builder) for one grammar request."""
+    if kind == "choice":
+        return None, None, lambda store: store.alt(store.literal(c.encode("utf-8")) for c in spec)
+    if kind == "regex":
+        return spec, None, lambda store: regex_to_term(spec, store)
+    from . import json_schema
+
+    if kind == "json_object":
+        regex = json_schema.json_object_regex(**options)
+        return regex, None, lambda store: regex_to_term(regex, store)
+    lowered = json_schema.compile_schema(spec, **options)
+    return lowered.regex, lowered.canonical_json, lambda store: regex_to_term(lowered.regex, store)

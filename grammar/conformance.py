@@ -1,0 +1,282 @@
+"""Conformance of compiled JSON Schemas against labelled instances.
+
+For every schema of a corpus: compile it; write each instance with the grammar's own
+writer (`CompiledSchema.canonical_json`); a valid instance's text must be accepted, an
+invalid one's rejected. A refusal (GrammarError) is not a failure, only lost coverage.
+
+Corpora: MaskBench (``{id, schema, tests: [{valid, data}]}`` per JSONL line) and the
+JSON-Schema-Test-Suite (per file, a list of ``{description, schema, tests}``). Labels are
+the corpus's; `label_check` cross-checks them with the `jsonschema` package when it is
+installed (it skips formats whose checkers need extra packages, so disagreements are
+reported, not trusted).
+
+The checker is pluggable: anything with ``prepare(compiled) -> (text -> bool)``.
+`RegexChecker` uses Python `re` on the regex; a token-level checker can walk a matcher.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from .errors import GrammarError
+from .json_schema import DEFAULT_MAX_DEPTH, CompiledSchema, build_schema_ir, compile_schema
+from .json_schema_ir import AnyValue, Array, EmitContext, Node, Object, Union
+
+DEPTH_PROBE = 6  # extra $ref expansions when checking whether a rejection is the bound's
+
+
+@dataclass
+class Case:
+    """One schema and its labelled instances: (data, valid, description)."""
+
+    case_id: str
+    schema: object
+    tests: list[tuple[object, bool, str]]
+
+
+@dataclass
+class Outcome:
+    case_id: str
+    status: str  # "pass" | "fail" | "refused" | "crash"
+    refusal: str | None = None  # refused keyword (or "other")
+    message: str = ""
+    false_positives: list[str] = field(default_factory=list)  # texts of invalid instances accepted
+    false_negatives: list[str] = field(default_factory=list)  # texts of valid instances rejected
+    depth_narrowed: list[str] = field(default_factory=list)  # rejected only for nesting beyond max_depth
+    label_disagreements: int = 0
+    num_tests: int = 0
+    seconds: float = 0.0
+
+
+class Checker(Protocol):
+    def prepare(self, compiled: CompiledSchema) -> Callable[[str], bool]: ...
+
+
+class RegexChecker:
+    """String-level check: Python `re.fullmatch` on the schema's regex."""
+
+    def prepare(self, compiled: CompiledSchema) -> Callable[[str], bool]:
+        pattern = re.compile(compiled.regex)
+        return lambda text: pattern.fullmatch(text) is not None
+
+
+# ---------------------------------------------------------------- corpora
+
+
+def load_maskbench(path: Path) -> list[Case]:
+    cases = []
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            record = json.loads(line)
+            tests = [(t["data"], bool(t["valid"]), t.get("description", "")) for t in record["tests"]]
+            cases.append(Case(record["id"], record["schema"], tests))
+    return cases
+
+
+def load_test_suite(directory: Path) -> list[Case]:
+    cases = []
+    for path in sorted(directory.glob("*.json")):
+        for index, group in enumerate(json.loads(path.read_text(encoding="utf-8"))):
+            tests = [(t["data"], bool(t["valid"]), t["description"]) for t in group["tests"]]
+            cases.append(Case(f"{path.stem}/{index}: {group['description']}", group["schema"], tests))
+    return cases
+
+
+def load_corpora(data_dir: Path) -> dict[str, list[Case]]:
+    """Every corpus found under `data_dir` (MaskBench files and the test suite)."""
+    corpora = {}
+    for path in sorted((data_dir / "maskbench").glob("*.jsonl")):
+        corpora[path.stem] = load_maskbench(path)
+    suite = data_dir / "json-schema-test-suite" / "draft2020-12"
+    if suite.is_dir():
+        corpora["JSONSchemaTestSuite"] = load_test_suite(suite)
+    return corpora
+
+
+def sample(cases: list[Case], count: int, seed: int = 0) -> list[Case]:
+    """A fixed, seeded sample (in corpus order)."""
+    if len(cases) <= count:
+        return list(cases)
+    chosen = sorted(random.Random(seed).sample(range(len(cases)), count))
+    return [cases[i] for i in chosen]
+
+
+# ---------------------------------------------------------------- checking
+
+
+def label_check(schema: object, tests: Iterable[tuple[object, bool, str]]) -> int:
+    """How many labels the `jsonschema` package disagrees with (0 if unavailable)."""
+    try:
+        import jsonschema
+        from jsonschema.validators import validator_for
+    except ImportError:
+        return 0
+    try:
+        cls = validator_for(schema, default=jsonschema.Draft202012Validator)
+        validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        return sum(validator.is_valid(data) != valid for data, valid, _ in tests)
+    except Exception:  # unresolvable refs, invalid schemas: the corpus label stands
+        return 0
+
+
+def check_case(case: Case, checker: Checker, *, max_depth: int = DEFAULT_MAX_DEPTH, whitespace: str = "compact") -> Outcome:
+    """Compile one schema and check every labelled instance."""
+    start = time.perf_counter()
+    outcome = Outcome(case.case_id, "pass", num_tests=len(case.tests))
+    try:
+        compiled = compile_schema(case.schema, whitespace=whitespace, max_depth=max_depth)
+        accepts = checker.prepare(compiled)
+    except GrammarError as exc:
+        outcome.status, outcome.refusal, outcome.message = "refused", exc.keyword or "other", str(exc)
+    except Exception as exc:  # a bug: reported, never hidden
+        outcome.status, outcome.message = "crash", f"{type(exc).__name__}: {exc}"
+    else:
+        deep = None
+        for data, valid, _ in case.tests:
+            text = compiled.canonical_json(data)
+            if accepts(text) == valid:
+                continue
+            if valid:
+                deep = deep or _deep_ir(case.schema, max_depth)
+                if deep is not None and ir_accepts(deep[0], data, deep[1]):
+                    outcome.depth_narrowed.append(text)
+                    continue
+            (outcome.false_negatives if valid else outcome.false_positives).append(text)
+        if outcome.false_positives or outcome.false_negatives:
+            outcome.status = "fail"
+    outcome.label_disagreements = label_check(case.schema, case.tests)
+    outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+def _deep_ir(schema: object, max_depth: int) -> tuple[Node, EmitContext] | None:
+    try:
+        return build_schema_ir(schema, max_depth=max_depth + DEPTH_PROBE)
+    except GrammarError:
+        return None
+
+
+def ir_accepts(node: Node, value: object, ctx: EmitContext) -> bool:
+    """Whether the IR admits `value`, with free-form values nested without bound: tells a
+    rejection caused by the nesting bound from a wrong one. Leaves use their regex."""
+    if isinstance(node, AnyValue):
+        return True
+    if isinstance(node, Union):
+        return any(ir_accepts(o, value, ctx) for o in node.options)
+    if isinstance(node, Object):
+        return isinstance(value, dict) and _object_accepts(node, value, ctx)
+    if isinstance(node, Array):
+        return isinstance(value, list) and _array_accepts(node, value, ctx)
+    return ctx.accepts(node, node.write(value, ctx))
+
+
+def _object_accepts(node: Object, value: dict, ctx: EmitContext) -> bool:
+    listed = {p.name: p for p in node.properties}
+    if any(p.required and p.name not in value for p in node.properties) or (node.nonempty and not value):
+        return False
+    for key, item in value.items():
+        if key in listed:
+            if not ir_accepts(listed[key].node, item, ctx):
+                return False
+        elif key in node.excluded_names or node.additional is None or not ir_accepts(node.additional, item, ctx):
+            return False
+    return True
+
+
+def _array_accepts(node: Array, value: list, ctx: EmitContext) -> bool:
+    if len(value) < node.min_items or (node.max_items is not None and len(value) > node.max_items):
+        return False
+    return all(node.node_at(i) is not None and ir_accepts(node.node_at(i), item, ctx) for i, item in enumerate(value))
+
+
+def run_corpus(cases: Iterable[Case], checker: Checker | None = None, **options: object) -> list[Outcome]:
+    checker = checker or RegexChecker()
+    return [check_case(case, checker, **options) for case in cases]
+
+
+@dataclass
+class Summary:
+    name: str
+    num_schemas: int
+    num_compiled: int
+    num_passing: int  # no false positive or negative (nesting-bound rejections allowed)
+    num_passing_all_valid: int  # and every valid instance accepted
+    num_false_positives: int
+    num_false_negatives: int
+    num_depth_narrowed: int
+    num_crashes: int
+    num_label_disagreements: int
+    refusals: Counter
+    seconds: float
+
+    @property
+    def pass_rate(self) -> float:
+        return self.num_passing / self.num_schemas if self.num_schemas else 0.0
+
+
+def summarize(name: str, outcomes: list[Outcome]) -> Summary:
+    return Summary(
+        name=name,
+        num_schemas=len(outcomes),
+        num_compiled=sum(o.status in ("pass", "fail") for o in outcomes),
+        num_passing=sum(o.status == "pass" for o in outcomes),
+        num_passing_all_valid=sum(o.status == "pass" and not o.depth_narrowed for o in outcomes),
+        num_false_positives=sum(len(o.false_positives) for o in outcomes),
+        num_false_negatives=sum(len(o.false_negatives) for o in outcomes),
+        num_depth_narrowed=sum(len(o.depth_narrowed) for o in outcomes),
+        num_crashes=sum(o.status == "crash" for o in outcomes),
+        num_label_disagreements=sum(o.label_disagreements for o in outcomes),
+        refusals=Counter(o.refusal for o in outcomes if o.status == "refused"),
+        seconds=sum(o.seconds for o in outcomes),
+    )
+
+
+def render_markdown(summaries: list[Summary], outcomes: dict[str, list[Outcome]], options: str) -> str:
+    """The coverage report: one row per corpus, refusals by keyword, every failure."""
+    lines = [
+        "# JSON Schema grammar coverage",
+        "",
+        "Generated by `python benchmarks/grammar_coverage.py` "
+        f"({options}). A schema *passes* when it compiles and every labelled instance, written",
+        "by the grammar's canonical writer, is accepted if valid and rejected if invalid.",
+        "Refusals (GrammarError) lose coverage but are never wrong; false positives/negatives are.",
+        "A valid instance rejected only because it nests deeper than `max_depth` (free-form values",
+        "or recursive `$ref`s, a documented narrowing) is counted under *depth-narrowed*, not as",
+        "a false negative; *all valid accepted* counts the passing schemas without any.",
+        "",
+        "| corpus | schemas | compiled | passing | pass rate | all valid accepted | false pos. | false neg. | depth-narrowed | crashes | label disagreements* | seconds |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for s in summaries:
+        lines.append(
+            f"| {s.name} | {s.num_schemas} | {s.num_compiled} | {s.num_passing} | {s.pass_rate:.1%} | {s.num_passing_all_valid} | "
+            f"{s.num_false_positives} | {s.num_false_negatives} | {s.num_depth_narrowed} | {s.num_crashes} | "
+            f"{s.num_label_disagreements} | {s.seconds:.0f} |"
+        )
+    lines += [
+        "",
+        "\\* instances whose corpus label the `jsonschema` package (with its format checker, minus",
+        "formats that need optional packages) disputes; the corpus label is used.",
+        "",
+        "## Refusals by keyword",
+        "",
+    ]
+    for s in summaries:
+        refusals = ", ".join(f"`{k}` {n}" for k, n in s.refusals.most_common()) or "none"
+        lines.append(f"- **{s.name}**: {refusals}")
+    failures = [(name, o) for name, outs in outcomes.items() for o in outs if o.status in ("fail", "crash")]
+    lines += ["", "## Failures", ""]
+    if not failures:
+        lines.append("None.")
+    for name, o in failures:
+        detail = o.message or f"{len(o.false_positives)} false positives, {len(o.false_negatives)} false negatives"
+        lines.append(f"- {name} `{o.case_id}`: {o.status}: {detail}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,384 @@
+"""The schema IR: one node per JSON value shape, each knowing its regex and how the
+grammar writes a value of that shape.
+
+The builder (`json_schema_build`) lowers a JSON Schema into this tree; refs are already
+expanded (recursion cut at `max_depth`), allOf merged, enums filtered. A node's `regex`
+returns None for the empty language. `write` is the canonical writer: objects list the
+schema's properties in schema order, then extra properties in the instance's order;
+strings and numbers as in `json_schema_strings` / `json_schema_numbers`; no whitespace.
+Writing never fails: a value the node rejects is written generically, so the conformance
+harness can also serialize invalid instances.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from .json_schema_containers import ObjectShape, object_body, sequence_regex
+from .json_schema_numbers import INTEGER, NUMBER, Bound, canonical_number
+from .json_schema_strings import (
+    ANY_STRING,
+    encode_string,
+    literal_string_regex,
+    string_not_in_regex,
+)
+from .regex_builders import alt, escape_literal
+
+FLEXIBLE_WS = r"[ \t\n]{0,16}"
+
+
+@dataclass
+class EmitContext:
+    """Whitespace policy and per-node caches for one compilation."""
+
+    ws: str = ""
+    regex_cache: dict = field(default_factory=dict)
+    compiled_cache: dict = field(default_factory=dict)
+
+    def regex(self, node: Node) -> str | None:
+        key = id(node)
+        if key not in self.regex_cache:
+            self.regex_cache[key] = (node, node.regex(self))
+        return self.regex_cache[key][1]
+
+    def accepts(self, node: Node, text: str) -> bool:
+        """Whether `node`'s regex fullmatches `text` (Python `re`, cached)."""
+        key = id(node)
+        if key not in self.compiled_cache:
+            regex = self.regex(node)
+            self.compiled_cache[key] = (node, None if regex is None else re.compile(regex))
+        compiled = self.compiled_cache[key][1]
+        return compiled is not None and compiled.fullmatch(text) is not None
+
+    def any_regex(self, depth: int) -> str | None:
+        key = ("any", depth)
+        if key not in self.regex_cache:
+            self.regex_cache[key] = (None, AnyValue(depth).regex(self))
+        return self.regex_cache[key][1]
+
+    def sep(self, token: str) -> str:
+        return f"{self.ws}{escape_literal(token)}{self.ws}"
+
+
+class Node:
+    """Base of IR nodes (compared by identity)."""
+
+    json_types: frozenset[str] = frozenset()
+
+    def regex(self, ctx: EmitContext) -> str | None:
+        raise NotImplementedError
+
+    def write(self, value: object, ctx: EmitContext) -> str:
+        return write_generic(value)
+
+
+def json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "integer" if value.is_integer() else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def write_generic(value: object) -> str:
+    """Canonical text of any JSON value, objects in their own key order."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return canonical_number(value)
+    if isinstance(value, str):
+        return encode_string(value)
+    if isinstance(value, list):
+        return "[" + ",".join(write_generic(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(encode_string(k) + ":" + write_generic(v) for k, v in value.items()) + "}"
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def json_equal(a: object, b: object, *, strict_numbers: bool = False) -> bool:
+    """JSON Schema equality: 1 == 1.0 (unless `strict_numbers`: an int is never equal to a
+    float, as draft-04 types tell them apart), true != 1; objects ignore key order."""
+    ta, tb = json_type(a), json_type(b)
+    if {ta, tb} <= {"integer", "number"}:
+        return a == b and (not strict_numbers or isinstance(a, float) == isinstance(b, float))
+    if ta != tb:
+        return False
+    if ta == "array":
+        return len(a) == len(b) and all(json_equal(x, y, strict_numbers=strict_numbers) for x, y in zip(a, b))
+    if ta == "object":
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k], strict_numbers=strict_numbers) for k in a)
+    return a == b
+
+
+@dataclass(eq=False)
+class Never(Node):
+    """No value. `cutoff`: produced by the recursion bound, not by the schema."""
+
+    cutoff: bool = False
+
+    def regex(self, ctx: EmitContext) -> str | None:
+        return None
+
+
+@dataclass(eq=False)
+class AnyValue(Node):
+    """Any JSON value with containers nested at most `depth` deep."""
+
+    depth: int
+    json_types = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
+
+    def regex(self, ctx: EmitContext) -> str | None:
+        scalars = "null|true|false|" + ANY_STRING + "|" + NUMBER
+        if self.depth <= 0:
+            return f"(?:{scalars})"
+        inner = ctx.any_regex(self.depth - 1)
+        items = f"(?:{inner}(?:{ctx.sep(',')}{inner})*)?"
+        member = ANY_STRING + ctx.sep(":") + inner
+        members = f"(?:{member}(?:{ctx.sep(',')}{member})*)?"
+        array = rf"\[{ctx.ws}{items}{ctx.ws}\]"
+        obj = rf"\{{{ctx.ws}{members}{ctx.ws}\}}"
+        return f"(?:{scalars}|{array}|{obj})"
+
+
+@dataclass(eq=False)
+class Const(Node):
+    """A finite set of values; `texts` are their canonical writings (parallel lists).
+    `all_values`: every candidate the schema named, also those the grammar dropped."""
+
+    values: list
+    texts: list[str]
+    all_values: list = field(default_factory=list)
+    float_is_integer: bool = True  # False (draft-04): 2.0 and 2 are written apart
+
+    @property
+    def json_types(self) -> frozenset[str]:  # type: ignore[override]
+        return frozenset(json_type(v) for v in self.values) | (
+            {"number"} if any(json_type(v) == "integer" for v in self.values) else set()
+        )
+
+    def regex(self, ctx: EmitContext) -> str | None:
+        return alt(literal_regex(json.loads(t), ctx) for t in self.texts)
+
+    def write(self, value: object, ctx: EmitContext) -> str:
+        for member, text in zip(self.values, self.texts):
+            if json_equal(member, value, strict_numbers=not self.float_is_integer):
+                return text
+        return write_generic(value)
+
+
+def literal_regex(value: object, ctx: EmitContext) -> str:
+    """Regex for one value as written (key order kept), whitespace per policy."""
+    if isinstance(value, list):
+        inner = ctx.sep(",").join(literal_regex(v, ctx) for v in value)
+        return rf"\[{ctx.ws}{inner}{ctx.ws}\]"
+    if isinstance(value, dict):
+        members = ctx.sep(",").join(
+            literal_string_regex(k) + ctx.sep(":") + literal_regex(v, ctx) for k, v in value.items()
+        )
+        return rf"\{{{ctx.ws}{members}{ctx.ws}\}}"
+    return escape_literal(write_generic(value))
+
+
+@dataclass(eq=False)
+class Union(Node):
+    options: list[Node]
+
+    @property
+    def json_types(self) -> frozenset[str]:  # type: ignore[override]
+        return frozenset().union(*(o.json_types for o in self.options))
+
+    def regex(self, ctx: EmitContext) -> str | None:
+        groups: dict[tuple, list[Object]] = {}
+        options: list[str | None] = []
+        for option in self.options:
+            if isinstance(option, Object):
+                key = (id(option.additional), tuple(option.excluded_names), option.extra_key)
+                if key not in groups:
+                    groups[key] = []
+                    options.append(key)  # placeholder, keeps the order
+                groups[key].append(option)
+            else:
+                options.append(ctx.regex(option))
+        return alt(objects_regex(groups[o], ctx) if isinstance(o, tuple) else o for o in options)
+
+    def write(self, value: object, ctx: EmitContext) -> str:
+        kind = json_type(value)
+        candidates = [o for o in self.options if kind in o.json_types]
+        for option in candidates:
+            text = option.write(value, ctx)
+            if len(candidates) == 1 or ctx.accepts(option, text):
+                return text
+        return (candidates or self.options or [Never()])[0].write(value, ctx)
+
+
+@dataclass(eq=False)
+class Null(Node):
+    json_types = frozenset({"null"})
+
+    def regex(self, ctx: EmitContext) -> str | None:
+        return "null"
+
+
+@dataclass(eq=False)
+class Boolean(Node):
+    json_types = frozenset({"boolean"})
+
+    def regex(self, ctx: EmitContext) -> str | None:
+        return "(?:true|false)"
+
+
+@dataclass(eq=False)
+class Number(Node):
+    """A JSON number (integers included) matching `pattern`."""
+
+    pattern: str | None = NUMBER
+    lo: Bound | None = None  # the schema's bounds (the pattern may be narrower)
+    hi: Bound | None = None
+    json_types = frozenset({"integer", "number"})
+
+    def regex(self, ctx: EmitContext) -> str | None:
+        return self.pattern
+
+
+@dataclass(eq=False)
+class Integer(Number):
+    pattern: str | None = INTEGER
+    float_is_integer: bool = True  # 2.0 is an integer (draft-06 on), written "2"
+    json_types = frozenset({"integer"})
+
+    def write(self, value: object, ctx: EmitContext) -> str:
+        if self.float_is_integer and isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        return write_generic(value)
+
+
+@dataclass(eq=False)
+class String(Node):
+    """A JSON string whose contents (between the quotes) match `body`."""
+
+    body: str
+    unconstrained: bool = False  # True: any string within min_len..max_len
+    min_len: int = 0
+    max_len: int | None = None
+    json_types = frozenset({"string"})
+
+    def regex(self, ctx: EmitContext) -> str | None:
+        return f'"{self.body}"'
+
+
+@dataclass(eq=False)
+class Array(Node):
+    """`prefix[i]` for the first items, then `items` (None: no more items)."""
+
+    prefix: list[Node]
+    items: Node | None
+    min_items: int = 0
+    max_items: int | None = None
+    json_types = frozenset({"array"})
+
+    def regex(self, ctx: EmitContext) -> str | None:
+        elements = [ctx.regex(p) for p in self.prefix]
+        rest = ctx.regex(self.items) if self.items is not None else None
+        body = sequence_regex(elements, rest, self.min_items, self.max_items, ctx.sep(","))
+        return None if body is None else rf"\[{ctx.ws}{body}{ctx.ws}\]"
+
+    def node_at(self, index: int) -> Node | None:
+        return self.prefix[index] if index < len(self.prefix) else self.items
+
+    def write(self, value: object, ctx: EmitContext) -> str:
+        if not isinstance(value, list):
+            return write_generic(value)
+        parts = []
+        for i, item in enumerate(value):
+            node = self.node_at(i)
+            parts.append(node.write(item, ctx) if node is not None else write_generic(item))
+        return "[" + ",".join(parts) + "]"
+
+
+@dataclass(eq=False)
+class Property:
+    name: str
+    node: Node
+    required: bool
+
+
+@dataclass(eq=False)
+class Object(Node):
+    """Listed properties in order, then extra properties (None: not allowed) whose names
+    differ from every name in `excluded_names`."""
+
+    properties: list[Property]
+    additional: Node | None
+    excluded_names: list[str]
+    nonempty: bool = False  # at least one property
+    closed: bool = False  # the schema forbids extra properties (not just this grammar)
+    extra_key: str | None = None  # regex of extra names (contents); None: any unlisted name
+    json_types = frozenset({"object"})
+
+    def regex(self, ctx: EmitContext) -> str | None:
+        return objects_regex([self], ctx)
+
+    def listed_members(self, ctx: EmitContext) -> list[tuple[str, bool]] | None:
+        """(regex of `"name":value`, required) per property; None if a required one is
+        impossible."""
+        members = []
+        for prop in self.properties:
+            value = ctx.regex(prop.node)
+            if value is None:
+                if prop.required:
+                    return None
+                continue
+            members.append((literal_string_regex(prop.name) + ctx.sep(":") + value, prop.required))
+        return members
+
+    def extra_member(self, ctx: EmitContext) -> str | None:
+        if self.additional is None:
+            return None
+        value = ctx.regex(self.additional)
+        if value is None:
+            return None
+        names = string_not_in_regex(self.excluded_names) if self.extra_key is None else self.extra_key
+        key = '"' + names + '"'
+        return key + ctx.sep(":") + value
+
+    def write(self, value: object, ctx: EmitContext) -> str:
+        if not isinstance(value, dict):
+            return write_generic(value)
+        parts = []
+        listed = {p.name for p in self.properties}
+        for prop in self.properties:
+            if prop.name in value:
+                parts.append(encode_string(prop.name) + ":" + prop.node.write(value[prop.name], ctx))
+        for key, item in value.items():  # every other key, so that nothing is ever dropped
+            if key not in listed:
+                extra = self.additional is not None and key not in self.excluded_names
+                text = self.additional.write(item, ctx) if extra else write_generic(item)
+                parts.append(encode_string(key) + ":" + text)
+        return "{" + ",".join(parts) + "}"
+
+
+def objects_regex(objects: list[Object], ctx: EmitContext) -> str | None:
+    """The union of objects that share their extra-property rule, with that rule's regex
+    written once (variants of one object differ only in their listed properties)."""
+    shapes = []
+    for obj in objects:
+        members = obj.listed_members(ctx)
+        if members is not None:
+            shapes.append(ObjectShape(members, obj.nonempty))
+    extra = objects[0].extra_member(ctx)
+    body = object_body(shapes, extra, ctx.sep(","))
+    return None if body is None else rf"\{{{ctx.ws}{body}{ctx.ws}\}}"

@@ -1,0 +1,218 @@
+"""Lowering object schemas: properties, extra properties, pattern properties and
+constraints on which properties are present.
+
+* Extra properties: `additionalProperties` (absent: any value, or none under `strict`).
+* patternProperties: when every pattern matches every name (its schema then binds every
+  property), or with `additionalProperties: false` and one pattern schema (extra names
+  must match a pattern; no listed name may). Listed properties whose name a pattern
+  matches, under our reading or Python's, also get the pattern's schema.
+* propertyNames: when no extra properties are allowed (listed names are checked).
+* minProperties with extra properties allowed: up to the number of required properties,
+  or 1. maxProperties only without extra properties.
+* Presence constraints (dependentRequired, `not: {required}`, oneOf over required sets,
+  min/maxProperties without extras) by enumerating which of the involved optional
+  properties are present: one Object variant per allowed combination.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from .errors import GrammarError
+from .json_schema_ir import Never, Node, Object, Property, Union
+from .json_schema_pattern import PatternError, pattern_regex
+from .json_schema_strings import encode_string, json_char_regex
+from .regex_builders import CharSet, alt
+
+if TYPE_CHECKING:
+    from .json_schema_build import SchemaBuilder
+
+MAX_ENUMERATED_NAMES = 12
+MAX_VARIANTS = 256
+
+
+def non_negative_int(s: dict, key: str, pointer: str, default: int | None) -> int | None:
+    value = s.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+        raise GrammarError(keyword=key, pointer=pointer, detail=f"expected a non-negative integer, got {value!r}")
+    return int(value)
+
+
+def escape_pointer(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def lower_object(builder: SchemaBuilder, s: dict, pointer: str, base: str) -> Node:
+    listed = s.get("properties", {})
+    required = s.get("required", [])
+    if not isinstance(listed, dict) or not isinstance(required, list):
+        raise GrammarError(keyword="properties" if not isinstance(listed, dict) else "required", pointer=pointer, detail="malformed")
+    patterns = PatternProperties(builder, s, pointer, base)
+    additional = patterns.additional if patterns else _additional(builder, s, pointer, base)
+    constraints = presence_constraints(s, additional is None, pointer)
+    mentioned = [n for _, names, _ in constraints for n in names]
+    names = list(dict.fromkeys([*listed, *required, *mentioned]))
+    properties = []
+    for name in names:
+        parts = [(listed[name], f"{pointer}/properties/{escape_pointer(name)}")] if name in listed else []
+        parts += patterns.schemas_for(name) if patterns else []
+        if parts:
+            node = builder.build_merged(parts, base, parts[0][1])
+        elif patterns or (additional is None and (name not in required or "additionalProperties" in s)):
+            continue  # cannot appear (strict mode still lets a required name in)
+        else:
+            node = additional or builder.any_value()
+        properties.append(Property(name, node, name in required))
+    if patterns:
+        patterns.check_names(names)
+    properties = _property_names(builder, s, properties, additional, pointer, base)
+    if properties is None or any(name not in {p.name for p in properties} for name in required):
+        return Never()
+    nonempty = _min_max_properties(s, properties, additional, pointer)
+    closed = s.get("additionalProperties", True) is False and not patterns
+    obj = Object(properties, additional, names, nonempty, closed, patterns.extra_key if patterns else None)
+    return enumerate_presence(obj, constraints, pointer) if constraints else obj
+
+
+def _additional(builder: SchemaBuilder, s: dict, pointer: str, base: str) -> Node | None:
+    if "additionalProperties" not in s:
+        return None if builder.strict else builder.any_value()
+    schema = s["additionalProperties"]
+    if schema is False:
+        return None
+    if schema is True or schema == {}:
+        return builder.any_value()
+    return builder.build(schema, f"{pointer}/additionalProperties", base)
+
+
+class PatternProperties:
+    """The supported shapes of `patternProperties` (see the module docstring)."""
+
+    def __init__(self, builder: SchemaBuilder, s: dict, pointer: str, base: str) -> None:
+        self.items = list((s.get("patternProperties") or {}).items())
+        self.pointer = f"{pointer}/patternProperties"
+        self.additional: Node | None = None
+        self.extra_key: str | None = None
+        if not self.items:
+            return
+        self.key_regexes, self.python = [], []
+        for source, _ in self.items:
+            try:
+                self.key_regexes.append(pattern_regex(source))
+                self.python.append(re.compile(source))
+            except (PatternError, re.error) as exc:
+                raise GrammarError(keyword="patternProperties", pointer=pointer, detail=str(exc)) from None
+        universal = json_char_regex(CharSet.universe()) + "*"
+        everything = all(r == universal for r in self.key_regexes)
+        schemas = [(schema, f"{self.pointer}/{escape_pointer(k)}") for k, schema in self.items]
+        if everything:  # every name matches: additionalProperties never applies
+            self.additional = builder.build_merged(schemas, base, self.pointer)
+        elif s.get("additionalProperties", True) is False and all(sc == self.items[0][1] for _, sc in self.items):
+            self.additional = builder.build_merged(schemas[:1], base, self.pointer)
+            self.extra_key = alt(self.key_regexes)
+        else:
+            raise GrammarError(keyword="patternProperties", pointer=pointer, detail="names that no pattern matches")
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def matches(self, index: int, name: str) -> tuple[bool, bool]:
+        """(our reading of pattern `index` matches `name`, Python's `re.search` does)."""
+        ours = re.fullmatch(self.key_regexes[index], encode_string(name)[1:-1]) is not None
+        return ours, self.python[index].search(name) is not None
+
+    def schemas_for(self, name: str) -> list[tuple[object, str]]:
+        """Pattern schemas that also bind the listed property `name`."""
+        return [
+            (schema, f"{self.pointer}/{escape_pointer(source)}")
+            for i, (source, schema) in enumerate(self.items)
+            if any(self.matches(i, name))
+        ]
+
+    def check_names(self, names: list[str]) -> None:
+        """Extra names come from the patterns' languages: no listed name may be in one."""
+        if self.extra_key is not None and any(self.matches(i, n)[0] for n in names for i in range(len(self.items))):
+            raise GrammarError(keyword="patternProperties", pointer=self.pointer, detail="a listed name matches a pattern")
+
+
+def _property_names(builder: SchemaBuilder, s: dict, properties: list, additional: Node | None, pointer: str, base: str) -> list | None:
+    """Listed properties allowed by propertyNames (None: a required one is not)."""
+    schema = s.get("propertyNames", True)
+    if schema is True or schema == {}:
+        return properties
+    if additional is not None:
+        raise GrammarError(keyword="propertyNames", pointer=pointer, detail="with additional properties allowed")
+    node = builder.build(schema, f"{pointer}/propertyNames", base)
+    kept = []
+    for prop in properties:
+        if builder.ctx.accepts(node, encode_string(prop.name)):
+            kept.append(prop)
+        elif prop.required:
+            return None
+    return kept
+
+
+def _min_max_properties(s: dict, properties: list, additional: Node | None, pointer: str) -> bool:
+    """Whether the object must be nonempty; refuses counts it cannot express."""
+    if additional is None:
+        return False  # counted exactly by presence_constraints
+    num_required = sum(p.required for p in properties)
+    low = non_negative_int(s, "minProperties", pointer, 0)
+    if "maxProperties" in s:
+        raise GrammarError(keyword="maxProperties", pointer=pointer, detail="with additional properties allowed")
+    if low > max(num_required, 1):
+        raise GrammarError(keyword="minProperties", pointer=pointer, detail="with additional properties allowed")
+    return low == 1 and num_required == 0
+
+
+# Presence constraints: (keyword, names involved, predicate on the set of present names).
+
+
+def presence_constraints(s: dict, closed: bool, pointer: str) -> list[tuple[str, list[str], object]]:
+    constraints = []
+    for name, deps in s.get("dependentRequired", {}).items():
+        if not isinstance(deps, list):
+            raise GrammarError(keyword="dependentRequired", pointer=pointer, detail="malformed")
+        constraints.append(("dependentRequired", [name, *deps], lambda p, n=name, d=frozenset(deps): n not in p or d <= p))
+    for keyword, names in s.get("_not_all", []):
+        constraints.append((keyword, list(names), lambda p, ns=frozenset(names): not ns <= p))
+    if closed and ("minProperties" in s or "maxProperties" in s):
+        low = non_negative_int(s, "minProperties", pointer, 0)
+        high = non_negative_int(s, "maxProperties", pointer, None)
+        names = list(s.get("properties", {}))
+        constraints.append(("minProperties" if "minProperties" in s else "maxProperties", names,
+                            lambda p, lo=low, hi=high: lo <= len(p) and (hi is None or len(p) <= hi)))
+    return constraints
+
+
+def enumerate_presence(obj: Object, constraints: list, pointer: str) -> Node:
+    """`obj` restricted to the presence combinations every constraint allows."""
+    fixed = frozenset(p.name for p in obj.properties if p.required)
+    optional_names = [p.name for p in obj.properties if not p.required and not isinstance(p.node, Never)]
+    involved = {n for _, names, _ in constraints for n in names}
+    free = [n for n in optional_names if n in involved]
+    if len(free) > MAX_ENUMERATED_NAMES:
+        raise GrammarError(keyword=constraints[0][0], pointer=pointer, detail="too many properties involved")
+    variants = []
+    for mask in range(1 << len(free)):
+        present = frozenset(n for i, n in enumerate(free) if mask >> i & 1)
+        if all(predicate(fixed | present) for _, _, predicate in constraints):
+            variants.append(present)
+    if len(variants) == 1 << len(free):
+        return obj
+    if len(variants) > MAX_VARIANTS:
+        raise GrammarError(keyword=constraints[0][0], pointer=pointer, detail="too many property combinations")
+    options = [_variant(obj, set(free), present) for present in variants]
+    return Union(options) if len(options) > 1 else options[0] if options else Never()
+
+
+def _variant(obj: Object, free: set[str], present: frozenset[str]) -> Object:
+    properties = [
+        Property(p.name, p.node, p.required or p.name in present)
+        for p in obj.properties
+        if p.name not in free or p.name in present
+    ]
+    return Object(properties, obj.additional, obj.excluded_names, obj.nonempty, obj.closed, obj.extra_key)

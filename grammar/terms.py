@@ -1,0 +1,296 @@
+"""Regular expressions over bytes as hash-consed terms, with Brzozowski derivatives.
+
+A term is an int id into a ``TermStore``. Constructors normalize as they build (``∅`` absorbs
+concatenation, ``ε`` is its unit, alternation is flattened, deduplicated, sorted and merges its
+byte sets), so equal ids mean equal terms and the derivatives of a term are finitely many.
+A DFA state *is* a term: the language still to be matched. Every term other than ``EMPTY``
+denotes a non-empty language (there is no intersection or complement), so ``EMPTY`` is the
+one dead state.
+
+Bounded repetition ``r{lo,hi}`` is a single term with counters: its derivative is
+``d(r) · r{lo-1,hi-1}``. Nothing is unrolled, so ``[^"]{0,32767}`` costs one term per
+counter value actually reached, built on demand.
+
+``clip(t)`` caps every counter at ``clip_bound``. Two terms that differ only in counters at or
+above the bound accept the same prefixes of length ``< clip_bound`` (each iteration consumes
+at least one byte once a nullable body has ``lo = 0``), so with ``clip_bound`` = longest token
++ 1 they have the same token mask: the mask cache is keyed by the clipped term.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from .errors import GrammarError
+
+EMPTY, EPS = 0, 1
+K_EMPTY, K_EPS, K_SET, K_CAT, K_ALT, K_REP = range(6)
+
+
+class CompileTimeout(GrammarError):
+    """The compilation's wall-clock budget ran out."""
+
+
+class Budget:
+    """Limits of one compilation: a wall-clock deadline (optional) and a term count.
+
+    ``check()`` raises ``GrammarError``; loops that can run long call it.
+    """
+
+    def __init__(self, *, timeout_s: float | None = None, max_terms: int = 2_000_000) -> None:
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.timeout_s = timeout_s
+        self.max_terms = max_terms
+
+    def check(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise CompileTimeout(
+                f"grammar: compilation timed out after {self.timeout_s:g} s", source="grammar"
+            )
+
+    def clear_deadline(self) -> None:
+        """Compilation is over: lazy expansion at decode time is limited by size only."""
+        self.deadline = None
+
+
+def _run_score(run: tuple[int, int]) -> int:
+    """How many tokens a safe run is likely to cover: its bytes times (capped) length."""
+    return run[0].bit_count() * min(run[1], 16)
+
+
+class TermStore:
+    """All terms of one grammar. Not thread-safe: the owner serializes access."""
+
+    def __init__(self, *, clip_bound: int, budget: Budget | None = None) -> None:
+        self.kinds: list[int] = [K_EMPTY, K_EPS]
+        self.args: list = [None, None]
+        self.nullable: list[bool] = [False, True]
+        self._big: list[bool] = [False, False]  # holds a counter >= clip_bound
+        self._ids: dict[tuple, int] = {}
+        self._derivs: dict[int, int] = {}
+        self._clips: dict[tuple[int, int], int] = {}
+        self._runs: dict[int, tuple[int, int]] = {}
+        self._firsts: dict[int, int] = {}
+        self.clip_bound = clip_bound
+        self.budget = budget or Budget()
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    # ------------------------------------------------------------------ constructors
+
+    def _make(self, kind: int, args: object, nullable: bool, big: bool) -> int:
+        key = (kind, args)
+        term = self._ids.get(key)
+        if term is None:
+            term = len(self.kinds)
+            if term & 1023 == 0:
+                if term >= self.budget.max_terms:
+                    raise GrammarError(
+                        f"grammar: too large (more than {self.budget.max_terms} terms)"
+                    )
+                self.budget.check()
+            self._ids[key] = term
+            self.kinds.append(kind)
+            self.args.append(args)
+            self.nullable.append(nullable)
+            self._big.append(big)
+        return term
+
+    def byteset(self, mask: int) -> int:
+        """The bytes whose bits are set in ``mask`` (bit b = byte b)."""
+        return self._make(K_SET, mask, False, False) if mask else EMPTY
+
+    def literal(self, data: bytes) -> int:
+        return self.seq([self.byteset(1 << b) for b in data])
+
+    def cat(self, a: int, b: int) -> int:
+        if a == EMPTY or b == EMPTY:
+            return EMPTY
+        if a == EPS:
+            return b
+        if b == EPS:
+            return a
+        n = self.nullable
+        return self._make(K_CAT, (a, b), n[a] and n[b], self._big[a] or self._big[b])
+
+    def seq(self, items: list[int]) -> int:
+        """Concatenation of ``items``, nested to the right."""
+        term = EPS
+        for item in reversed(items):
+            term = self.cat(item, term)
+        return term
+
+    def alt(self, items: Iterable[int]) -> int:
+        items = [t for t in items if t != EMPTY]
+        if len(items) <= 1:
+            return items[0] if items else EMPTY
+        members: set[int] = set()
+        setmask = 0
+        kinds, args = self.kinds, self.args
+        for t in items:
+            kind = kinds[t]
+            if kind == K_ALT:
+                for u in args[t]:
+                    if kinds[u] == K_SET:
+                        setmask |= args[u]
+                    else:
+                        members.add(u)
+            elif kind == K_SET:
+                setmask |= args[t]
+            elif t != EMPTY:
+                members.add(t)
+        if setmask:
+            members.add(self.byteset(setmask))
+        if len(members) <= 1:
+            return members.pop() if members else EMPTY
+        ordered = tuple(sorted(members))
+        term = self._ids.get((K_ALT, ordered))
+        if term is not None:
+            return term
+        nullable, big = self.nullable, self._big
+        return self._make(
+            K_ALT, ordered, any([nullable[u] for u in ordered]), any([big[u] for u in ordered])
+        )
+
+    def rep(self, r: int, lo: int, hi: int | None) -> int:
+        """``r{lo,hi}``; ``hi=None`` is unbounded."""
+        if hi == 0 or r == EPS:
+            return EPS
+        if r == EMPTY:
+            return EPS if lo == 0 else EMPTY
+        if self.nullable[r]:
+            lo = 0  # extra iterations may match the empty string
+        if lo == 1 and hi == 1:
+            return r
+        bound = self.clip_bound
+        big = lo > bound or (hi is not None and hi > bound) or self._big[r]
+        return self._make(K_REP, (r, lo, hi), lo == 0, big)
+
+    # ------------------------------------------------------------------ operations
+
+    def deriv(self, t: int, byte: int) -> int:
+        """The term matching ``s`` exactly when ``t`` matches ``byte + s`` (memoized)."""
+        key = t * 256 + byte
+        d = self._derivs.get(key)
+        if d is None:
+            first = self._firsts.get(t)
+            if first is None:
+                first = self.first_bytes(t)
+            d = self._derive(t, byte) if (first >> byte) & 1 else EMPTY
+            self._derivs[key] = d
+        return d
+
+    def _derive(self, t: int, byte: int) -> int:
+        kind, args = self.kinds[t], self.args[t]
+        if kind == K_SET:
+            return EPS if (args >> byte) & 1 else EMPTY
+        if kind == K_CAT:
+            head, tail = args
+            d = self.cat(self.deriv(head, byte), tail)
+            if self.nullable[head]:
+                rest = self.deriv(tail, byte)
+                if rest != EMPTY:
+                    d = self.alt((d, rest)) if d != EMPTY else rest
+            return d
+        if kind == K_ALT:  # members' first bytes are known: first_bytes(t) computed them
+            firsts = self._firsts
+            return self.alt([self.deriv(u, byte) for u in args if (firsts[u] >> byte) & 1])
+        if kind == K_REP:
+            r, lo, hi = args
+            rest = self.rep(r, max(lo - 1, 0), None if hi is None else hi - 1)
+            return self.cat(self.deriv(r, byte), rest)
+        return EMPTY
+
+    def clip(self, t: int, bound: int | None = None) -> int:
+        """``t`` with every counter capped at ``bound`` (default and minimum ``clip_bound``):
+        the same token mask (see module doc)."""
+        if not self._big[t]:
+            return t
+        bound = self.clip_bound if bound is None else max(bound, self.clip_bound)
+        key = (t, bound)
+        c = self._clips.get(key)
+        if c is None:
+            c = self._clip(t, bound)
+            self._clips[key] = c
+        return c
+
+    def _clip(self, t: int, bound: int) -> int:
+        kind, args = self.kinds[t], self.args[t]
+        if kind == K_CAT:
+            return self.cat(self.clip(args[0], bound), self.clip(args[1], bound))
+        if kind == K_ALT:
+            return self.alt([self.clip(u, bound) for u in args])
+        r, lo, hi = args
+        return self.rep(self.clip(r, bound), min(lo, bound), None if hi is None else min(hi, bound))
+
+    def first_bytes(self, t: int) -> int:
+        """Mask of the bytes b with ``deriv(t, b) != EMPTY`` (without computing derivatives)."""
+        first = self._firsts.get(t)
+        if first is None:
+            kind, args = self.kinds[t], self.args[t]
+            if kind == K_SET:
+                first = args
+            elif kind == K_CAT:
+                first = self.first_bytes(args[0])
+                if self.nullable[args[0]]:
+                    first |= self.first_bytes(args[1])
+            elif kind == K_ALT:
+                first = 0
+                for u in args:
+                    first |= self.first_bytes(u)
+            elif kind == K_REP:
+                first = self.first_bytes(args[0])
+            else:
+                first = 0
+            self._firsts[t] = first
+        return first
+
+    def safe_run(self, t: int) -> tuple[int, int]:
+        """(byte mask B, length n) such that every string over B of length <= n is a prefix
+        of some match of ``t``: tokens inside that run are allowed without walking them.
+        Sound, not complete: ``(0, 0)`` when no useful run is found."""
+        run = self._runs.get(t)
+        if run is None:
+            run = self._safe_run(t)
+            self._runs[t] = run
+        return run
+
+    def _safe_run(self, t: int) -> tuple[int, int]:
+        kind, args = self.kinds[t], self.args[t]
+        if kind == K_SET:
+            return (args, 1)
+        if kind == K_CAT:
+            head, tail = args
+            runs = [self.safe_run(head)]
+            single = self._single_bytes(head)
+            if single.bit_count() >= 8:  # a class byte matching all of the head, then the tail
+                tail_bytes, tail_len = self.safe_run(tail)
+                if tail_bytes & single:
+                    runs.append((tail_bytes & single, 1 + tail_len))
+            if self.nullable[head]:  # a prefix of the tail is a prefix of the whole
+                runs.append(self.safe_run(tail))
+            return max(runs, key=_run_score)
+        if kind == K_ALT:
+            return max((self.safe_run(u) for u in args), key=_run_score)
+        if kind == K_REP:  # within the first iteration, or one byte per iteration
+            r, _, hi = args
+            unbounded = 1 << 62
+            single = self._single_bytes(r)
+            runs = [self.safe_run(r), (single, unbounded if hi is None else hi)]
+            return max(runs, key=_run_score)
+        return (0, 0)
+
+    def _single_bytes(self, t: int) -> int:
+        """Bytes b such that ``t`` matches the one-byte string b."""
+        kind, args = self.kinds[t], self.args[t]
+        if kind == K_SET:
+            return args
+        if kind == K_ALT:
+            return next((self.args[u] for u in args if self.kinds[u] == K_SET), 0)
+        return 0
+
+    def byte_sets(self) -> set[int]:
+        """Every byte-set mask in the store (to split bytes into equivalence classes)."""
+        return {a for k, a in zip(self.kinds, self.args) if k == K_SET}

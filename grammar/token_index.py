@@ -1,0 +1,224 @@
+"""Token masks of DFA states: which vocabulary tokens may be appended from a state.
+
+A state's mask is computed once and cached as a packed int32 row:
+
+1. Candidates: tokens whose first byte is live from the state (narrow JSON states —
+   inside a key, after ``:`` — keep a few dozen of 49k tokens).
+2. Safe run: for states like "inside a string" (``[^"\\\\]*``), every token made only of the
+   run's bytes is allowed outright (one vectorized subset test, see ``TermStore.safe_run``).
+3. Walk: the remaining candidates go through the lazy DFA — a plain loop for a few hundred
+   tokens, else all together in numpy, one byte position per step, longest tokens first so
+   the unfinished ones are a prefix; transitions not yet known are computed on the way.
+
+The cache key is the *clipped* state (counters capped at the longest token + 1, see
+``terms.py``), so ``[^"]{0,32767}`` needs one mask, not 32,768. EOS bits depend on the real
+state (accepting or not). ``precompute`` fills the cache breadth-first from the start state
+within a time budget, at compile time, so decoding mostly finds masks ready.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+
+import numpy as np
+
+from .automaton import DEAD, UNKNOWN, LazyDFA
+from .terms import CompileTimeout
+from .token_table import TokenTable
+from .vocabulary import Vocabulary
+
+_SCALAR_MAX = 256  # candidates up to this many walk in a Python loop, more in numpy
+_FEW_FIRST_BYTES = 32  # states with at most this many live first bytes prune by two bytes
+_SCALAR_TAIL = 48  # the numpy walk hands its last few tokens to the plain loop
+
+
+class MaskIndex:
+    """Lazily computed, cached token masks of one grammar's states.
+
+    ``mask(state)`` returns a shared int32 row [num_words]: callers copy it, never mutate.
+    At most ``max_masks`` rows are kept (oldest evicted first; evicted rows are recomputed
+    on demand).
+    """
+
+    def __init__(self, dfa: LazyDFA, vocab: Vocabulary, *, max_masks: int = 2048) -> None:
+        self.dfa = dfa
+        self.vocab = vocab
+        self.table = TokenTable.of(vocab)
+        self.max_masks = max_masks
+        self._rows: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()  # key -> (row, count)
+        self._masks: OrderedDict[tuple[int, bool], np.ndarray] = OrderedDict()
+        self._eos_only: np.ndarray | None = None
+
+    def mask(self, state: int) -> np.ndarray:
+        """Packed row of ``state``: int32 [num_words], EOS set iff accepting. Shared: read only."""
+        dfa = self.dfa
+        key = (dfa.mask_key(state), dfa.accepting[state])
+        mask = self._masks.get(key)
+        if mask is None:
+            with dfa.lock:
+                row, _ = self._row(state)
+                mask = self.table.with_eos(row) if key[1] else row
+                mask.flags.writeable = False
+                self._masks[key] = mask
+                if len(self._masks) > self.max_masks:
+                    self._masks.popitem(last=False)
+        return mask
+
+    def eos_only(self) -> np.ndarray:
+        """The row allowing EOS alone (after termination)."""
+        if self._eos_only is None:
+            self._eos_only = self.table.with_eos(np.zeros(self.table.num_words, dtype=np.int32))
+        return self._eos_only
+
+    def num_allowed(self, state: int) -> int:
+        """Number of non-EOS tokens allowed from ``state``."""
+        with self.dfa.lock:
+            return self._row(state)[1]
+
+    def precompute(self, budget_s: float, max_rows: int | None = None) -> int:
+        """Compute masks breadth-first from the start state for up to ``budget_s`` seconds.
+
+        Explores states clipped at twice the mask bound, so a counter's successors share
+        the mask of their source instead of unrolling. Returns the number of rows built.
+        Running out of compile time stops it; exceeding the state limit raises
+        ``GrammarError`` (the grammar would fail while decoding anyway).
+        """
+        dfa, deadline = self.dfa, time.monotonic() + budget_s
+        limit = min(max_rows or self.max_masks, self.max_masks)
+        bound = 2 * dfa.store.clip_bound
+        queue, seen, built = deque([dfa.start]), {dfa.mask_key(dfa.start)}, 0
+        with dfa.lock:
+            while queue and built < limit and time.monotonic() < deadline:
+                state = queue.popleft()
+                try:
+                    successors = self._compute(dfa.clipped(state, bound))
+                    self.mask(state)
+                except CompileTimeout:  # out of compile time: the rest stays lazy
+                    break
+                built += 1
+                for nxt in successors:
+                    key = dfa.mask_key(nxt)
+                    if key not in seen:
+                        seen.add(key)
+                        queue.append(nxt)
+        return built
+
+    # ------------------------------------------------------------------ computing rows
+
+    def _row(self, state: int) -> tuple[np.ndarray, int]:
+        entry = self._rows.get(self.dfa.mask_key(state))
+        if entry is None:
+            self._compute(self.dfa.mask_key(state))
+            entry = self._rows[self.dfa.mask_key(state)]
+        return entry
+
+    def _compute(self, state: int) -> set[int]:
+        """Build and cache the row of ``state``; return the states its tokens lead to."""
+        ids, safe, successors = self._allowed(state)
+        count = ids.size + (int(np.count_nonzero(safe)) if safe is not None else 0)
+        self._rows[self.dfa.mask_key(state)] = (self.table.pack(ids, safe), count)
+        if len(self._rows) > self.max_masks:
+            self._rows.popitem(last=False)
+        return successors
+
+    def _allowed(self, state: int) -> tuple[np.ndarray, np.ndarray | None, set[int]]:
+        """(allowed ids, bool [V] more allowed tokens or None, successor states)."""
+        dfa, table = self.dfa, self.table
+        first = dfa.live_byte_values(state)
+        first = first[table.group_sizes[first] > 0]
+        if first.size <= _FEW_FIRST_BYTES:
+            return self._narrow(state, first)
+        candidate = dfa.live_bytes(state)[table.first_byte]  # bool [V]; unusable ids never
+        safe = None
+        successors: set[int] = set()
+        run_bytes, run_len = dfa.store.safe_run(dfa.state_terms[state])
+        if run_bytes and run_len > 1:
+            walk = candidate & table.uses_bytes_outside(run_bytes)
+            if run_len < table.max_len:
+                walk |= candidate & (table.lengths > run_len)
+            safe = candidate & ~walk
+            successors.update(self._sample_successors(state, run_bytes))
+        else:
+            walk = candidate
+        ids = table.ids_by_len[walk[table.ids_by_len]]
+        ok, final = self._walk_vector(state, ids)
+        return ok, safe, successors | set(np.unique(final).tolist())
+
+    def _narrow(self, state: int, first: np.ndarray) -> tuple[np.ndarray, None, set[int]]:
+        """Few live first bytes: prune by the first two bytes, then walk the rest."""
+        dfa, table = self.dfa, self.table
+        if first.size == 0:
+            return np.zeros(0, dtype=np.int64), None, set()
+        afters = [dfa.next_state(state, dfa.class_list[b0]) for b0 in first.tolist()]
+        # pair keys b0*257 + b1 of every live (first, second) byte; b1 = 256: no second byte
+        seconds = [dfa.second_bytes(after) for after in afters]
+        keys = np.concatenate([b0 * 257 + sec for b0, sec in zip(first.tolist(), seconds)])
+        owners = np.repeat(np.array(afters, dtype=np.int64), [sec.size for sec in seconds])
+        sizes = table.pair_starts[keys + 1] - table.pair_starts[keys]
+        if int(sizes.sum()) > _SCALAR_MAX:
+            ok, final = self._walk_vector(state, table.longest_first(table.pair_ids(keys)))
+            return ok, None, set(np.unique(final).tolist())
+        ok: list[int] = []
+        successors: set[int] = set()
+        token_bytes, starts = self.vocab.token_bytes, table.pair_starts
+        nonempty = np.flatnonzero(sizes)
+        for key, after in zip(keys[nonempty].tolist(), owners[nonempty].tolist()):
+            second = key % 257
+            if second == 256:  # the one-byte token
+                s, skip = after, 1
+            else:  # step the second byte once for the whole group
+                s, skip = dfa.next_state(after, dfa.class_list[second]), 2
+            for token in table.ids_by_pair[starts[key] : starts[key + 1]].tolist():
+                end = dfa.walk(s, token_bytes[token][skip:])
+                if end != DEAD:
+                    ok.append(token)
+                    successors.add(end)
+        return np.array(ok, dtype=np.int64), None, successors
+
+    def _sample_successors(self, state: int, run_bytes: int) -> list[int]:
+        """States after a few one-byte tokens of the safe run: hints for ``precompute``
+        (the other safe tokens mostly lead to the same states)."""
+        token_bytes, starts, ids = self.vocab.token_bytes, self.table.pair_starts, self.table.ids_by_pair
+        picks = []
+        for byte in range(256):
+            if (run_bytes >> byte) & 1 and starts[byte * 257 + 257] > starts[byte * 257 + 256]:
+                picks.append(int(ids[starts[byte * 257 + 256]]))
+                if len(picks) == 2:
+                    break
+        return [self.dfa.walk(state, token_bytes[i]) for i in picks]
+
+    def _walk_vector(self, state: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(accepted ids, their final states) among ``ids`` (ordered longest first).
+
+        Step k moves every token longer than k by its byte k; once few tokens are left
+        the rest of their bytes are walked one token at a time (cheaper than numpy calls).
+        """
+        dfa, table = self.dfa, self.table
+        class_of, num_classes = dfa.class_of_byte, dfa.num_classes
+        neg_lengths = -table.lengths[ids]  # ascending
+        states = np.full(ids.size, state, dtype=np.int64)
+        for k in range(table.max_len):
+            active = int(np.searchsorted(neg_lengths, -k, side="left"))  # tokens longer than k
+            if active == 0:
+                break
+            if active <= _SCALAR_TAIL:
+                token_bytes = self.vocab.token_bytes
+                rest = zip(states[:active].tolist(), ids[:active].tolist())
+                states[:active] = [dfa.walk(s, token_bytes[i][k:]) for s, i in rest]
+                keep = states != DEAD
+                ids, states = ids[keep], states[keep]
+                break
+            classes = class_of[table.byte_cols[k][ids[:active]]]
+            flat = states[:active] * num_classes + classes
+            nxt = dfa.table.ravel()[flat]
+            if nxt.min() == UNKNOWN:
+                dfa.expand(flat[nxt == UNKNOWN])
+                nxt = dfa.table.ravel()[flat]
+            states[:active] = nxt
+            if np.count_nonzero(nxt) < active:  # drop dead tokens (order is kept)
+                keep = states != DEAD
+                ids, states, neg_lengths = ids[keep], states[keep], neg_lengths[keep]
+            if k & 7 == 7:
+                dfa.store.budget.check()
+        return ids, states

@@ -1,0 +1,59 @@
+"""Conformance on a fixed sample of MaskBench and JSON-Schema-Test-Suite schemas.
+
+Reads ../shared/data (relative to the repository root) when present. Every compiled
+schema must accept each valid instance's canonical text and reject each invalid one's.
+The full corpora run in benchmarks/grammar_coverage.py (report: docs/grammar_coverage.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from radixgen.grammar.conformance import Case, RegexChecker, check_case, load_corpora, sample
+from radixgen.grammar.json_schema import CompiledSchema
+
+DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+SAMPLE_SIZE = 25
+CORPORA = load_corpora(DATA_DIR) if DATA_DIR.is_dir() else {}
+SAMPLED = [(name, case) for name, cases in sorted(CORPORA.items()) for case in sample(cases, SAMPLE_SIZE, seed=1)]
+
+
+@pytest.mark.skipif(not CORPORA, reason=f"conformance corpora not found at {DATA_DIR}")
+@pytest.mark.parametrize(("corpus", "case"), SAMPLED, ids=[f"{n}:{c.case_id[:60]}" for n, c in SAMPLED])
+def test_sampled_schema_conforms(corpus: str, case: Case) -> None:
+    outcome = check_case(case, RegexChecker())
+    assert outcome.status != "crash", outcome.message
+    assert not outcome.false_positives, f"accepted invalid instances: {outcome.false_positives[:3]}"
+    assert not outcome.false_negatives, f"rejected valid instances: {outcome.false_negatives[:3]}"
+
+
+class _RecordingChecker:
+    """A stand-in for a token-level checker: accepts exactly what the regex does."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def prepare(self, compiled: CompiledSchema):
+        inner = RegexChecker().prepare(compiled)
+
+        def accepts(text: str) -> bool:
+            self.texts.append(text)
+            return inner(text)
+
+        return accepts
+
+
+def test_checker_is_pluggable() -> None:
+    schema = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}, "additionalProperties": False}
+    case = Case("inline", schema, [({"a": "x", "b": 1}, True, ""), ({"b": "no"}, False, ""), ({"c": 1}, False, "")])
+    checker = _RecordingChecker()
+    outcome = check_case(case, checker)
+    assert outcome.status == "pass"
+    assert checker.texts == ['{"b":1,"a":"x"}', '{"b":"no"}', '{"c":1}']
+
+
+def test_refusal_is_reported_not_failed() -> None:
+    case = Case("refused", {"type": "array", "uniqueItems": True}, [([1, 2], True, "")])
+    outcome = check_case(case, RegexChecker())
+    assert (outcome.status, outcome.refusal) == ("refused", "uniqueItems")

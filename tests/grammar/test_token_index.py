@@ -1,0 +1,108 @@
+"""Token masks against a brute-force walk of every token, on a synthetic vocabulary.
+
+The synthetic vocabulary (every byte + ~3,000 JSON-ish tokens) is big enough to send states
+down each path of ``MaskIndex``: the narrow two-byte pruning with the scalar walk, the
+numpy walk, and the "safe run" shortcut inside strings; counters exercise clipping.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from grammar_support import synthetic_vocab
+from radixgen.grammar.automaton import DEAD, LazyDFA
+from radixgen.grammar.regex import regex_to_term
+from radixgen.grammar.terms import TermStore
+from radixgen.grammar.token_index import MaskIndex
+from radixgen.grammar.token_table import TokenTable
+
+PATTERNS = [
+    r'\{"name":"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])*","n":-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?\}',
+    r'\{"s":"[^"\\]{0,40}","t":\[(?:"[a-z]{0,5}"(?:,"[a-z]{0,5}"){0,3})?\]\}',
+    r'"[^"]{0,32767}"',
+    r"(?:a|b){0,1000}",
+    r"[ \n]*(?:true|false|null|-?[0-9]+)[ \n]*",
+    r"(?:é|ab|\n)+x?",
+    r'\[(?:\{"a":[0-9]{1,3}\}(?:, ?\{"a":[0-9]{1,3}\})*)?\]',
+]
+
+
+def _index(pattern: str) -> MaskIndex:
+    vocab = synthetic_vocab()
+    store = TermStore(clip_bound=vocab.max_token_len + 1)
+    return MaskIndex(LazyDFA(store, regex_to_term(pattern, store), max_states=100_000), vocab)
+
+
+def _brute_force(index: MaskIndex, state: int) -> set[int]:
+    vocab = index.vocab
+    allowed = {i for i, b in enumerate(vocab.token_bytes) if b and index.dfa.walk(state, b) != DEAD}
+    if index.dfa.accepting[state]:
+        allowed |= set(vocab.eos_token_ids)
+    return allowed
+
+
+def _mask_ids(index: MaskIndex, state: int) -> set[int]:
+    bits = np.unpackbits(index.mask(state).view(np.uint8), bitorder="little")
+    return set(np.flatnonzero(bits).tolist())
+
+
+def _sampled_states(index: MaskIndex, rng: random.Random, count: int) -> list[int]:
+    """States reached by random walks of allowed tokens from the start."""
+    states, state = [], index.dfa.start
+    vocab = index.vocab
+    for _ in range(count):
+        states.append(state)
+        options = sorted(i for i in _mask_ids(index, state) if vocab.token_bytes[i])
+        if not options:
+            state = index.dfa.start
+            continue
+        state = index.dfa.walk(state, vocab.token_bytes[rng.choice(options)])
+    return states
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_mask_equals_brute_force(pattern: str) -> None:
+    index = _index(pattern)
+    for state in _sampled_states(index, random.Random(7), 25):
+        assert _mask_ids(index, state) == _brute_force(index, state)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS[:3])
+def test_precompute_masks_equal_brute_force(pattern: str) -> None:
+    index = _index(pattern)
+    built = index.precompute(budget_s=5.0, max_rows=40)
+    assert built >= 1
+    for state in _sampled_states(index, random.Random(3), 15):
+        assert _mask_ids(index, state) == _brute_force(index, state)
+
+
+def test_clipped_counters_share_masks() -> None:
+    index = _index(r'"[^"]{0,32767}"')
+    inside = index.dfa.walk(index.dfa.start, b'"')
+    deeper = index.dfa.walk(inside, b"abc")
+    assert inside != deeper
+    assert index.dfa.clipped(inside) == index.dfa.clipped(deeper)
+    assert index.mask(inside) is index.mask(deeper)
+    near_end = index.dfa.walk(inside, b"a" * 32760)  # 7 characters left
+    allowed = _mask_ids(index, near_end)
+    assert allowed == _brute_force(index, near_end)
+    chars = [sum(b & 0xC0 != 0x80 for b in index.vocab.token_bytes[i] or b"") for i in allowed]
+    assert max(chars) == 8  # 7 characters and the closing quote
+
+
+def test_token_table_layout() -> None:
+    vocab = synthetic_vocab()
+    table = TokenTable.of(vocab)
+    assert TokenTable.of(vocab) is table
+    assert table.lengths[0] == 0 and table.lengths[1] == 0  # EOS and special
+    lengths = table.lengths[table.ids_by_len]
+    assert np.all(lengths[:-1] >= lengths[1:])
+    for key in (ord('"') * 257 + ord("a"), ord("{") * 257 + 256):
+        ids = table.pair_ids(np.array([key]))
+        for i in ids.tolist():
+            data = vocab.token_bytes[i]
+            assert data[0] == key // 257 and (data[1] if len(data) > 1 else 256) == key % 257
+    row = table.pack(np.array([0, 31, 32, 3300]))
+    assert row[0] == np.int32(-2147483647) and row[1] == 1 and row[3300 // 32] == 1 << (3300 % 32)
