@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+SERVER_API_KEY = "test-key"
+SERVER_BODY_LIMIT = 262_144  # --max-body-bytes of the test server
+SERVER_STARTUP_TIMEOUT_S = 240
 SHARED_DATA = Path(os.environ.get("RADIXGEN_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
@@ -56,3 +64,53 @@ def hf_gguf_tokenizer(default_model_path):
 def shared_data() -> Path:
     """../shared/data (JSON-schema corpora, GSM8K, MT-bench); tests skip when it is absent."""
     return SHARED_DATA
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
+    import httpx
+
+    deadline = time.monotonic() + SERVER_STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"radixgen serve exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"radixgen serve not healthy after {SERVER_STARTUP_TIMEOUT_S}s:\n{log.read_text()[-4000:]}")
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory):
+    """One live ``radixgen serve`` (default model, 127.0.0.1, a free port, ``--api-key test-key``,
+    a small body limit) shared by the server and DSL tests. Its log is printed if start-up fails;
+    after the session it must have shut down cleanly."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    cmd = [sys.executable, "-m", "radixgen", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--api-key", SERVER_API_KEY, "--max-body-bytes", str(SERVER_BODY_LIMIT), "--max-total-tokens", "16384"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)  # graceful shutdown within the grace period
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    # uvicorn re-raises SIGTERM after a clean shutdown, so -SIGTERM is a normal exit too
+    text = log.read_text()
+    assert proc.returncode in (0, -signal.SIGTERM), f"radixgen serve exited with {proc.returncode}:\n{text[-4000:]}"
+    assert "Application shutdown complete" in text and "Traceback" not in text, text[-4000:]
