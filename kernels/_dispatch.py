@@ -14,14 +14,15 @@ def use_triton(backend: str, *tensors: torch.Tensor) -> bool:
 
     ``auto`` picks Triton when every tensor is on CUDA (or when ``TRITON_INTERPRET=1`` is set
     and the caller forced ``triton``); ``torch`` always runs the reference; ``triton`` insists.
-    ``RADIXGEN_KERNEL_BACKEND=torch`` forces the reference everywhere (used to check that the
-    engine's outputs do not depend on the kernels).
+    ``RADIXGEN_KERNEL_BACKEND=torch|triton`` overrides ``auto`` everywhere (used to check that
+    the engine's outputs do not depend on the kernels; ``triton`` on CPU needs
+    ``TRITON_INTERPRET=1``).
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     forced = os.environ.get("RADIXGEN_KERNEL_BACKEND", "")
-    if forced == "torch" and backend == "auto":
-        return False
+    if forced in ("torch", "triton") and backend == "auto":
+        return forced == "triton"
     if backend == "torch":
         return False
     if backend == "triton":
