@@ -8,6 +8,8 @@ the way our front end writes it — ``canonical_json`` — so all engines see th
 timing one bitmask fill per token. Engines, side by side in the same run:
 
 - ``radixgen``: ``GrammarCompiler.compile_json_schema`` (our front end + back end).
+- ``radixgen[strict]``: the same with ``strict=True`` (no undeclared properties: smaller
+  automata, the policy outlines-core and xgrammar apply by default).
 - ``radixgen[oc-regex]``: our back end on outlines-core's regex for the schema.
 - ``outlines-core``: ``build_regex_from_schema`` + ``Index`` + ``Guide.write_mask_into``.
 - ``xgrammar`` / ``llguidance``: if installed.
@@ -31,18 +33,19 @@ import numpy as np
 import torch
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench"
-ENGINES = ("radixgen", "radixgen[oc-regex]", "outlines-core", "xgrammar", "llguidance")
+ENGINES = ("radixgen", "radixgen[strict]", "radixgen[oc-regex]", "outlines-core", "xgrammar", "llguidance")
 
 
 # --------------------------------------------------------------------------- engines
 
 
 class RadixgenEngine:
-    def __init__(self, tok: Any, vocab: Any, *, oc_regex: bool) -> None:
+    def __init__(self, tok: Any, vocab: Any, *, oc_regex: bool, strict: bool = False) -> None:
         from radixgen.grammar.compiler import GrammarCompiler
 
         self.compiler = GrammarCompiler(vocab, timeout_s=60.0, max_workers=1)
         self.oc_regex = oc_regex
+        self.strict = strict
         self.bitmask = torch.zeros(1, vocab.num_words, dtype=torch.int32)
 
     def compile(self, schema: dict) -> Any:
@@ -51,7 +54,7 @@ class RadixgenEngine:
             from outlines_core.json_schema import build_regex_from_schema
 
             return self.compiler.compile_regex(build_regex_from_schema(json.dumps(schema)))
-        return self.compiler.compile_json_schema(schema)
+        return self.compiler.compile_json_schema(schema, strict=self.strict)
 
     def walk(self, grammar: Any, ids: list[int], eos: int) -> tuple[list[float], bool]:
         matcher, times = grammar.matcher(), []
@@ -117,7 +120,7 @@ class XgrammarEngine:
         self.bitmask = xgr.allocate_token_bitmask(1, vocab.vocab_size)
 
     def compile(self, schema: dict) -> Any:
-        return self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False)
+        return self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, separators=(",", ":"))
 
     def walk(self, grammar: Any, ids: list[int], eos: int) -> tuple[list[float], bool]:
         matcher, times = self.xgr.GrammarMatcher(grammar), []
@@ -167,7 +170,9 @@ class LlguidanceEngine:
 
 def make_engine(name: str, tok: Any, vocab: Any) -> Any:
     if name.startswith("radixgen"):
-        return RadixgenEngine(tok, vocab, oc_regex=name.endswith("[oc-regex]"))
+        return RadixgenEngine(
+            tok, vocab, oc_regex=name.endswith("[oc-regex]"), strict=name.endswith("[strict]")
+        )
     return {
         "outlines-core": OutlinesEngine,
         "xgrammar": XgrammarEngine,

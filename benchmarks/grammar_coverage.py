@@ -41,7 +41,7 @@ def main() -> None:
         raise SystemExit(f"no corpora under {args.data_dir}")
     names = args.corpus or list(corpora)
     summaries, outcomes = [], {}
-    print(f"{'corpus':<22} {'schemas':>7} {'compiled':>8} {'passing':>7} {'rate':>6} {'FP':>4} {'FN':>4} {'deep':>4} {'crash':>5} {'sec':>5}")
+    print(f"{'corpus':<22} {'schemas':>7} {'compiled':>8} {'passing':>7} {'rate':>6} {'FP':>4} {'FN':>4} {'narr':>4} {'crash':>5} {'sec':>5}")
     for name in names:
         cases = corpora[name] if args.limit is None else sample(corpora[name], args.limit)
         start = time.perf_counter()
@@ -50,7 +50,7 @@ def main() -> None:
         summaries.append(s)
         print(
             f"{name:<22} {s.num_schemas:>7} {s.num_compiled:>8} {s.num_passing:>7} {s.pass_rate:>6.1%} "
-            f"{s.num_false_positives:>4} {s.num_false_negatives:>4} {s.num_depth_narrowed:>4} {s.num_crashes:>5} "
+            f"{s.num_false_positives:>4} {s.num_false_negatives:>4} {s.num_narrowed:>4} {s.num_crashes:>5} "
             f"{time.perf_counter() - start:>5.0f}"
         )
         print(f"{'':<22} refusals: {dict(s.refusals.most_common())}")

@@ -5,8 +5,9 @@
     matcher = grammar.matcher()                    # accept_token, fill_bitmask, forced_text, rollback
 
 Front end (``json_schema``): JSON Schema -> regex. Back end: regex -> lazy byte DFA
-(``regex``, ``terms``, ``automaton``) -> token masks (``token_table``, ``token_index``) ->
-per-request ``GrammarMatcher`` (``matcher``); ``compiler`` caches, runs async and bounds work.
+(``regex``, ``utf8``, ``terms``, ``automaton``) -> token masks (``token_table``,
+``safe_runs``, ``token_index``) -> per-request ``GrammarMatcher`` (``matcher``); ``compiler``
+caches, runs async and bounds work. ``token_conformance`` checks schemas token by token.
 """
 
 from .compiler import GrammarCompiler

@@ -19,6 +19,7 @@ import numpy as np
 
 from .errors import GrammarError
 from .terms import EMPTY, TermStore
+from .token_table import byte_flags
 
 DEAD = 0
 UNKNOWN = -1
@@ -128,9 +129,7 @@ class LazyDFA:
     def live_bytes(self, s: int) -> np.ndarray:
         """bool [257]: bytes with a non-dead transition from ``s`` (entry 256, "no byte", is
         False so a token table's ``first_byte`` can index it directly)."""
-        first = self.store.first_bytes(self.state_terms[s])
-        bits = np.frombuffer(first.to_bytes(33, "little"), dtype=np.uint8)
-        return np.unpackbits(bits, bitorder="little")[:257].astype(bool)
+        return byte_flags(self.store.first_bytes(self.state_terms[s]))
 
     def live_byte_values(self, s: int) -> np.ndarray:
         """int64 [*]: the live bytes of ``s`` (cached per state)."""

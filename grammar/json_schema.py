@@ -32,10 +32,9 @@ from dataclasses import dataclass
 
 from .errors import GrammarError
 from .json_schema_build import SchemaBuilder
-from .json_schema_ir import FLEXIBLE_WS, EmitContext, Node
+from .json_schema_ir import FLEXIBLE_WS, MAX_REGEX_CHARS, EmitContext, Node
 
 DEFAULT_MAX_DEPTH = 2
-MAX_REGEX_CHARS = 4_000_000
 WHITESPACE = {"compact": "", "flexible": FLEXIBLE_WS}
 
 
@@ -75,9 +74,12 @@ def compile_schema(
     return CompiledSchema(node, regex, writer)
 
 
-def build_schema_ir(schema: object, *, max_depth: int = DEFAULT_MAX_DEPTH, strict: bool = False) -> tuple[Node, EmitContext]:
-    """The IR of `schema` and a compact writer context, without emitting the regex."""
-    builder = SchemaBuilder(schema, max_depth=max_depth, strict=strict)
+def build_schema_ir(
+    schema: object, *, max_depth: int = DEFAULT_MAX_DEPTH, strict: bool = False, assert_formats: bool = True
+) -> tuple[Node, EmitContext]:
+    """The IR of `schema` and a compact writer context, without emitting the regex.
+    `assert_formats=False` treats `format` as an annotation (for conformance probes)."""
+    builder = SchemaBuilder(schema, max_depth=max_depth, strict=strict, assert_formats=assert_formats)
     return builder.build(schema, "#", builder.resolver.base), builder.ctx
 
 

@@ -11,10 +11,11 @@ becomes `Never(cutoff=True)` (the grammar is narrower than the schema there, nev
 
 from __future__ import annotations
 
+from collections import Counter
 from functools import reduce
 
 from .errors import GrammarError
-from .json_schema_disjoint import disjoint
+from .json_schema_disjoint import disjoint, subsumes
 from .json_schema_ir import (
     AnyValue,
     Boolean,
@@ -43,9 +44,10 @@ ARRAY_KEYWORDS = frozenset({
 })
 STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format"})
 NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
-GENERAL_KEYWORDS = frozenset({"type", "enum", "anyOf", "oneOf", "not", "_groups", "_nots", "if", "then", "else"})
-# Keywords whose meaning this compiler cannot honor for any type.
-REFUSED = frozenset({"$dynamicRef", "$recursiveRef", "extends", "disallow", "divisibleBy"})
+# Keywords whose meaning this compiler cannot honor for any type. (Draft-03 keywords such
+# as `extends` mean nothing in the drafts we accept, so like any unknown word they are
+# ignored, as validators do.)
+REFUSED = frozenset({"$dynamicRef", "$recursiveRef"})
 KEYWORD_TYPES = {
     **{k: "object" for k in OBJECT_KEYWORDS}, **{k: "array" for k in ARRAY_KEYWORDS},
     **{k: "string" for k in STRING_KEYWORDS}, **{k: "number" for k in NUMBER_KEYWORDS},
@@ -60,13 +62,18 @@ class _Cutoff(Exception):
 class SchemaBuilder:
     """Lowers one root schema. Not thread-safe; use one builder per compilation."""
 
-    def __init__(self, root: object, *, max_depth: int, strict: bool) -> None:
+    def __init__(self, root: object, *, max_depth: int, strict: bool, assert_formats: bool = True) -> None:
         self.draft = detect_draft(root)
         if self.draft == 3:
             raise GrammarError(keyword="$schema", pointer="#", detail="draft-03 schemas")
+        meta = root.get("$schema") if isinstance(root, dict) else None
+        if meta is not None and "json-schema.org/" not in str(meta):
+            raise GrammarError(keyword="$schema", pointer="#", detail=f"unknown meta-schema {meta!r}")
+        self.assert_formats = assert_formats
         self.resolver = Resolver(root, self.draft)
         self.max_depth, self.strict = max_depth, strict
         self.ref_stack: list[str] = []
+        self.memo: dict[tuple, tuple[list, Node]] = {}
         self.num_nodes = 0
         self.ctx = EmitContext()
         self.types = TypeLowering(self)
@@ -80,10 +87,18 @@ class SchemaBuilder:
         return self.build_merged([(schema, pointer)], base, pointer)
 
     def build_merged(self, parts: list[tuple[object, str]], base: str, pointer: str) -> Node:
-        """The node for "valid under every (schema, pointer) part"."""
+        """The node for "valid under every (schema, pointer) part". Memoized: the result
+        depends only on the parts and on how often each $ref is open on the path (pointers
+        only name errors), so a recursive schema shares one subtree per recursion level."""
+        key = (tuple(id(schema) for schema, _ in parts), base, tuple(sorted(Counter(self.ref_stack).items())))
+        if key not in self.memo:
+            self.memo[key] = (parts, self._build_merged(parts, base, pointer))  # parts kept alive: ids stay unique
+        return self.memo[key][1]
+
+    def _build_merged(self, parts: list[tuple[object, str]], base: str, pointer: str) -> Node:
         self.num_nodes += 1
         if self.num_nodes > MAX_NODES:
-            raise GrammarError(pointer=pointer, detail="schema expands to too many nodes")
+            raise GrammarError(f"json_schema: the schema at {pointer} expands to too many nodes (> {MAX_NODES})", pointer=pointer)
         depth = len(self.ref_stack)
         try:
             flat = [self.flatten(schema, part_pointer, base) for schema, part_pointer in parts]
@@ -178,6 +193,8 @@ class SchemaBuilder:
         if keyword == "oneOf":
             options = self.exclusive_branches(options, parts, base, pointer)
         live = [o for o in options if not (isinstance(o, Never) and not o.cutoff)]
+        if keyword == "anyOf":  # drop branches another branch already covers
+            live = [o for i, o in enumerate(live) if not any(j != i and subsumes(p, o) and (j < i or not subsumes(o, p)) for j, p in enumerate(live))]
         if not live:
             return Never()
         return live[0] if len(live) == 1 else Union(live)
@@ -253,6 +270,7 @@ class SchemaBuilder:
         rest = {k: v for k, v in s.items() if k != "_nots"}
         types = self.allowed_types(rest, pointer)
         excluded: list = []
+        doubled: list = []  # not {not: S} is S
         for negated in nots:
             where = f"{pointer}/not"
             if negated is False:
@@ -268,6 +286,8 @@ class SchemaBuilder:
                 types -= negated_types
             elif keys == {"enum"}:
                 excluded += flat["enum"]
+            elif keys == {"_nots"} and len(flat["_nots"]) == 1:
+                doubled.append((flat["_nots"][0], f"{where}/not"))
             elif keys == {"required"} and isinstance(flat["required"], list):
                 types &= {"object"}  # non-objects satisfy any `required`
                 rest["_not_all"] = [*rest.get("_not_all", []), ("not", flat["required"])]
@@ -276,7 +296,10 @@ class SchemaBuilder:
         rest["type"] = sorted(types)
         if not types:
             return Never()
-        node = self.lower(rest, pointer, base)
+        if doubled:
+            node = self.build_merged([(rest, pointer), *doubled], base, pointer)
+        else:
+            node = self.lower(rest, pointer, base)
         return _exclude_values(node, excluded, pointer) if excluded else node
 
 

@@ -1,4 +1,5 @@
-"""Proving two IR nodes share no value, so `oneOf` may be compiled as `anyOf`.
+"""Set relations between IR nodes: `disjoint` (so `oneOf` may be compiled as `anyOf`)
+and `subsumes` (so a redundant `anyOf` branch may be dropped).
 
 `disjoint(a, b)` is sound, not complete: True only when no JSON value is valid under
 both *schemas* the nodes came from (not merely under both regexes, which may be narrower).
@@ -145,3 +146,47 @@ def _objects_disjoint(a: Object, b: Object) -> bool:
         elif disjoint(prop.node, other.node):
             return True
     return False
+
+
+def subsumes(a: Node, b: Node) -> bool:
+    """True only if every value `b` admits, `a` admits too, free-form values counted as
+    unbounded: dropping `b` from an anyOf then loses at most values nested deeper than
+    the bound (narrower, never wider). Never used for oneOf."""
+    if a is b or (isinstance(b, Never)):
+        return True
+    if isinstance(b, Union):
+        return all(subsumes(a, o) for o in b.options)
+    if isinstance(a, Union):
+        return any(subsumes(o, b) for o in a.options)
+    if isinstance(a, AnyValue):
+        return True
+    if isinstance(b, AnyValue):
+        return False
+    if isinstance(a, Object) and isinstance(b, Object):
+        return _object_subsumes(a, b)
+    return False
+
+
+def _object_subsumes(a: Object, b: Object) -> bool:
+    if a.extra_key is not None or b.extra_key is not None or (a.nonempty and not b.nonempty):
+        return False
+    listed_a = {p.name: p for p in a.properties}
+    listed_b = {p.name: p for p in b.properties}
+    if any(p.required and not (p.name in listed_b and listed_b[p.name].required) for p in a.properties):
+        return False
+    if b.additional is not None and (a.additional is None or not subsumes(a.additional, b.additional)):
+        return False
+    for name, prop in listed_b.items():
+        if name in listed_a:
+            if not subsumes(listed_a[name].node, prop.node):
+                return False
+        elif name in a.excluded_names or a.additional is None or not subsumes(a.additional, prop.node):
+            return False
+    for name, prop in listed_a.items():  # b's extras may use a's listed names
+        if name not in listed_b and name not in b.excluded_names and b.additional is not None:
+            if not subsumes(prop.node, b.additional):
+                return False
+    order_a = [p.name for p in a.properties if p.name in listed_b]
+    order_b = [p.name for p in b.properties if p.name in listed_a]
+    return order_a == order_b
+

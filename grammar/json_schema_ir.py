@@ -16,6 +16,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from .errors import GrammarError
 from .json_schema_containers import ObjectShape, object_body, sequence_regex
 from .json_schema_numbers import INTEGER, NUMBER, Bound, canonical_number
 from .json_schema_strings import (
@@ -27,6 +28,7 @@ from .json_schema_strings import (
 from .regex_builders import alt, escape_literal
 
 FLEXIBLE_WS = r"[ \t\n]{0,16}"
+MAX_REGEX_CHARS = 4_000_000
 
 
 @dataclass
@@ -40,7 +42,10 @@ class EmitContext:
     def regex(self, node: Node) -> str | None:
         key = id(node)
         if key not in self.regex_cache:
-            self.regex_cache[key] = (node, node.regex(self))
+            regex = node.regex(self)
+            if regex is not None and len(regex) > MAX_REGEX_CHARS:
+                raise GrammarError(f"json_schema: the schema's regex is too large (over {MAX_REGEX_CHARS} characters)")
+            self.regex_cache[key] = (node, regex)
         return self.regex_cache[key][1]
 
     def accepts(self, node: Node, text: str) -> bool:
@@ -216,13 +221,16 @@ class Union(Node):
         return alt(objects_regex(groups[o], ctx) if isinstance(o, tuple) else o for o in options)
 
     def write(self, value: object, ctx: EmitContext) -> str:
+        """Written as the first option that admits the value (else the first of its type)."""
+        from .json_schema_admit import admits
+
         kind = json_type(value)
         candidates = [o for o in self.options if kind in o.json_types]
-        for option in candidates:
-            text = option.write(value, ctx)
-            if len(candidates) == 1 or ctx.accepts(option, text):
-                return text
-        return (candidates or self.options or [Never()])[0].write(value, ctx)
+        if len(candidates) > 1:
+            chosen = next((o for o in candidates if admits(o, value, ctx)), candidates[0])
+        else:
+            chosen = (candidates or self.options or [Never()])[0]
+        return chosen.write(value, ctx)
 
 
 @dataclass(eq=False)

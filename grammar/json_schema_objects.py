@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from .errors import GrammarError
 from .json_schema_ir import Never, Node, Object, Property, Union
-from .json_schema_pattern import PatternError, pattern_regex
+from .json_schema_lengths import pattern_regex
+from .json_schema_pattern import PatternError
 from .json_schema_strings import encode_string, json_char_regex
 from .regex_builders import CharSet, alt
 

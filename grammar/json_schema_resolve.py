@@ -151,10 +151,14 @@ class Resolver:
         return target, "#" + fragment, uri
 
     def _anchor(self, document: object, name: str, uri: str, ref: str, pointer: str) -> tuple[object, str, str]:
+        """The subschema of `document` with `$anchor` `name` (or a draft-07 `$id` "#name"),
+        not looking inside embedded resources, whose anchors belong to their own URI."""
         stack = [document]
         while stack:
             node = stack.pop()
             if isinstance(node, dict):
+                if node is not document and self._own_id(node) is not None:
+                    continue
                 if node.get("$anchor") == name or (self.draft <= 7 and node.get("$id", node.get("id")) == "#" + name):
                     return node, "#" + name, uri
                 stack.extend(node.values())

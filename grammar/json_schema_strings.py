@@ -23,7 +23,6 @@ from .regex_builders import CharSet, alt, concat, escape_literal, repeat
 # character -> the letter after the backslash of its short JSON escape
 _SHORT_ESCAPES = {'"': '"', "\\": "\\", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
 ESCAPED = CharSet([(0, 0x1F)]) | CharSet.of('"\\')
-RAW_CHAR = r'[^"\\\x00-\x1f]'
 _HEX4_NON_SURROGATE = r"(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})"
 ANY_CHAR = r'(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u' + _HEX4_NON_SURROGATE + "))"
 # Without length bounds any \uXXXX escape is fine (a surrogate pair is one character, but

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from .errors import GrammarError
 from .json_schema_formats import format_pattern
 from .json_schema_ir import Array, Boolean, Integer, Never, Node, Null, Number, String
+from .json_schema_lengths import pattern_regex
 from .json_schema_numbers import (
     EXCLUSIVE_ZERO_EPSILON,
     NUMBER,
@@ -26,7 +27,7 @@ from .json_schema_numbers import (
     number_range_regex,
 )
 from .json_schema_objects import lower_object, non_negative_int
-from .json_schema_pattern import PatternError, pattern_regex
+from .json_schema_pattern import PatternError
 from .json_schema_strings import string_regex
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class TypeLowering:
         max_len = non_negative_int(s, "maxLength", pointer, None)
         pattern, keyword = s.get("pattern"), "pattern"
         fmt = s.get("format")
-        if isinstance(fmt, str):
+        if isinstance(fmt, str) and self.builder.assert_formats:
             try:
                 fmt_pattern = format_pattern(fmt)
             except KeyError:

@@ -54,11 +54,6 @@ class Budget:
         self.deadline = None
 
 
-def _run_score(run: tuple[int, int]) -> int:
-    """How many tokens a safe run is likely to cover: its bytes times (capped) length."""
-    return run[0].bit_count() * min(run[1], 16)
-
-
 class TermStore:
     """All terms of one grammar. Not thread-safe: the owner serializes access."""
 
@@ -70,7 +65,6 @@ class TermStore:
         self._ids: dict[tuple, int] = {}
         self._derivs: dict[int, int] = {}
         self._clips: dict[tuple[int, int], int] = {}
-        self._runs: dict[int, tuple[int, int]] = {}
         self._firsts: dict[int, int] = {}
         self.clip_bound = clip_bound
         self.budget = budget or Budget()
@@ -247,43 +241,9 @@ class TermStore:
             self._firsts[t] = first
         return first
 
-    def safe_run(self, t: int) -> tuple[int, int]:
-        """(byte mask B, length n) such that every string over B of length <= n is a prefix
-        of some match of ``t``: tokens inside that run are allowed without walking them.
-        Sound, not complete: ``(0, 0)`` when no useful run is found."""
-        run = self._runs.get(t)
-        if run is None:
-            run = self._safe_run(t)
-            self._runs[t] = run
-        return run
-
-    def _safe_run(self, t: int) -> tuple[int, int]:
-        kind, args = self.kinds[t], self.args[t]
-        if kind == K_SET:
-            return (args, 1)
-        if kind == K_CAT:
-            head, tail = args
-            runs = [self.safe_run(head)]
-            single = self._single_bytes(head)
-            if single.bit_count() >= 8:  # a class byte matching all of the head, then the tail
-                tail_bytes, tail_len = self.safe_run(tail)
-                if tail_bytes & single:
-                    runs.append((tail_bytes & single, 1 + tail_len))
-            if self.nullable[head]:  # a prefix of the tail is a prefix of the whole
-                runs.append(self.safe_run(tail))
-            return max(runs, key=_run_score)
-        if kind == K_ALT:
-            return max((self.safe_run(u) for u in args), key=_run_score)
-        if kind == K_REP:  # within the first iteration, or one byte per iteration
-            r, _, hi = args
-            unbounded = 1 << 62
-            single = self._single_bytes(r)
-            runs = [self.safe_run(r), (single, unbounded if hi is None else hi)]
-            return max(runs, key=_run_score)
-        return (0, 0)
-
-    def _single_bytes(self, t: int) -> int:
-        """Bytes b such that ``t`` matches the one-byte string b."""
+    def single_bytes(self, t: int) -> int:
+        """Bytes b such that ``t`` matches the one-byte string b (a byte set, or the byte-set
+        member of an alternation; 0 otherwise)."""
         kind, args = self.kinds[t], self.args[t]
         if kind == K_SET:
             return args

@@ -2,10 +2,12 @@
 
 A state's mask is computed once and cached as a packed int32 row:
 
-1. Candidates: tokens whose first byte is live from the state (narrow JSON states —
-   inside a key, after ``:`` — keep a few dozen of 49k tokens).
-2. Safe run: for states like "inside a string" (``[^"\\\\]*``), every token made only of the
-   run's bytes is allowed outright (one vectorized subset test, see ``TermStore.safe_run``).
+1. Candidates: tokens whose first byte is live from the state; where few first bytes are
+   live, tokens whose first *two* bytes are (narrow JSON states — inside a key, after
+   ``:`` — keep a few dozen of 49k tokens).
+2. Safe run: for states like "inside a string" (``[^"\\\\]*``) — or one byte before one —
+   every token that fits the state's run is allowed outright (vectorized look-ups, see
+   ``safe_runs.py``).
 3. Walk: the remaining candidates go through the lazy DFA — a plain loop for a few hundred
    tokens, else all together in numpy, one byte position per step, longest tokens first so
    the unfinished ones are a prefix; transitions not yet known are computed on the way.
@@ -24,6 +26,7 @@ from collections import OrderedDict, deque
 import numpy as np
 
 from .automaton import DEAD, UNKNOWN, LazyDFA
+from .safe_runs import NO_RUN, Run, SafeRuns
 from .terms import CompileTimeout
 from .token_table import TokenTable
 from .vocabulary import Vocabulary
@@ -31,6 +34,11 @@ from .vocabulary import Vocabulary
 _SCALAR_MAX = 256  # candidates up to this many walk in a Python loop, more in numpy
 _FEW_FIRST_BYTES = 32  # states with at most this many live first bytes prune by two bytes
 _SCALAR_TAIL = 48  # the numpy walk hands its last few tokens to the plain loop
+
+
+def _useful(run: Run) -> bool:
+    """Worth a vectorized shortcut: a run over a real byte class, longer than one byte."""
+    return run[2] > 1 and run[1].bit_count() >= 8
 
 
 class MaskIndex:
@@ -45,6 +53,7 @@ class MaskIndex:
         self.dfa = dfa
         self.vocab = vocab
         self.table = TokenTable.of(vocab)
+        self.runs = SafeRuns(dfa.store)
         self.max_masks = max_masks
         self._rows: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()  # key -> (row, count)
         self._masks: OrderedDict[tuple[int, bool], np.ndarray] = OrderedDict()
@@ -129,36 +138,65 @@ class MaskIndex:
         first = first[table.group_sizes[first] > 0]
         if first.size <= _FEW_FIRST_BYTES:
             return self._narrow(state, first)
-        candidate = dfa.live_bytes(state)[table.first_byte]  # bool [V]; unusable ids never
-        safe = None
+        run = self.runs(dfa.state_terms[state])
+        if not _useful(run):
+            run = NO_RUN
+        safe, ids = table.wide_split(dfa.store.first_bytes(dfa.state_terms[state]), run)
         successors: set[int] = set()
-        run_bytes, run_len = dfa.store.safe_run(dfa.state_terms[state])
-        if run_bytes and run_len > 1:
-            walk = candidate & table.uses_bytes_outside(run_bytes)
-            if run_len < table.max_len:
-                walk |= candidate & (table.lengths > run_len)
-            safe = candidate & ~walk
-            successors.update(self._sample_successors(state, run_bytes))
-        else:
-            walk = candidate
-        ids = table.ids_by_len[walk[table.ids_by_len]]
+        if safe is not None:
+            successors.update(self._sample_successors(state, run[0] & run[1]))
         ok, final = self._walk_vector(state, ids)
         return ok, safe, successors | set(np.unique(final).tolist())
 
     def _narrow(self, state: int, first: np.ndarray) -> tuple[np.ndarray, None, set[int]]:
-        """Few live first bytes: prune by the first two bytes, then walk the rest."""
+        """Few live first bytes: prune by the first two bytes, then walk the rest.
+
+        A big first-byte group (every token starting with '"' before a string) is cut down
+        by the safe run of the state after its first byte: tokens whose remaining bytes lie
+        in that run are allowed without walking.
+        """
         dfa, table = self.dfa, self.table
-        if first.size == 0:
-            return np.zeros(0, dtype=np.int64), None, set()
-        afters = [dfa.next_state(state, dfa.class_list[b0]) for b0 in first.tolist()]
-        # pair keys b0*257 + b1 of every live (first, second) byte; b1 = 256: no second byte
-        seconds = [dfa.second_bytes(after) for after in afters]
-        keys = np.concatenate([b0 * 257 + sec for b0, sec in zip(first.tolist(), seconds)])
-        owners = np.repeat(np.array(afters, dtype=np.int64), [sec.size for sec in seconds])
-        sizes = table.pair_starts[keys + 1] - table.pair_starts[keys]
-        if int(sizes.sum()) > _SCALAR_MAX:
-            ok, final = self._walk_vector(state, table.longest_first(table.pair_ids(keys)))
-            return ok, None, set(np.unique(final).tolist())
+        allowed: list[np.ndarray] = []
+        walk: list[np.ndarray] = []  # pair keys (int) or explicit id arrays, see below
+        successors: set[int] = set()
+        keys: list[np.ndarray] = []
+        owners: list[int] = []
+        for b0 in first.tolist():
+            after = dfa.next_state(state, dfa.class_list[b0])
+            run = (
+                self.runs(dfa.state_terms[after]) if table.group_sizes[b0] > _SCALAR_MAX else NO_RUN
+            )
+            if _useful(run):
+                safe, rest = self._split_group(b0, after, run)
+                allowed.append(safe)
+                walk.append(rest)
+                successors.add(after)
+                successors.update(self._sample_successors(after, run[0] & run[1]))
+            else:  # pair keys b0*257 + b1 of every live second byte b1; 256: no second byte
+                keys.append(b0 * 257 + dfa.second_bytes(after))
+                owners.append(after)
+        pair_keys = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+        sizes = table.pair_starts[pair_keys + 1] - table.pair_starts[pair_keys]
+        if not walk and int(sizes.sum()) <= _SCALAR_MAX:
+            owner_of_key = np.repeat(np.array(owners, dtype=np.int64), [k.size for k in keys])
+            ok, successors = self._walk_pairs(pair_keys, owner_of_key, sizes)
+            return ok, None, successors
+        ids = np.concatenate([table.pair_ids(pair_keys), *walk])
+        ok, final = self._walk_ids(state, ids)
+        return np.concatenate([ok, *allowed]), None, successors | final
+
+    def _split_group(self, b0: int, after: int, run: Run) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens starting with byte ``b0`` whose rest fits the safe run of ``after``
+        (allowed), and the other ones whose second byte is live (to walk)."""
+        group, second, safe = self.table.group_split(b0, run)
+        rest = ~safe & self.dfa.live_bytes(after)[second]
+        return group[safe], group[rest]
+
+    def _walk_pairs(
+        self, keys: np.ndarray, owners: np.ndarray, sizes: np.ndarray
+    ) -> tuple[np.ndarray, set[int]]:
+        """Walk a few tokens, grouped by their first two bytes (stepped once per group)."""
+        dfa, table = self.dfa, self.table
         ok: list[int] = []
         successors: set[int] = set()
         token_bytes, starts = self.vocab.token_bytes, table.pair_starts
@@ -167,26 +205,34 @@ class MaskIndex:
             second = key % 257
             if second == 256:  # the one-byte token
                 s, skip = after, 1
-            else:  # step the second byte once for the whole group
+            else:
                 s, skip = dfa.next_state(after, dfa.class_list[second]), 2
             for token in table.ids_by_pair[starts[key] : starts[key + 1]].tolist():
                 end = dfa.walk(s, token_bytes[token][skip:])
                 if end != DEAD:
                     ok.append(token)
                     successors.add(end)
-        return np.array(ok, dtype=np.int64), None, successors
+        return np.array(ok, dtype=np.int64), successors
+
+    def _walk_ids(self, state: int, ids: np.ndarray) -> tuple[np.ndarray, set[int]]:
+        """(accepted ids, their final states) of ``ids`` walked from ``state``."""
+        if ids.size <= _SCALAR_MAX:
+            ok, successors = [], set()
+            token_bytes = self.vocab.token_bytes
+            for token in ids.tolist():
+                end = self.dfa.walk(state, token_bytes[token])
+                if end != DEAD:
+                    ok.append(token)
+                    successors.add(end)
+            return np.array(ok, dtype=np.int64), successors
+        ok, final = self._walk_vector(state, self.table.longest_first(ids))
+        return ok, set(np.unique(final).tolist())
 
     def _sample_successors(self, state: int, run_bytes: int) -> list[int]:
-        """States after a few one-byte tokens of the safe run: hints for ``precompute``
+        """States after a couple of one-byte tokens of a safe run: hints for ``precompute``
         (the other safe tokens mostly lead to the same states)."""
-        token_bytes, starts, ids = self.vocab.token_bytes, self.table.pair_starts, self.table.ids_by_pair
-        picks = []
-        for byte in range(256):
-            if (run_bytes >> byte) & 1 and starts[byte * 257 + 257] > starts[byte * 257 + 256]:
-                picks.append(int(ids[starts[byte * 257 + 256]]))
-                if len(picks) == 2:
-                    break
-        return [self.dfa.walk(state, token_bytes[i]) for i in picks]
+        token_bytes = self.vocab.token_bytes
+        return [self.dfa.walk(state, token_bytes[i]) for i in self.table.one_byte_tokens(run_bytes)]
 
     def _walk_vector(self, state: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(accepted ids, their final states) among ``ids`` (ordered longest first).

@@ -7,7 +7,9 @@ still unfinished at byte k are always a prefix of the list.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -15,22 +17,52 @@ from .vocabulary import Vocabulary
 
 
 @dataclass(frozen=True)
+class ByteSets:
+    """The set of bytes of each token, two ways: bit words (dense) and per-byte id lists."""
+
+    words: np.ndarray  # uint64 [4, V]: bit b of word b // 64 set iff the token has byte b
+    ids_by_byte: np.ndarray  # int64 [*]: ids having byte b at byte_starts[b]:byte_starts[b+1]
+    byte_starts: np.ndarray  # int64 [257]
+
+    @classmethod
+    def of(cls, present: np.ndarray) -> ByteSets:
+        """From bool [V, 256] (token has byte)."""
+        words = np.packbits(present, axis=1, bitorder="little").view("<u8").T.copy()
+        byte_of, id_of = np.nonzero(present.T)  # ordered by byte
+        starts = np.searchsorted(byte_of, np.arange(257))
+        return cls(words, id_of.astype(np.int64), starts.astype(np.int64))
+
+    def outside(self, byte_mask: int) -> np.ndarray:
+        """bool [V]: tokens having a byte not in ``byte_mask``."""
+        outside = np.array([b for b in range(256) if not (byte_mask >> b) & 1], dtype=np.int64)
+        starts, ends = self.byte_starts[outside], self.byte_starts[outside + 1]
+        vocab_size = self.words.shape[1]
+        if int((ends - starts).sum()) < vocab_size // 2:  # few tokens: mark them by list
+            result = np.zeros(vocab_size, dtype=bool)
+            result[_concat_slices(self.ids_by_byte, starts, ends)] = True
+            return result
+        mask_words = np.frombuffer((~byte_mask & ((1 << 256) - 1)).to_bytes(32, "little"), "<u8")
+        result = (self.words[0] & mask_words[0]) != 0
+        for w in range(1, 4):
+            result |= (self.words[w] & mask_words[w]) != 0
+        return result
+
+
+@dataclass(frozen=True)
 class TokenTable:
     lengths: np.ndarray  # int64 [V]: bytes per token (0 = never allowed)
     byte_cols: np.ndarray  # uint8 [max_len, V]: byte k of each token (0-padded)
     first_byte: np.ndarray  # int64 [V]; 256 for unusable ids (index a [257] table with it)
-    byte_words: np.ndarray  # uint64 [4, V]: bit b of word b//64 set iff byte b occurs
+    bytes_from: tuple[ByteSets, ...]  # [k]: which bytes each token has at positions >= k
     ids_by_len: np.ndarray  # int64 [N]: usable ids, longest first
     group_sizes: np.ndarray  # int64 [256]: usable tokens per first byte
     ids_by_pair: np.ndarray  # int64 [N]: usable ids by (first byte, second byte), longest first
     pair_starts: np.ndarray  # int64 [256 * 257 + 1]: slice of pair (b0, b1) = key b0*257+b1,
     #                          b1 = 256 for the one-byte token b0
-    ids_by_byte: np.ndarray  # int64 [*]: ids containing byte b at byte_starts[b]:byte_starts[b+1]
-    byte_starts: np.ndarray  # int64 [257]
     vocab_size: int
     num_words: int
     eos_token_ids: tuple[int, ...]
-    _outside: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    _memo: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def max_len(self) -> int:
@@ -50,11 +82,12 @@ class TokenTable:
         ids_by_len = np.argsort(-lengths, kind="stable")[: np.count_nonzero(lengths)]
         first = matrix[:, 0].astype(np.int64)
         present = np.zeros((size, 256), dtype=bool)
-        for k in range(max_len):  # mark byte k of every token that has one
+        bytes_from: list[ByteSets] = []
+        for k in range(max_len - 1, -1, -1):  # mark byte k of every token that has one
             rows = np.flatnonzero(lengths > k)
             present[rows, matrix[rows, k]] = True
-        words = np.packbits(present, axis=1, bitorder="little").view("<u8").T.copy()  # [4, V]
-        byte_of, id_of = np.nonzero(present.T)  # ordered by byte
+            if k <= 2:
+                bytes_from.insert(0, ByteSets.of(present))
         first = np.where(lengths > 0, first, 256)
         usable = ids_by_len
         second = np.where(lengths[usable] > 1, matrix[usable, 1].astype(np.int64), 256)
@@ -65,9 +98,7 @@ class TokenTable:
             lengths=lengths,
             byte_cols=np.ascontiguousarray(matrix.T),
             first_byte=first,
-            ids_by_byte=id_of.astype(np.int64),
-            byte_starts=np.searchsorted(byte_of, np.arange(257)).astype(np.int64),
-            byte_words=words,
+            bytes_from=tuple(bytes_from),
             ids_by_len=ids_by_len,
             group_sizes=np.bincount(first[usable], minlength=256).astype(np.int64),
             ids_by_pair=usable[order],
@@ -89,34 +120,74 @@ class TokenTable:
         chosen[ids] = True
         return self.ids_by_len[chosen[self.ids_by_len]]
 
-    def uses_bytes_outside(self, byte_mask: int) -> np.ndarray:
-        """bool [V]: tokens with at least one byte not in ``byte_mask`` (bit b = byte b).
-        Cached (read-only result): JSON strings everywhere ask for the same few masks."""
-        cached = self._outside.get(byte_mask)
+    def uses_bytes_outside(self, byte_mask: int, start: int = 0) -> np.ndarray:
+        """bool [V]: tokens with a byte not in ``byte_mask`` (bit b = byte b) at position
+        ``start`` (0, 1 or 2) or later. Cached and read-only: JSON strings everywhere ask
+        for the same few masks."""
+        key = ("outside", byte_mask, start)
+        cached = self._memo.get(key)
         if cached is None:
-            cached = self._uses_bytes_outside(byte_mask)
+            cached = self.bytes_from[start].outside(byte_mask)
             cached.flags.writeable = False
-            if len(self._outside) >= 64:
-                self._outside.pop(next(iter(self._outside)))
-            self._outside[byte_mask] = cached
+            self._remember(key, cached)
         return cached
 
-    def _uses_bytes_outside(self, byte_mask: int) -> np.ndarray:
-        outside = [b for b in range(256) if not (byte_mask >> b) & 1]
-        starts, ends = self.byte_starts[outside], self.byte_starts[np.array(outside) + 1]
-        if int((ends - starts).sum()) > self.vocab_size // 2:
-            return ~self.subset_of(byte_mask)
-        result = np.zeros(self.vocab_size, dtype=bool)
-        result[_concat_slices(self.ids_by_byte, starts, ends)] = True
-        return result
+    def wide_split(
+        self, live: int, run: tuple[int, int, int]
+    ) -> tuple[np.ndarray | None, np.ndarray]:
+        """Tokens whose first byte is in ``live``, split by ``run`` = (first, rest, length)
+        masks (``(0, 0, 0)``: no run): (bool [V] tokens that fit the run or None, ids of the
+        others, longest first). Cached: wide states (inside strings) repeat these."""
+        key = ("wide", live, run)
+        cached = self._memo.get(key)
+        if cached is None:
+            candidate = byte_flags(live)[self.first_byte]  # bool [V]
+            fits = None
+            if run[2]:
+                first_bytes, rest_bytes, run_len = run
+                fits = candidate & byte_flags(first_bytes)[self.first_byte]
+                fits &= ~self.uses_bytes_outside(rest_bytes, start=1)
+                if run_len < self.max_len:
+                    fits &= self.lengths <= run_len
+                candidate &= ~fits
+                fits.flags.writeable = False
+            cached = self._remember(key, (fits, self.ids_by_len[candidate[self.ids_by_len]]))
+        return cached
 
-    def subset_of(self, byte_mask: int) -> np.ndarray:
-        """bool [V]: tokens whose bytes all lie in ``byte_mask`` (bit b = byte b)."""
-        outside = np.frombuffer((~byte_mask & ((1 << 256) - 1)).to_bytes(32, "little"), dtype="<u8")
-        result = (self.byte_words[0] & outside[0]) == 0
-        for w in range(1, 4):
-            result &= (self.byte_words[w] & outside[w]) == 0
-        return result
+    def group_split(self, b0: int, run: tuple[int, int, int]) -> tuple[np.ndarray, ...]:
+        """For the tokens starting with ``b0`` (longest first): (ids, second byte or 256,
+        bool: the rest of the token fits ``run`` = (first, rest, length) masks). Cached."""
+        key = ("split", b0, run)
+        cached = self._memo.get(key)
+        if cached is None:
+            first_bytes, rest_bytes, run_len = run
+            group = self.ids_by_pair[self.pair_starts[b0 * 257] : self.pair_starts[b0 * 257 + 257]]
+            lengths = self.lengths[group]
+            second = np.where(lengths > 1, self.byte_cols[1][group], 256)
+            fits = (byte_flags(first_bytes)[second] | (lengths == 1)) & (lengths <= run_len + 1)
+            fits &= ~self.uses_bytes_outside(rest_bytes, start=2)[group]
+            cached = self._remember(key, (group, second, fits))
+        return cached
+
+    def one_byte_tokens(self, byte_mask: int, limit: int = 2) -> list[int]:
+        """Up to ``limit`` ids of one-byte tokens whose byte is in ``byte_mask``. Cached."""
+        key = ("one", byte_mask, limit)
+        cached = self._memo.get(key)
+        if cached is None:
+            starts, picks = self.pair_starts, []
+            for byte in range(256):
+                if (byte_mask >> byte) & 1 and starts[byte * 257 + 257] > starts[byte * 257 + 256]:
+                    picks.append(int(self.ids_by_pair[starts[byte * 257 + 256]]))
+                    if len(picks) == limit:
+                        break
+            cached = self._remember(key, picks)
+        return cached
+
+    def _remember(self, key: tuple, value: object) -> object:
+        if len(self._memo) >= 256:  # entries are up to ~100 KB
+            self._memo.pop(next(iter(self._memo)))
+        self._memo[key] = value
+        return value
 
     def pack(self, ids: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
         """int32 [num_words] bitmask row allowing ``ids`` and the tokens set in ``extra``
@@ -139,6 +210,16 @@ class TokenTable:
         for eos in self.eos_token_ids:
             out[eos // 32] |= np.uint32(1 << (eos % 32))
         return out.view(np.int32)
+
+
+@functools.lru_cache(maxsize=1024)
+def byte_flags(mask: int) -> np.ndarray:
+    """bool [257] from a byte mask (bit b = byte b); entry 256 ("no byte") is False, so an
+    array of bytes padded with 256 (``first_byte``) can index it directly."""
+    bits = np.frombuffer(mask.to_bytes(33, "little"), dtype=np.uint8)
+    flags = np.unpackbits(bits, bitorder="little")[:257].astype(bool)
+    flags.flags.writeable = False  # shared by the cache
+    return flags
 
 
 def _concat_slices(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

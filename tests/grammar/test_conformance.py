@@ -57,3 +57,13 @@ def test_refusal_is_reported_not_failed() -> None:
     case = Case("refused", {"type": "array", "uniqueItems": True}, [([1, 2], True, "")])
     outcome = check_case(case, RegexChecker())
     assert (outcome.status, outcome.refusal) == ("refused", "uniqueItems")
+
+
+def test_documented_narrowings_are_told_apart_from_false_negatives() -> None:
+    tree = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}, "additionalProperties": False}
+    deep = {"kids": [{"kids": [{"kids": [{"kids": []}]}]}]}
+    case = Case("tree", tree, [(deep, True, ""), ({"kids": [1]}, False, ""), ({"x": 1}, False, "")])
+    outcome = check_case(case, RegexChecker(), max_depth=1)
+    assert outcome.status == "pass" and len(outcome.narrowed) == 1 and not outcome.false_negatives
+    annotation = Case("format", {"format": "email"}, [("not an email", True, "format is an annotation")])
+    assert check_case(annotation, RegexChecker()).narrowed == ['"not an email"']

@@ -15,13 +15,13 @@ from radixgen.grammar.json_schema import (
     json_object_regex,
     schema_to_regex,
 )
+from radixgen.grammar.json_schema_lengths import pattern_regex
 from radixgen.grammar.json_schema_numbers import (
     Bound,
     canonical_number,
     integer_range_regex,
     number_range_regex,
 )
-from radixgen.grammar.json_schema_pattern import pattern_regex
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -153,6 +153,28 @@ def test_patterns_search_semantics(pattern: str, good: list[str], bad: list[str]
 def test_pattern_with_length_bounds() -> None:
     assert pattern_regex("^[0-9]+$", 2, 5) == "[0-9]{2,5}"
     check_instances({"type": "string", "pattern": "^ab[0-9]*x$", "minLength": 4, "maxLength": 6}, ["abx", "ab1x", "ab123x", "ab1234x"])
+    check_instances({"type": "string", "pattern": "^https?://", "maxLength": 12}, ["http://a.b", "https://abcd", "https://abcde", "ftp://"])
+
+
+@pytest.mark.parametrize(
+    ("schema", "inside"),
+    [
+        ({"pattern": "[0-9a-fA-F]+", "minLength": 12, "maxLength": 12}, ["0123456789ab"]),
+        ({"format": "email", "maxLength": 40}, ["john.doe@example.com"]),
+        ({"pattern": "^[a-z]+(?:-[a-z0-9]+)*$", "minLength": 3}, ["abc", "abc-d1"]),
+    ],
+)
+def test_pattern_with_length_bounds_narrowed(schema: dict, inside: list[str]) -> None:
+    """Where no exact intersection exists the grammar is a subset of it, never more."""
+    schema = {"type": "string", **schema}
+    pattern = re.compile(schema_to_regex(schema))
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    for value in inside:
+        assert pattern.fullmatch(json.dumps(value)), value
+    for length in range(0, 60):
+        for value in ("a" * length, "0" * length, "x@y." + "z" * length, "a-" * length):
+            if pattern.fullmatch(json.dumps(value)):
+                assert validator.is_valid(value), value
 
 
 FORMAT_CASES = [
@@ -258,6 +280,7 @@ def test_not_and_dependent_required() -> None:
     check_instances({"type": "object", "properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}}, [{}, {"a": 1}, {"a": 1, "b": 2}])
     check_instances({"type": ["string", "null"], "not": {"type": "null"}}, ["x", None])
     check_instances({"type": "string", "not": {"enum": ["no"]}}, ["yes", "no", "n"])
+    check_instances({"allOf": [{"enum": [[1, 2], [1, "x"]]}, {"not": {"not": {"items": {"type": "integer"}}}}]}, [[1, 2], [1, "x"], [3]])
     draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {"a": {}, "b": {}}, "dependencies": {"a": ["b"]}}
     check_instances(draft7, [{}, {"b": 1}, {"a": 1}, {"a": 1, "b": 1}])
 

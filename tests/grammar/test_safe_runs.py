@@ -1,0 +1,54 @@
+"""Safe runs are sound: every string that fits a state's run is a viable prefix."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from grammar_support import byte_dfa
+from radixgen.grammar.automaton import DEAD
+from radixgen.grammar.safe_runs import NO_RUN, SafeRuns
+
+PATTERNS = [
+    r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])*"',
+    r'"(?:[^"\\ap](?:[^"\\])*|a(?:[^"\\u][^"\\]*)?|p[^"\\]*)?":1',  # a key that is not "au..."
+    r"[a-z]{0,5}!",
+    r"(?:[0-9]+|x[a-f]*)(?:,[0-9]+)*",
+    r"[ \t]*(?:true|[A-Za-z_][A-Za-z_0-9]{0,7})",
+]
+
+
+def _members(mask: int) -> list[int]:
+    return [b for b in range(256) if (mask >> b) & 1]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_strings_fitting_a_run_are_viable(pattern: str) -> None:
+    dfa = byte_dfa(pattern, clip_bound=9)
+    runs = SafeRuns(dfa.store)
+    rng = random.Random(11)
+    state, useful = dfa.start, 0
+    for _ in range(40):  # states along random walks
+        first, rest, length = runs(dfa.state_terms[state])
+        if (first, rest, length) != NO_RUN:
+            useful += 1
+            for _ in range(30):
+                size = rng.randint(1, min(length, 8))
+                text = [rng.choice(_members(first))]
+                if size > 1 and rest:
+                    text += [rng.choice(_members(rest)) for _ in range(size - 1)]
+                assert dfa.walk(state, bytes(text)) != DEAD, (pattern, bytes(text))
+        live = _members(dfa.store.first_bytes(dfa.state_terms[state]))
+        if not live:
+            state = dfa.start
+            continue
+        state = dfa.walk(state, bytes([rng.choice(live)]))
+    assert useful > 0
+
+
+def test_string_runs_span_the_string() -> None:
+    dfa = byte_dfa(r'"(?:[^"\\a][^"\\]*|a)"', clip_bound=9)
+    inside = dfa.walk(dfa.start, b'"')
+    first, rest, length = SafeRuns(dfa.store)(dfa.state_terms[inside])
+    assert (first >> ord("a")) & 1 == 0 and (rest >> ord("a")) & 1 == 1
+    assert (first >> ord('"')) & 1 == 0 and length > 1_000_000
