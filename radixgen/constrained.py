@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .grammar.errors import GrammarError
 from .kernels.bitmask import allocate_token_bitmask
 from .request import Req
 from .sampling_params import SamplingParams
@@ -51,20 +52,27 @@ class Constraints:
             return None, rows
         bitmask = allocate_token_bitmask(len(reqs), self.vocab_size)
         for i in rows:
-            reqs[i].matcher.fill_bitmask(bitmask, i)
+            try:
+                reqs[i].matcher.fill_bitmask(bitmask, i)
+            except GrammarError as exc:  # its automaton outgrew the limits: end this request only
+                reqs[i].error = f"grammar: {exc}"
         return bitmask.to(self.device, non_blocking=True), rows
 
     def accept(self, req: Req, token_id: int) -> list[int]:
         """Advance ``req``'s matcher by ``token_id``; return grammar-forced tokens to jump over."""
         matcher = req.matcher
-        if matcher is None:
+        if matcher is None or req.error is not None:
             return []
-        if token_id in self.tokenizer.eos_token_ids:
-            matcher.accept_token(token_id)
+        try:
+            if token_id in self.tokenizer.eos_token_ids:
+                matcher.accept_token(token_id)
+                return []
+            if not matcher.accept_token(token_id):
+                raise AssertionError(f"sampled token {token_id} was not allowed by the grammar mask")
+            return self._forced_tokens(req) if self.jump_forward else []
+        except GrammarError as exc:
+            req.error = f"grammar: {exc}"
             return []
-        if not matcher.accept_token(token_id):
-            raise AssertionError(f"sampled token {token_id} was not allowed by the grammar mask")
-        return self._forced_tokens(req) if self.jump_forward else []
 
     def _forced_tokens(self, req: Req) -> list[int]:
         text = req.matcher.forced_text()

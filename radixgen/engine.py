@@ -137,6 +137,9 @@ class Engine:
 
     # ================================================================== per-token post-processing
     def _process_token(self, req: Req, token_id: int, logprob: TokenLogprob | None) -> None:
+        if req.error is not None:
+            self._fail(req, req.error)
+            return
         req.output_ids.append(token_id)
         if req.first_token_time is None:
             req.first_token_time = time.monotonic()
@@ -144,6 +147,9 @@ class Engine:
         if logprob is not None:
             req.pending_logprobs.append(logprob)
         forced = self.constraints.accept(req, token_id)  # the matcher is now past ``forced`` too
+        if req.error is not None:
+            self._fail(req, req.error)
+            return
         req.detokenizer.push([token_id])
         reason = self._finish_reason(req, token_id, grammar_done=not forced)
         if reason is None and forced:

@@ -107,6 +107,7 @@ class Req:
     streamed_len: int = 0  # characters of output text already emitted
     num_sent_ids: int = 0  # output tokens already emitted
     finish_reason: str | None = None
+    error: str | None = None  # set when the request must end with an error (e.g. its grammar failed)
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
     num_retractions: int = 0
     arrival_time: float = field(default_factory=time.monotonic)

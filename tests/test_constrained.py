@@ -108,3 +108,22 @@ def test_fifty_dev_schemas_all_finished_outputs_validate(engine, shared_data):
     for schema, out in finished:
         jsonschema.validate(json.loads(out.text), schema)
     engine.check_integrity()
+
+
+def test_grammar_failure_mid_decode_ends_only_that_request(engine):
+    import queue
+
+    class ExplodingMatcher:
+        def fill_bitmask(self, bitmask, row):
+            raise GrammarError("regex: automaton exceeded its state limit")
+
+    deltas: queue.SimpleQueue = queue.SimpleQueue()
+    rid = engine.add_request("Write letters:", SamplingParams(max_new_tokens=64, regex="[a-z ]{1,300}"), deltas.put)
+    engine.call(lambda: setattr(engine._reqs[rid], "matcher", ExplodingMatcher()))
+    good = engine.generate("1, 2, 3,", SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True))[0]
+    assert good.completion_tokens == 6
+    last = deltas.get(timeout=60)
+    while not last.finished:
+        last = deltas.get(timeout=60)
+    assert last.finish_reason == "abort" and "state limit" in last.error
+    engine.check_integrity()
