@@ -1,6 +1,6 @@
 """Grammar back-end benchmark over maskbench JSON schemas: compile time and mask time per token.
 
-    python benchmarks/bench_grammar.py [--per-corpus 20] [--engines radixgen,outlines-core,...]
+    python benchmarks/bench_grammar.py [--per-corpus 20] [--engines radixgen,outlines-core,...] [--e2e]
 
 For the first N schemas of each maskbench corpus (``../shared/data/maskbench/*.jsonl``), every
 engine compiles the schema and then walks the token ids of each valid test instance (written
@@ -13,6 +13,10 @@ timing one bitmask fill per token. Engines, side by side in the same run:
 - ``radixgen[oc-regex]``: our back end on outlines-core's regex for the schema.
 - ``outlines-core``: ``build_regex_from_schema`` + ``Index`` + ``Guide.write_mask_into``.
 - ``xgrammar`` / ``llguidance``: if installed.
+
+``--e2e`` adds the end-to-end part on the default model: decode tokens/s of JSON-schema
+constrained vs unconstrained generation at batch 1 and 16, with jump-forward on and off
+(``--e2e-only`` runs just that).
 
 Each engine runs in a forked worker with a per-schema timeout: a schema that hangs is
 killed and counted as a timeout. "pass" = compiled and every valid instance accepted token
@@ -297,7 +301,12 @@ def main() -> None:
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per schema per engine")
     parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--e2e", action="store_true", help="also measure end-to-end decode throughput")
+    parser.add_argument("--e2e-only", action="store_true", help="only the end-to-end part")
     args = parser.parse_args()
+    if args.e2e_only:
+        end_to_end()
+        return
     if not args.data.is_dir():
         print(f"maskbench data not found at {args.data}: nothing to benchmark (pass --data DIR)")
         return
@@ -329,7 +338,48 @@ def main() -> None:
         lines.append(summarize(name, results))
         print(f"  {name}: {time.perf_counter() - start:.1f} s", flush=True)
     print("\n".join(lines))
-    # TODO(lead): end-to-end constrained decode throughput (tokens/s with masks applied) goes here.
+    if args.e2e:
+        end_to_end()
+
+
+E2E_SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 48}, "age": {"type": "integer", "minimum": 0},
+                   "city": {"type": "string", "maxLength": 48},
+                   "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 24}, "maxItems": 4}},
+    "required": ["name", "age", "city", "hobbies"],
+    "additionalProperties": False,
+}
+
+
+def end_to_end(batches: tuple[int, ...] = (1, 16), new_tokens: int = 64) -> None:
+    """Decode tokens/s, constrained vs unconstrained, jump-forward on vs off, same run."""
+    from radixgen import Engine, SamplingParams
+
+    rows = []
+    for jump_forward in (True, False):
+        engine = Engine(jump_forward=jump_forward)
+        prompts = [engine.tokenizer.apply_chat_template(
+            [{"role": "user", "content": f"Invent person number {i} and describe them as JSON."}]) for i in range(max(batches))]
+        engine.generate(prompts[:2], SamplingParams(max_new_tokens=4, json_schema=E2E_SCHEMA))  # compile + warm up
+        for batch in batches:
+            for label, params in (("unconstrained", SamplingParams(max_new_tokens=new_tokens, temperature=0.0, ignore_eos=True)),
+                                  ("json_schema", SamplingParams(max_new_tokens=new_tokens, temperature=0.0, json_schema=E2E_SCHEMA))):
+                if label == "unconstrained" and not jump_forward:
+                    continue  # jump-forward only changes constrained requests
+                engine.flush_cache()
+                start = time.perf_counter()
+                outs = engine.generate(prompts[:batch], params)
+                elapsed = time.perf_counter() - start
+                tokens = sum(o.completion_tokens for o in outs)
+                rows.append((batch, label, jump_forward, tokens / elapsed, engine.stats()["steps"]))
+        engine.shutdown()
+    print("\nEnd to end on the default model (greedy, tokens/s = completion tokens / wall time):")
+    print(f"{'batch':>5} {'requests':<14} {'jump-fwd':>8} {'tok/s':>8} {'vs unconstrained':>17}")
+    base = {b: t for b, label, _, t, _ in rows if label == "unconstrained"}
+    for batch, label, jf, tps, _ in rows:
+        print(f"{batch:>5} {label:<14} {('on' if jf else 'off') if label != 'unconstrained' else '-':>8} {tps:8.1f} "
+              f"{tps / base[batch]:16.2f}x")
 
 
 if __name__ == "__main__":
