@@ -29,6 +29,14 @@ except ImportError:  # the torch reference works without Triton
     tl = None
 
 
+def _gather(buffer: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """``buffer[slots]`` for ``buffer [S, H, D]`` and int64 ``slots [...]`` -> ``[..., H, D]``.
+
+    ``index_select`` on the flattened slots: several times faster than advanced indexing on CPU.
+    """
+    return buffer.index_select(0, slots.reshape(-1)).view(*slots.shape, *buffer.shape[1:])
+
+
 def decode_attention_ref(
     q: torch.Tensor,  # [B, Hq, D]
     k_buffer: torch.Tensor,  # [S, Hkv, D]
@@ -45,8 +53,8 @@ def decode_attention_ref(
     batch, num_q_heads, head_dim = q.shape
     max_len = int(seq_lens.max())
     slots = req_to_token[req_pool_indices.long(), :max_len].long()  # [B, L]
-    k = k_buffer[slots].transpose(1, 2).float()  # [B, Hkv, L, D]
-    v = v_buffer[slots].transpose(1, 2).float()  # [B, Hkv, L, D]
+    k = _gather(k_buffer, slots).transpose(1, 2).float()  # [B, Hkv, L, D]
+    v = _gather(v_buffer, slots).transpose(1, 2).float()  # [B, Hkv, L, D]
     valid = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None].to(q.device)  # [B, L]
     out = F.scaled_dot_product_attention(
         q.float()[:, :, None, :], k, v, attn_mask=valid[:, None, None, :], scale=sm_scale, enable_gqa=True
@@ -73,8 +81,8 @@ def extend_attention_ref(
     ):
         total = prefix_len + extend_len
         slots = req_to_token[row, :total].long()
-        k = k_buffer[slots].transpose(0, 1)[None].to(q.dtype)  # [1, Hkv, T, D]
-        v = v_buffer[slots].transpose(0, 1)[None].to(q.dtype)  # [1, Hkv, T, D]
+        k = _gather(k_buffer, slots).transpose(0, 1)[None].to(q.dtype)  # [1, Hkv, T, D]
+        v = _gather(v_buffer, slots).transpose(0, 1)[None].to(q.dtype)  # [1, Hkv, T, D]
         qi = q[start : start + extend_len].transpose(0, 1)[None]  # [1, Hq, E, D]
         if prefix_len == 0:
             oi = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=sm_scale, enable_gqa=True)

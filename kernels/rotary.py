@@ -55,7 +55,7 @@ def apply_rotary_ref(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Reference, out of place: ``x * cos + rotate_half(x) * sin`` per head."""
     half = cos_sin_cache.shape[-1] // 2
-    cos_sin = cos_sin_cache[positions]  # [N, D]
+    cos_sin = cos_sin_cache.index_select(0, positions.long())  # [N, D]
     cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]  # [N, 1, D/2]
     return _rotate(q, cos, sin), _rotate(k, cos, sin)
 
