@@ -65,9 +65,13 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=1, help="runs per configuration (median reported)")
     ap.add_argument("--skip-hf", action="store_true", help="only radixgen (no transformers baseline)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch CPU threads for both sides (1 keeps ratios stable on a busy machine)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
-    engine = Engine(args.model)
+    engine = Engine(args.model, num_threads=args.threads)
     hf = None if args.skip_hf else load_hf(__import__("pathlib").Path(engine.model_path))
     engine.generate(make_prompts(2), SamplingParams(max_new_tokens=4))  # warm-up
     rows = []

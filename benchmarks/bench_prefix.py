@@ -153,11 +153,16 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--quick", action="store_true", help="smaller workloads (a smoke test)")
     ap.add_argument("--max-total-tokens", type=int, default=65536)
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     args = ap.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     configs = {"cache on": dict(), "cache off": dict(disable_radix_cache=True)}
     results: dict[str, dict[str, dict[str, Result]]] = {}
     for name, options in configs.items():
-        engine = Engine(args.model, max_total_tokens=args.max_total_tokens, **options)
+        engine = Engine(args.model, max_total_tokens=args.max_total_tokens, num_threads=args.threads, **options)
         engine.generate("warm up", SamplingParams(max_new_tokens=2))
         for key in tqdm(args.workloads, desc=f"workloads ({name})"):
             engine.flush_cache()

@@ -115,6 +115,8 @@ class Engine:
         self.stats_counters.steps += 1
 
     def _loop(self) -> None:
+        if self.config.num_threads:  # OpenMP thread counts are per calling thread: set it here too
+            torch.set_num_threads(self.config.num_threads)
         while not self._stopping:
             self._drain_inbox(block=not self.scheduler.has_work())
             if self._stopping:
