@@ -27,10 +27,14 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data-dir", type=Path, default=REPO_ROOT.parent / "shared" / "data")
     parser.add_argument("--corpus", action="append", help="corpus name (repeatable; default: all)")
-    parser.add_argument("--limit", type=int, default=None, help="seeded sample of at most N schemas per corpus")
+    parser.add_argument(
+        "--limit", type=int, default=None, help="seeded sample of at most N schemas per corpus"
+    )
     parser.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH)
     parser.add_argument("--whitespace", choices=["compact", "flexible"], default="compact")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "grammar_coverage.md")
@@ -41,11 +45,15 @@ def main() -> None:
         raise SystemExit(f"no corpora under {args.data_dir}")
     names = args.corpus or list(corpora)
     summaries, outcomes = [], {}
-    print(f"{'corpus':<22} {'schemas':>7} {'compiled':>8} {'passing':>7} {'rate':>6} {'FP':>4} {'FN':>4} {'narr':>4} {'crash':>5} {'sec':>5}")
+    print(
+        f"{'corpus':<22} {'schemas':>7} {'compiled':>8} {'passing':>7} {'rate':>6} {'FP':>4} {'FN':>4} {'narr':>4} {'crash':>5} {'sec':>5}"
+    )
     for name in names:
         cases = corpora[name] if args.limit is None else sample(corpora[name], args.limit)
         start = time.perf_counter()
-        outcomes[name] = run_corpus(cases, RegexChecker(), max_depth=args.max_depth, whitespace=args.whitespace)
+        outcomes[name] = run_corpus(
+            cases, RegexChecker(), max_depth=args.max_depth, whitespace=args.whitespace
+        )
         s = summarize(name, outcomes[name])
         summaries.append(s)
         print(
@@ -54,7 +62,9 @@ def main() -> None:
             f"{time.perf_counter() - start:>5.0f}"
         )
         print(f"{'':<22} refusals: {dict(s.refusals.most_common())}")
-    options = f"max_depth={args.max_depth}, whitespace={args.whitespace}" + (f", sample of {args.limit}" if args.limit else "")
+    options = f"max_depth={args.max_depth}, whitespace={args.whitespace}" + (
+        f", sample of {args.limit}" if args.limit else ""
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render_markdown(summaries, outcomes, options), encoding="utf-8")
     print(f"wrote {args.out}")

@@ -76,7 +76,9 @@ def load_maskbench(path: Path) -> list[Case]:
     with open(path, encoding="utf-8") as lines:
         for line in lines:
             record = json.loads(line)
-            tests = [(t["data"], bool(t["valid"]), t.get("description", "")) for t in record["tests"]]
+            tests = [
+                (t["data"], bool(t["valid"]), t.get("description", "")) for t in record["tests"]
+            ]
             cases.append(Case(record["id"], record["schema"], tests))
     return cases
 
@@ -86,7 +88,9 @@ def load_test_suite(directory: Path) -> list[Case]:
     for path in sorted(directory.glob("*.json")):
         for index, group in enumerate(json.loads(path.read_text(encoding="utf-8"))):
             tests = [(t["data"], bool(t["valid"]), t["description"]) for t in group["tests"]]
-            cases.append(Case(f"{path.stem}/{index}: {group['description']}", group["schema"], tests))
+            cases.append(
+                Case(f"{path.stem}/{index}: {group['description']}", group["schema"], tests)
+            )
     return cases
 
 
@@ -127,7 +131,9 @@ def label_check(schema: object, tests: Iterable[tuple[object, bool, str]]) -> in
         return 0
 
 
-def check_case(case: Case, checker: Checker, *, max_depth: int = DEFAULT_MAX_DEPTH, whitespace: str = "compact") -> Outcome:
+def check_case(
+    case: Case, checker: Checker, *, max_depth: int = DEFAULT_MAX_DEPTH, whitespace: str = "compact"
+) -> Outcome:
     """Compile one schema and check every labelled instance."""
     start = time.perf_counter()
     outcome = Outcome(case.case_id, "pass", num_tests=len(case.tests))
@@ -168,8 +174,9 @@ def _refusal_kind(exc: GrammarError) -> str:
 
 def _narrowing_explains(schema: object, data: object, max_depth: int) -> bool:
     """Whether a valid instance is rejected only by a documented narrowing: nesting beyond
-    `max_depth`, or a `format` the JSON Schema draft treats as an annotation. Probes the IR
-    (not the regex) with deeper bounds and formats ignored."""
+    `max_depth`, a `format` asserted (the draft may make it an annotation, and formats are
+    narrower than validators), or a `pattern` narrowed to fit minLength/maxLength. Probes
+    the IR (not the regex) with deeper bounds and those narrowings off."""
     for extra in range(1, DEPTH_PROBE + 1):
         try:
             node, ctx = build_schema_ir(schema, max_depth=max_depth + extra, assert_formats=False)
@@ -180,7 +187,9 @@ def _narrowing_explains(schema: object, data: object, max_depth: int) -> bool:
     return False
 
 
-def run_corpus(cases: Iterable[Case], checker: Checker | None = None, **options: object) -> list[Outcome]:
+def run_corpus(
+    cases: Iterable[Case], checker: Checker | None = None, **options: object
+) -> list[Outcome]:
     checker = checker or RegexChecker()
     return [check_case(case, checker, **options) for case in cases]
 
@@ -222,7 +231,9 @@ def summarize(name: str, outcomes: list[Outcome]) -> Summary:
     )
 
 
-def render_markdown(summaries: list[Summary], outcomes: dict[str, list[Outcome]], options: str) -> str:
+def render_markdown(
+    summaries: list[Summary], outcomes: dict[str, list[Outcome]], options: str
+) -> str:
     """The coverage report: one row per corpus, refusals by keyword, every failure."""
     lines = [
         "# JSON Schema grammar coverage",
@@ -232,9 +243,9 @@ def render_markdown(summaries: list[Summary], outcomes: dict[str, list[Outcome]]
         "by the grammar's canonical writer, is accepted if valid and rejected if invalid.",
         "Refusals (GrammarError) lose coverage but are never wrong; false positives/negatives are.",
         "A valid instance rejected only by a documented narrowing (nesting deeper than `max_depth`",
-        "in free-form values or recursive `$ref`s; `format` asserted where the draft makes it an",
-        "annotation) is counted under *narrowed*, not as a false negative; *all valid accepted*",
-        "counts the passing schemas without any.",
+        "in free-form values or recursive `$ref`s; `format` asserted, also where the draft makes it",
+        "an annotation; `pattern` narrowed to fit minLength/maxLength) is counted under *narrowed*,",
+        "not as a false negative; *all valid accepted* counts the passing schemas without any.",
         "",
         "| corpus | schemas | compiled | passing | pass rate | all valid accepted | false pos. | false neg. | narrowed | crashes | label disagreements* | seconds |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -250,17 +261,34 @@ def render_markdown(summaries: list[Summary], outcomes: dict[str, list[Outcome]]
         "\\* instances whose corpus label the `jsonschema` package (with its format checker, minus",
         "formats that need optional packages) disputes; the corpus label is used.",
         "",
+        "## Policies (see `grammar/json_schema.py` and the `json_schema_*` module docstrings)",
+        "",
+        "- Exact or narrower, never wider; anything else is refused with GrammarError naming the",
+        "  keyword and JSON pointer. `(unsatisfiable)`: the schema admits no value at all.",
+        "- Extra properties follow JSON Schema (allowed unless `additionalProperties: false`);",
+        "  `strict=True` leaves them out. Properties are written in the schema's order.",
+        "- `format` is asserted (date, time, date-time, email, hostname, ipv4, ipv6, uri, uuid,",
+        "  json-pointer, relative-json-pointer, duration); unknown formats are annotations.",
+        "- Numbers compare as the doubles validators parse; bounded numbers have no exponent.",
+        "- oneOf compiles when its branches are provably disjoint, or object branches can be made",
+        "  exclusive through their required properties; anyOf branches another covers are dropped.",
+        "",
         "## Refusals by keyword",
         "",
     ]
     for s in summaries:
         refusals = ", ".join(f"`{k}` {n}" for k, n in s.refusals.most_common()) or "none"
         lines.append(f"- **{s.name}**: {refusals}")
-    failures = [(name, o) for name, outs in outcomes.items() for o in outs if o.status in ("fail", "crash")]
+    failures = [
+        (name, o) for name, outs in outcomes.items() for o in outs if o.status in ("fail", "crash")
+    ]
     lines += ["", "## Failures", ""]
     if not failures:
         lines.append("None.")
     for name, o in failures:
-        detail = o.message or f"{len(o.false_positives)} false positives, {len(o.false_negatives)} false negatives"
+        detail = (
+            o.message
+            or f"{len(o.false_positives)} false positives, {len(o.false_negatives)} false negatives"
+        )
         lines.append(f"- {name} `{o.case_id}`: {o.status}: {detail}")
     return "\n".join(lines) + "\n"

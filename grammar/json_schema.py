@@ -53,7 +53,11 @@ class CompiledSchema:
 
 
 def compile_schema(
-    schema: dict | bool | str, *, whitespace: str = "compact", max_depth: int = DEFAULT_MAX_DEPTH, strict: bool = False
+    schema: dict | bool | str,
+    *,
+    whitespace: str = "compact",
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    strict: bool = False,
 ) -> CompiledSchema:
     """Lower `schema` (a dict, a boolean or JSON text). Raises GrammarError."""
     if isinstance(schema, str):
@@ -68,23 +72,39 @@ def compile_schema(
     node, writer = build_schema_ir(schema, max_depth=max_depth, strict=strict)
     regex = EmitContext(ws=WHITESPACE[whitespace]).regex(node)
     if regex is None:
-        raise GrammarError("json_schema: the schema accepts no value (within the recursion bound)", pointer="#")
+        raise GrammarError(
+            "json_schema: the schema accepts no value (within the recursion bound)", pointer="#"
+        )
     if len(regex) > MAX_REGEX_CHARS:
-        raise GrammarError(f"json_schema: the schema's regex is too large ({len(regex)} characters)", pointer="#")
+        raise GrammarError(
+            f"json_schema: the schema's regex is too large ({len(regex)} characters)", pointer="#"
+        )
     return CompiledSchema(node, regex, writer)
 
 
 def build_schema_ir(
-    schema: object, *, max_depth: int = DEFAULT_MAX_DEPTH, strict: bool = False, assert_formats: bool = True
+    schema: object,
+    *,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    strict: bool = False,
+    assert_formats: bool = True,
 ) -> tuple[Node, EmitContext]:
     """The IR of `schema` and a compact writer context, without emitting the regex.
-    `assert_formats=False` treats `format` as an annotation (for conformance probes)."""
-    builder = SchemaBuilder(schema, max_depth=max_depth, strict=strict, assert_formats=assert_formats)
+    `assert_formats=False` (conformance probes only) drops the documented narrowings that
+    nesting bounds do not cover: `format` becomes an annotation, and `pattern` ignores
+    minLength/maxLength instead of being narrowed to fit them (wider than the schema!)."""
+    builder = SchemaBuilder(
+        schema, max_depth=max_depth, strict=strict, assert_formats=assert_formats
+    )
     return builder.build(schema, "#", builder.resolver.base), builder.ctx
 
 
 def schema_to_regex(
-    schema: dict | bool | str, *, whitespace: str = "compact", max_depth: int = DEFAULT_MAX_DEPTH, strict: bool = False
+    schema: dict | bool | str,
+    *,
+    whitespace: str = "compact",
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    strict: bool = False,
 ) -> str:
     """A regex whose fullmatches are texts of values valid under `schema`."""
     return compile_schema(schema, whitespace=whitespace, max_depth=max_depth, strict=strict).regex
@@ -105,4 +125,6 @@ def canonical_json(
 
 def json_object_regex(max_depth: int = DEFAULT_MAX_DEPTH, *, whitespace: str = "compact") -> str:
     """Any JSON object whose containers nest at most `max_depth` deep (the object counts)."""
-    return schema_to_regex({"type": "object"}, whitespace=whitespace, max_depth=max(0, max_depth - 1))
+    return schema_to_regex(
+        {"type": "object"}, whitespace=whitespace, max_depth=max(0, max_depth - 1)
+    )

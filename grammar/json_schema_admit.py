@@ -42,7 +42,9 @@ def nesting(value: object) -> int:
 
 def _object_admits(node: Object, value: dict, ctx: EmitContext, depth_bound: bool) -> bool:
     listed = {p.name: p for p in node.properties}
-    if any(p.required and p.name not in value for p in node.properties) or (node.nonempty and not value):
+    if any(p.required and p.name not in value for p in node.properties) or (
+        node.nonempty and not value
+    ):
         return False
     for key, item in value.items():
         if key in listed:
@@ -50,7 +52,9 @@ def _object_admits(node: Object, value: dict, ctx: EmitContext, depth_bound: boo
                 return False
         elif key in node.excluded_names or node.additional is None:
             return False
-        elif node.extra_key is not None and not re.fullmatch(node.extra_key, encode_string(key)[1:-1]):
+        elif node.extra_key is not None and not re.fullmatch(
+            node.extra_key, encode_string(key)[1:-1]
+        ):
             return False
         elif not admits(node.additional, item, ctx, depth_bound=depth_bound):
             return False

@@ -2,8 +2,9 @@
 
 For each subschema: flatten (`$ref` and `allOf` merged into one keyword dict), refuse
 keywords that cannot be honored for the types the schema allows, then lower in this
-order: anyOf/oneOf (rest merged into every branch) -> enum/const (members filtered by the
-rest) -> not -> one node per allowed type (`json_schema_types`).
+order: anyOf/oneOf (rest merged into every branch, `json_schema_combinators`) ->
+enum/const (members filtered by the rest) -> not (`json_schema_combinators`) -> one node
+per allowed type (`json_schema_types`, `json_schema_objects`). Subtrees are memoized.
 
 Recursion: a `$ref` may appear at most `max_depth` times on one path; deeper, its branch
 becomes `Never(cutoff=True)` (the grammar is narrower than the schema there, never wider).
@@ -15,60 +16,86 @@ from collections import Counter
 from functools import reduce
 
 from .errors import GrammarError
-from .json_schema_disjoint import disjoint, subsumes
+from .json_schema_combinators import lower_group, lower_not
 from .json_schema_ir import (
     AnyValue,
-    Boolean,
     Const,
     EmitContext,
     Never,
     Node,
-    Null,
-    String,
     Union,
-    json_type,
-    write_generic,
 )
-from .json_schema_resolve import METADATA, Resolver, as_dict, detect_draft, merge, normalize
-from .json_schema_strings import string_not_in_regex
+from .json_schema_resolve import (
+    METADATA,
+    RecursionCutoff,
+    Resolver,
+    as_dict,
+    detect_draft,
+    merge,
+    normalize,
+)
 from .json_schema_types import TypeLowering
+from .json_schema_values import json_type, write_generic
 
 ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
-OBJECT_KEYWORDS = frozenset({
-    "properties", "required", "additionalProperties", "patternProperties", "propertyNames",
-    "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "unevaluatedProperties",
-})
-ARRAY_KEYWORDS = frozenset({
-    "prefixItems", "items", "minItems", "maxItems", "uniqueItems", "contains", "minContains",
-    "maxContains", "unevaluatedItems",
-})
+OBJECT_KEYWORDS = frozenset(
+    {
+        "properties",
+        "required",
+        "additionalProperties",
+        "patternProperties",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "dependentRequired",
+        "dependentSchemas",
+        "unevaluatedProperties",
+    }
+)
+ARRAY_KEYWORDS = frozenset(
+    {
+        "prefixItems",
+        "items",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "unevaluatedItems",
+    }
+)
 STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format"})
-NUMBER_KEYWORDS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"})
+NUMBER_KEYWORDS = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+)
 # Keywords whose meaning this compiler cannot honor for any type. (Draft-03 keywords such
 # as `extends` mean nothing in the drafts we accept, so like any unknown word they are
 # ignored, as validators do.)
 REFUSED = frozenset({"$dynamicRef", "$recursiveRef"})
 KEYWORD_TYPES = {
-    **{k: "object" for k in OBJECT_KEYWORDS}, **{k: "array" for k in ARRAY_KEYWORDS},
-    **{k: "string" for k in STRING_KEYWORDS}, **{k: "number" for k in NUMBER_KEYWORDS},
+    **{k: "object" for k in OBJECT_KEYWORDS},
+    **{k: "array" for k in ARRAY_KEYWORDS},
+    **{k: "string" for k in STRING_KEYWORDS},
+    **{k: "number" for k in NUMBER_KEYWORDS},
 }
 MAX_NODES = 200_000
-
-
-class _Cutoff(Exception):
-    """A $ref reached the recursion bound while flattening."""
 
 
 class SchemaBuilder:
     """Lowers one root schema. Not thread-safe; use one builder per compilation."""
 
-    def __init__(self, root: object, *, max_depth: int, strict: bool, assert_formats: bool = True) -> None:
+    def __init__(
+        self, root: object, *, max_depth: int, strict: bool, assert_formats: bool = True
+    ) -> None:
         self.draft = detect_draft(root)
         if self.draft == 3:
             raise GrammarError(keyword="$schema", pointer="#", detail="draft-03 schemas")
         meta = root.get("$schema") if isinstance(root, dict) else None
         if meta is not None and "json-schema.org/" not in str(meta):
-            raise GrammarError(keyword="$schema", pointer="#", detail=f"unknown meta-schema {meta!r}")
+            raise GrammarError(
+                keyword="$schema", pointer="#", detail=f"unknown meta-schema {meta!r}"
+            )
         self.assert_formats = assert_formats
         self.resolver = Resolver(root, self.draft)
         self.max_depth, self.strict = max_depth, strict
@@ -90,21 +117,31 @@ class SchemaBuilder:
         """The node for "valid under every (schema, pointer) part". Memoized: the result
         depends only on the parts and on how often each $ref is open on the path (pointers
         only name errors), so a recursive schema shares one subtree per recursion level."""
-        key = (tuple(id(schema) for schema, _ in parts), base, tuple(sorted(Counter(self.ref_stack).items())))
+        key = (
+            tuple(id(schema) for schema, _ in parts),
+            base,
+            tuple(sorted(Counter(self.ref_stack).items())),
+        )
         if key not in self.memo:
-            self.memo[key] = (parts, self._build_merged(parts, base, pointer))  # parts kept alive: ids stay unique
+            self.memo[key] = (
+                parts,
+                self._build_merged(parts, base, pointer),
+            )  # parts kept alive: ids stay unique
         return self.memo[key][1]
 
     def _build_merged(self, parts: list[tuple[object, str]], base: str, pointer: str) -> Node:
         self.num_nodes += 1
         if self.num_nodes > MAX_NODES:
-            raise GrammarError(f"json_schema: the schema at {pointer} expands to too many nodes (> {MAX_NODES})", pointer=pointer)
+            raise GrammarError(
+                f"json_schema: the schema at {pointer} expands to too many nodes (> {MAX_NODES})",
+                pointer=pointer,
+            )
         depth = len(self.ref_stack)
         try:
             flat = [self.flatten(schema, part_pointer, base) for schema, part_pointer in parts]
             merged = reduce(lambda a, b: (merge(a[0], b[0], pointer), a[1]), flat)
             return self.lower(merged[0], pointer, merged[1])
-        except _Cutoff:
+        except RecursionCutoff:
             return Never(cutoff=True)
         finally:
             del self.ref_stack[depth:]
@@ -119,13 +156,15 @@ class SchemaBuilder:
             target, target_pointer, target_base = self.resolver.lookup(s["$ref"], base, pointer)
             key = target_base + target_pointer
             if self.ref_stack.count(key) >= self.max_depth:
-                raise _Cutoff
+                raise RecursionCutoff
             self.ref_stack.append(key)
             parts.append(self.flatten(target, target_pointer, target_base))
         if "allOf" in s:
             members = s["allOf"]
             if not isinstance(members, list) or not members:
-                raise GrammarError(keyword="allOf", pointer=pointer, detail="expected a non-empty array")
+                raise GrammarError(
+                    keyword="allOf", pointer=pointer, detail="expected a non-empty array"
+                )
             parts += [self.flatten(m, f"{pointer}/allOf/{i}", base) for i, m in enumerate(members)]
         own = [p for p in parts if set(p[0]) - METADATA]
         if not own:
@@ -144,13 +183,17 @@ class SchemaBuilder:
         self.check_keywords(s, types, pointer)
         groups = list(s.get("_groups", []))
         if groups:
-            return self.lower_group(s, groups, pointer, base)
+            return lower_group(self, s, groups, pointer, base)
         if "enum" in s:
             return self.lower_enum(s, pointer, base)
         nots = list(s.get("_nots", []))
         if nots:
-            return self.lower_not(s, nots, pointer, base)
-        nodes = [self.types.lower(t, s, pointer, base) for t in ALL_TYPES if t in types or (t == "number" and "integer" in types)]
+            return lower_not(self, s, nots, pointer, base)
+        nodes = [
+            self.types.lower(t, s, pointer, base)
+            for t in ALL_TYPES
+            if t in types or (t == "number" and "integer" in types)
+        ]
         nodes = [n for n in nodes if not (isinstance(n, Never) and not n.cutoff)]
         if not nodes:
             return Never()
@@ -159,12 +202,16 @@ class SchemaBuilder:
     def value_type(self, value: object) -> str:
         """The JSON Schema type of a value under this draft (draft-04: 2.0 is a number)."""
         kind = json_type(value)
-        return "number" if kind == "integer" and self.draft <= 4 and isinstance(value, float) else kind
+        return (
+            "number" if kind == "integer" and self.draft <= 4 and isinstance(value, float) else kind
+        )
 
     def allowed_types(self, s: dict, pointer: str) -> set[str]:
         declared = s.get("type", list(ALL_TYPES))
         declared = [declared] if isinstance(declared, str) else declared
-        if not isinstance(declared, list) or not all(t in (*ALL_TYPES, "integer") for t in declared):
+        if not isinstance(declared, list) or not all(
+            t in (*ALL_TYPES, "integer") for t in declared
+        ):
             raise GrammarError(keyword="type", pointer=pointer, detail=f"unknown type {declared!r}")
         types = set(declared)
         if "number" in types:
@@ -181,76 +228,26 @@ class SchemaBuilder:
             if owner is not None and (owner in types or (owner == "number" and "integer" in types)):
                 self.types.check(key, s, pointer)
 
-    def lower_group(self, s: dict, groups: list, pointer: str, base: str) -> Node:
-        (keyword, branches), remaining = groups[0], groups[1:]
-        if not isinstance(branches, list) or not branches:
-            raise GrammarError(keyword=keyword, pointer=pointer, detail="expected a non-empty array")
-        rest = {k: v for k, v in s.items() if k != "_groups"}
-        if remaining:
-            rest["_groups"] = remaining
-        parts = [[(rest, pointer), (branch, f"{pointer}/{keyword}/{i}")] for i, branch in enumerate(branches)]
-        options = [self.build_merged(p, base, pointer) for p in parts]
-        if keyword == "oneOf":
-            options = self.exclusive_branches(options, parts, base, pointer)
-        live = [o for o in options if not (isinstance(o, Never) and not o.cutoff)]
-        if keyword == "anyOf":  # drop branches another branch already covers
-            live = [o for i, o in enumerate(live) if not any(j != i and subsumes(p, o) and (j < i or not subsumes(o, p)) for j, p in enumerate(live))]
-        if not live:
-            return Never()
-        return live[0] if len(live) == 1 else Union(live)
-
-    def exclusive_branches(self, options: list[Node], parts: list, base: str, pointer: str) -> list[Node]:
-        """oneOf branches made mutually exclusive. Provably disjoint branches stay as they
-        are; an object branch overlapping others is narrowed to objects lacking at least
-        one property each of them requires (their necessary condition), which is exact
-        for "exactly one branch holds" and narrower only where a branch fails otherwise."""
-        overlaps: dict[int, list[int]] = {i: [] for i in range(len(options))}
-        for i, a in enumerate(options):
-            for j in range(i + 1, len(options)):
-                if not disjoint(a, options[j]):
-                    overlaps[i].append(j)
-                    overlaps[j].append(i)
-        if not any(overlaps.values()):
-            return options
-        shapes = [self.branch_shape(p, base, pointer) for p in parts]
-        narrowed = list(options)
-        for i, others in overlaps.items():
-            if not others:
-                continue
-            not_all = []
-            for j in [i, *others]:
-                types, required = shapes[j]
-                if types != {"object"} or (j != i and not required):
-                    raise GrammarError(keyword="oneOf", pointer=pointer, detail="branches may overlap")
-                if j != i:
-                    not_all.append(("oneOf", required))
-            narrowed[i] = self.build_merged([*parts[i], ({"_not_all": not_all}, pointer)], base, pointer)
-        return narrowed
-
-    def branch_shape(self, parts: list, base: str, pointer: str) -> tuple[set[str], list[str]]:
-        """(allowed types, required names) of a merged branch, without lowering it."""
-        depth = len(self.ref_stack)
-        try:
-            flat = [self.flatten(schema, part_pointer, base)[0] for schema, part_pointer in parts]
-            merged = reduce(lambda a, b: merge(a, b, pointer), flat)
-        except _Cutoff:
-            raise GrammarError(keyword="oneOf", pointer=pointer, detail="branches may overlap") from None
-        finally:
-            del self.ref_stack[depth:]
-        required = merged.get("required", [])
-        return self.allowed_types(merged, pointer), list(required) if isinstance(required, list) else []
-
     def lower_enum(self, s: dict, pointer: str, base: str) -> Node:
         values = s["enum"]
         if not isinstance(values, list):
             raise GrammarError(keyword="enum", pointer=pointer, detail="expected an array")
         rest = {k: v for k, v in s.items() if k != "enum"}
         if self.draft <= 4:  # 2 and 2.0 are equal for enum, not for type: keep both spellings
-            values = [w for v in values for w in ([int(v), float(v)] if json_type(v) == "integer" else [v])]
+            values = [
+                w
+                for v in values
+                for w in ([int(v), float(v)] if json_type(v) == "integer" else [v])
+            ]
         constraining = set(rest) - METADATA
         if constraining <= {"type"}:
             types = self.allowed_types(rest, pointer)
-            kept = [v for v in values if self.value_type(v) in types or (self.value_type(v) == "integer" and "number" in types)]
+            kept = [
+                v
+                for v in values
+                if self.value_type(v) in types
+                or (self.value_type(v) == "integer" and "number" in types)
+            ]
             return self.const(kept, [write_generic(v) for v in kept], values)
         node = self.lower(rest, pointer, base)
         kept, texts = [], []
@@ -265,64 +262,3 @@ class SchemaBuilder:
         if not values:
             return Never()
         return Const(values, texts, list(candidates), float_is_integer=self.draft > 4)
-
-    def lower_not(self, s: dict, nots: list, pointer: str, base: str) -> Node:
-        rest = {k: v for k, v in s.items() if k != "_nots"}
-        types = self.allowed_types(rest, pointer)
-        excluded: list = []
-        doubled: list = []  # not {not: S} is S
-        for negated in nots:
-            where = f"{pointer}/not"
-            if negated is False:
-                continue
-            flat, _ = self.flatten(negated, where, base)
-            keys = set(flat) - METADATA
-            if not keys:
-                return Never()
-            if keys == {"type"}:
-                negated_types = self.allowed_types(flat, where)
-                if "integer" in negated_types and "number" in types:
-                    raise GrammarError(keyword="not", pointer=pointer, detail="numbers that are not integers")
-                types -= negated_types
-            elif keys == {"enum"}:
-                excluded += flat["enum"]
-            elif keys == {"_nots"} and len(flat["_nots"]) == 1:
-                doubled.append((flat["_nots"][0], f"{where}/not"))
-            elif keys == {"required"} and isinstance(flat["required"], list):
-                types &= {"object"}  # non-objects satisfy any `required`
-                rest["_not_all"] = [*rest.get("_not_all", []), ("not", flat["required"])]
-            else:
-                raise GrammarError(keyword="not", pointer=pointer, detail=f"'not' with {sorted(keys)}")
-        rest["type"] = sorted(types)
-        if not types:
-            return Never()
-        if doubled:
-            node = self.build_merged([(rest, pointer), *doubled], base, pointer)
-        else:
-            node = self.lower(rest, pointer, base)
-        return _exclude_values(node, excluded, pointer) if excluded else node
-
-
-def _exclude_values(node: Node, excluded: list, pointer: str) -> Node:
-    """`node` minus finitely many values, where that is expressible exactly."""
-    if isinstance(node, Union):
-        return Union([_exclude_values(o, excluded, pointer) for o in node.options])
-    if isinstance(node, Const):
-        kept = [(v, t) for v, t in zip(node.values, node.texts) if not any(_same(v, e) for e in excluded)]
-        candidates = [v for v in node.all_values if not any(_same(v, e) for e in excluded)]
-        return Const([v for v, _ in kept], [t for _, t in kept], candidates, node.float_is_integer)
-    hits = [e for e in excluded if json_type(e) in node.json_types]
-    if not hits:
-        return node
-    if isinstance(node, (Null, Boolean)):
-        remaining = [v for v in ([None] if isinstance(node, Null) else [True, False]) if not any(_same(v, e) for e in hits)]
-        return Const(remaining, [write_generic(v) for v in remaining], remaining)
-    if isinstance(node, String) and node.unconstrained:
-        return String(string_not_in_regex([e for e in hits if isinstance(e, str)]))
-    raise GrammarError(keyword="not", pointer=pointer, detail="excluding values of this type")
-
-
-def _same(a: object, b: object) -> bool:
-    from .json_schema_ir import json_equal
-
-    return json_equal(a, b)

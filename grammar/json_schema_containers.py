@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from .regex_builders import alt, concat, optional, repeat
 
 
-def sequence_regex(elements: list[str | None], rest: str | None, min_count: int, max_count: int | None, sep: str) -> str | None:
+def sequence_regex(
+    elements: list[str | None], rest: str | None, min_count: int, max_count: int | None, sep: str
+) -> str | None:
     """Comma-separated: elements[0], elements[1], ... then any number of `rest`; between
     min_count and max_count items in all. The empty string stands for zero items."""
     if max_count is not None:
@@ -25,7 +27,9 @@ def sequence_regex(elements: list[str | None], rest: str | None, min_count: int,
             elements, rest = elements[:i], None
             break
     limit = len(elements) if rest is None else None if max_count is None else max_count
-    if (limit is not None and limit < min_count) or (max_count is not None and max_count < min_count):
+    if (limit is not None and limit < min_count) or (
+        max_count is not None and max_count < min_count
+    ):
         return None
 
     def tail(i: int) -> str | None:
@@ -42,7 +46,14 @@ def sequence_regex(elements: list[str | None], rest: str | None, min_count: int,
     if elements:
         first = concat([elements[0], tail(1)])
     elif rest is not None:
-        first = concat([rest, repeat(sep + rest, max(0, min_count - 1), None if max_count is None else max_count - 1)])
+        first = concat(
+            [
+                rest,
+                repeat(
+                    sep + rest, max(0, min_count - 1), None if max_count is None else max_count - 1
+                ),
+            ]
+        )
     else:
         first = None
     if min_count == 0:
@@ -67,6 +78,7 @@ class ObjectShape:
         With a required member R, the optional ones before it are each followed by a
         separator (linear: ``(a,)?(b,)?R(,c)?``); without one, the alternatives say which
         member comes first (quadratic: ``a(,b)?(,c)?|b(,c)?|c``)."""
+
         def tail(start: int) -> str:
             return "".join(sep + m if req else optional(sep + m) for m, req in self.members[start:])
 

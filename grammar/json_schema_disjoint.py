@@ -21,10 +21,9 @@ from .json_schema_ir import (
     Object,
     String,
     Union,
-    json_equal,
-    json_type,
 )
 from .json_schema_numbers import Bound
+from .json_schema_values import json_equal, json_type
 
 
 def disjoint(a: Node, b: Node) -> bool:
@@ -74,7 +73,9 @@ def _excludes(node: Node, value: object) -> bool:
         count = len(value)
         if count < node.min_items or (node.max_items is not None and count > node.max_items):
             return True
-        return any(node.node_at(i) is None or _excludes(node.node_at(i), v) for i, v in enumerate(value))
+        return any(
+            node.node_at(i) is None or _excludes(node.node_at(i), v) for i, v in enumerate(value)
+        )
     return False
 
 
@@ -172,15 +173,23 @@ def _object_subsumes(a: Object, b: Object) -> bool:
         return False
     listed_a = {p.name: p for p in a.properties}
     listed_b = {p.name: p for p in b.properties}
-    if any(p.required and not (p.name in listed_b and listed_b[p.name].required) for p in a.properties):
+    if any(
+        p.required and not (p.name in listed_b and listed_b[p.name].required) for p in a.properties
+    ):
         return False
-    if b.additional is not None and (a.additional is None or not subsumes(a.additional, b.additional)):
+    if b.additional is not None and (
+        a.additional is None or not subsumes(a.additional, b.additional)
+    ):
         return False
     for name, prop in listed_b.items():
         if name in listed_a:
             if not subsumes(listed_a[name].node, prop.node):
                 return False
-        elif name in a.excluded_names or a.additional is None or not subsumes(a.additional, prop.node):
+        elif (
+            name in a.excluded_names
+            or a.additional is None
+            or not subsumes(a.additional, prop.node)
+        ):
             return False
     for name, prop in listed_a.items():  # b's extras may use a's listed names
         if name not in listed_b and name not in b.excluded_names and b.additional is not None:
@@ -189,4 +198,3 @@ def _object_subsumes(a: Object, b: Object) -> bool:
     order_a = [p.name for p in a.properties if p.name in listed_b]
     order_b = [p.name for p in b.properties if p.name in listed_a]
     return order_a == order_b
-

@@ -59,9 +59,7 @@ UUID = "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{
 
 _PCT = "%[0-9A-Fa-f]{2}"
 _PCHAR = f"(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|{_PCT})"
-_URI_HOST = (
-    f"(?:{IPV4}|(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\\.)*[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?)"
-)
+_URI_HOST = f"(?:{IPV4}|(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\\.)*[A-Za-z](?:[A-Za-z0-9-]*[A-Za-z0-9])?)"
 _PORT = "(?:[0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 _USERINFO = f"(?:(?:[A-Za-z0-9._~!$&'()*+,;=:-]|{_PCT})*@)?"
 _QUERY_FRAGMENT = f"(?:\\?(?:{_PCHAR}|[/?])*)?(?:#(?:{_PCHAR}|[/?])*)?"
@@ -96,10 +94,23 @@ FORMATS: dict[str, str] = {
     "duration": DURATION,
 }
 # Defined by JSON Schema (any draft) but not supported here: refused, never ignored.
-UNSUPPORTED_FORMATS = frozenset({
-    "regex", "iri", "iri-reference", "uri-reference", "uri-template", "idn-email",
-    "idn-hostname", "color", "host-name", "ip-address", "utc-millisec", "style", "phone",
-})
+UNSUPPORTED_FORMATS = frozenset(
+    {
+        "regex",
+        "iri",
+        "iri-reference",
+        "uri-reference",
+        "uri-template",
+        "idn-email",
+        "idn-hostname",
+        "color",
+        "host-name",
+        "ip-address",
+        "utc-millisec",
+        "style",
+        "phone",
+    }
+)
 
 
 def format_pattern(name: str) -> str | None:

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 
 from .errors import GrammarError
 from .json_schema_containers import ObjectShape, object_body, sequence_regex
-from .json_schema_numbers import INTEGER, NUMBER, Bound, canonical_number
+from .json_schema_numbers import INTEGER, NUMBER, Bound
 from .json_schema_strings import (
     ANY_STRING,
     encode_string,
     literal_string_regex,
     string_not_in_regex,
 )
+from .json_schema_values import json_equal, json_type, write_generic
 from .regex_builders import alt, escape_literal
 
 FLEXIBLE_WS = r"[ \t\n]{0,16}"
@@ -44,7 +45,9 @@ class EmitContext:
         if key not in self.regex_cache:
             regex = node.regex(self)
             if regex is not None and len(regex) > MAX_REGEX_CHARS:
-                raise GrammarError(f"json_schema: the schema's regex is too large (over {MAX_REGEX_CHARS} characters)")
+                raise GrammarError(
+                    f"json_schema: the schema's regex is too large (over {MAX_REGEX_CHARS} characters)"
+                )
             self.regex_cache[key] = (node, regex)
         return self.regex_cache[key][1]
 
@@ -77,56 +80,6 @@ class Node:
 
     def write(self, value: object, ctx: EmitContext) -> str:
         return write_generic(value)
-
-
-def json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "integer" if value.is_integer() else "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    raise TypeError(f"not a JSON value: {type(value).__name__}")
-
-
-def write_generic(value: object) -> str:
-    """Canonical text of any JSON value, objects in their own key order."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return canonical_number(value)
-    if isinstance(value, str):
-        return encode_string(value)
-    if isinstance(value, list):
-        return "[" + ",".join(write_generic(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ",".join(encode_string(k) + ":" + write_generic(v) for k, v in value.items()) + "}"
-    raise TypeError(f"not a JSON value: {type(value).__name__}")
-
-
-def json_equal(a: object, b: object, *, strict_numbers: bool = False) -> bool:
-    """JSON Schema equality: 1 == 1.0 (unless `strict_numbers`: an int is never equal to a
-    float, as draft-04 types tell them apart), true != 1; objects ignore key order."""
-    ta, tb = json_type(a), json_type(b)
-    if {ta, tb} <= {"integer", "number"}:
-        return a == b and (not strict_numbers or isinstance(a, float) == isinstance(b, float))
-    if ta != tb:
-        return False
-    if ta == "array":
-        return len(a) == len(b) and all(json_equal(x, y, strict_numbers=strict_numbers) for x, y in zip(a, b))
-    if ta == "object":
-        return a.keys() == b.keys() and all(json_equal(a[k], b[k], strict_numbers=strict_numbers) for k in a)
-    return a == b
 
 
 @dataclass(eq=False)
@@ -359,7 +312,9 @@ class Object(Node):
         value = ctx.regex(self.additional)
         if value is None:
             return None
-        names = string_not_in_regex(self.excluded_names) if self.extra_key is None else self.extra_key
+        names = (
+            string_not_in_regex(self.excluded_names) if self.extra_key is None else self.extra_key
+        )
         key = '"' + names + '"'
         return key + ctx.sep(":") + value
 
@@ -370,7 +325,9 @@ class Object(Node):
         listed = {p.name for p in self.properties}
         for prop in self.properties:
             if prop.name in value:
-                parts.append(encode_string(prop.name) + ":" + prop.node.write(value[prop.name], ctx))
+                parts.append(
+                    encode_string(prop.name) + ":" + prop.node.write(value[prop.name], ctx)
+                )
         for key, item in value.items():  # every other key, so that nothing is ever dropped
             if key not in listed:
                 extra = self.additional is not None and key not in self.excluded_names

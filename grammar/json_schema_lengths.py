@@ -54,8 +54,8 @@ def _fit(node: Seq, min_len: int, max_len: int | None) -> Seq | None:
         return None
     if low >= min_len and (max_len is None or (high is not None and high <= max_len)):
         return node
-    exact = _fit_exactly(node, min_len, max_len)
-    return exact if exact is not None else _fit_narrower(node, min_len, max_len)
+    fitted = _fit_exactly(node, min_len, max_len)
+    return fitted if fitted is not None else _fit_narrower(node, min_len, max_len)
 
 
 def _fit_exactly(node: Seq, min_len: int, max_len: int | None) -> Seq | None:
@@ -91,11 +91,12 @@ def _capped_to(node: Seq, max_len: int) -> Seq:
     """Caps (leaf repetitions: c1; repetitions of repetitions: c2) keeping the maximum
     length within max_len: the most room for repeated groups that still leaves their
     leaves at least c2 + 4 characters of room (else c2 = 0)."""
+
     def best_leaf_cap(outer: int) -> int | None:
         fits = (c for c in range(MAX_CAP, -1, -1) if lengths(_capped(node, c, outer))[1] <= max_len)
         return next(fits, None)
 
-    for outer in range(8, 0, -1):
+    for outer in range(MAX_CAP, 0, -1):
         leaf = best_leaf_cap(outer)
         if leaf is not None and leaf >= outer + 4:
             return _capped(node, leaf, outer)
@@ -110,7 +111,11 @@ def _capped(node: object, leaf_cap: int, outer_cap: int) -> object:
     another repetition); optional parts (``?``) are kept."""
     if isinstance(node, Repeat):
         cap = outer_cap if _has_repeat(node.item) else leaf_cap
-        high = node.min_count + cap if node.max_count is None else min(node.max_count, node.min_count + cap)
+        high = (
+            node.min_count + cap
+            if node.max_count is None
+            else min(node.max_count, node.min_count + cap)
+        )
         if node.max_count is not None and node.max_count <= 1:
             high = node.max_count  # an optional part multiplies nothing: kept
         return Repeat(_capped(node.item, leaf_cap, outer_cap), node.min_count, high)
@@ -132,9 +137,14 @@ def _lengthened(node: Seq, missing: int) -> Seq:
     """Lengthen a top-level repetition of single characters (every match passes through
     it; unbounded ones first) by `missing` characters."""
     items = list(node.items)
-    candidates = [i for i, item in enumerate(items) if isinstance(item, Repeat) and lengths(item.item) == (1, 1)]
+    candidates = [
+        i
+        for i, item in enumerate(items)
+        if isinstance(item, Repeat) and lengths(item.item) == (1, 1)
+    ]
     if not candidates:
         raise PatternError("pattern combined with minLength/maxLength")
+
     def preference(i: int) -> tuple[bool, bool]:  # the pattern's own unbounded ones, then ".*"
         return items[i].max_count is not None, items[i].item == Chars(CharSet.universe())
 

@@ -56,7 +56,9 @@ def integer_range_regex(lo: int | None, hi: int | None) -> str | None:
     if hi is None or hi >= 0:
         options += _nonneg_range(max(lo or 0, 0), hi)
     if lo is None or lo < 0:
-        negative = _nonneg_range(max(1, -hi) if hi is not None else 1, -lo if lo is not None else None)
+        negative = _nonneg_range(
+            max(1, -hi) if hi is not None else 1, -lo if lo is not None else None
+        )
         options.append(concat(["-", alt(negative)]) if negative else None)
     return alt(options)
 
@@ -150,10 +152,17 @@ def _magnitude(lo: Bound, hi: Bound | None) -> str | None:
     lo_int, lo_frac = _split(lo.value)
     if hi is None:
         above = _nonneg_range(lo_int + 1, None)
-        return alt([concat([alt(above), _ANY_FRACTION]), concat([str(lo_int), _fraction(*fraction_ge(lo_frac, lo.strict))])])
+        return alt(
+            [
+                concat([alt(above), _ANY_FRACTION]),
+                concat([str(lo_int), _fraction(*fraction_ge(lo_frac, lo.strict))]),
+            ]
+        )
     hi_int, hi_frac = _split(hi.value)
     if lo_int == hi_int:
-        return concat([str(lo_int), _fraction(*fraction_between(lo_frac, hi_frac, lo.strict, hi.strict))])
+        return concat(
+            [str(lo_int), _fraction(*fraction_between(lo_frac, hi_frac, lo.strict, hi.strict))]
+        )
     options: list[str | None] = []
     if lo_int + 1 <= hi_int - 1:
         options.append(concat([alt(_nonneg_range(lo_int + 1, hi_int - 1)), _ANY_FRACTION]))
@@ -225,12 +234,19 @@ def _ge(digits: str, strict: bool) -> str | None:
     """Possibly-empty D with 0.D >= 0.digits (digits nonempty, nonzero)."""
     zeros = _leading_zeros(digits)
     if zeros >= 2:  # a nonzero digit among the first `zeros` digits, or those zeros and more
-        return alt([f"0{{0,{zeros - 1}}}[1-9][0-9]*", concat([f"0{{{zeros}}}", _ge(digits[zeros:], strict)])])
+        return alt(
+            [
+                f"0{{0,{zeros - 1}}}[1-9][0-9]*",
+                concat([f"0{{{zeros}}}", _ge(digits[zeros:], strict)]),
+            ]
+        )
     head = int(digits[0])
-    return alt([
-        None if head == 9 else digit_class(head + 1, 9) + "[0-9]*",
-        concat([digits[0], _ge_tail(digits[1:], strict)]),
-    ])
+    return alt(
+        [
+            None if head == 9 else digit_class(head + 1, 9) + "[0-9]*",
+            concat([digits[0], _ge_tail(digits[1:], strict)]),
+        ]
+    )
 
 
 def _ge_tail(digits: str, strict: bool) -> str | None:
@@ -245,10 +261,12 @@ def _le(digits: str, strict: bool) -> str | None:
     if zeros >= 2:  # only zeros so far, or the zeros and then at most the rest
         return alt([f"0{{1,{zeros}}}", concat([f"0{{{zeros}}}", _le(digits[zeros:], strict)])])
     head = int(digits[0])
-    return alt([
-        None if head == 0 else digit_class(0, head - 1) + "[0-9]*",
-        concat([digits[0], _le_tail(digits[1:], strict)]),
-    ])
+    return alt(
+        [
+            None if head == 0 else digit_class(0, head - 1) + "[0-9]*",
+            concat([digits[0], _le_tail(digits[1:], strict)]),
+        ]
+    )
 
 
 def _le_tail(digits: str, strict: bool) -> str | None:

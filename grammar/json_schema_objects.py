@@ -37,8 +37,15 @@ def non_negative_int(s: dict, key: str, pointer: str, default: int | None) -> in
     value = s.get(key, default)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
-        raise GrammarError(keyword=key, pointer=pointer, detail=f"expected a non-negative integer, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value < 0
+        or value != int(value)
+    ):
+        raise GrammarError(
+            keyword=key, pointer=pointer, detail=f"expected a non-negative integer, got {value!r}"
+        )
     return int(value)
 
 
@@ -50,7 +57,11 @@ def lower_object(builder: SchemaBuilder, s: dict, pointer: str, base: str) -> No
     listed = s.get("properties", {})
     required = s.get("required", [])
     if not isinstance(listed, dict) or not isinstance(required, list):
-        raise GrammarError(keyword="properties" if not isinstance(listed, dict) else "required", pointer=pointer, detail="malformed")
+        raise GrammarError(
+            keyword="properties" if not isinstance(listed, dict) else "required",
+            pointer=pointer,
+            detail="malformed",
+        )
     patterns = PatternProperties(builder, s, pointer, base)
     additional = patterns.additional if patterns else _additional(builder, s, pointer, base)
     constraints = presence_constraints(s, additional is None, pointer)
@@ -58,11 +69,17 @@ def lower_object(builder: SchemaBuilder, s: dict, pointer: str, base: str) -> No
     names = list(dict.fromkeys([*listed, *required, *mentioned]))
     properties = []
     for name in names:
-        parts = [(listed[name], f"{pointer}/properties/{escape_pointer(name)}")] if name in listed else []
+        parts = (
+            [(listed[name], f"{pointer}/properties/{escape_pointer(name)}")]
+            if name in listed
+            else []
+        )
         parts += patterns.schemas_for(name) if patterns else []
         if parts:
             node = builder.build_merged(parts, base, parts[0][1])
-        elif patterns or (additional is None and (name not in required or "additionalProperties" in s)):
+        elif patterns or (
+            additional is None and (name not in required or "additionalProperties" in s)
+        ):
             continue  # cannot appear (strict mode still lets a required name in)
         else:
             node = additional or builder.any_value()
@@ -74,7 +91,9 @@ def lower_object(builder: SchemaBuilder, s: dict, pointer: str, base: str) -> No
         return Never()
     nonempty = _min_max_properties(s, properties, additional, pointer)
     closed = s.get("additionalProperties", True) is False and not patterns
-    obj = Object(properties, additional, names, nonempty, closed, patterns.extra_key if patterns else None)
+    obj = Object(
+        properties, additional, names, nonempty, closed, patterns.extra_key if patterns else None
+    )
     return enumerate_presence(obj, constraints, pointer) if constraints else obj
 
 
@@ -105,17 +124,23 @@ class PatternProperties:
                 self.key_regexes.append(pattern_regex(source))
                 self.python.append(re.compile(source))
             except (PatternError, re.error) as exc:
-                raise GrammarError(keyword="patternProperties", pointer=pointer, detail=str(exc)) from None
+                raise GrammarError(
+                    keyword="patternProperties", pointer=pointer, detail=str(exc)
+                ) from None
         universal = json_char_regex(CharSet.universe()) + "*"
         everything = all(r == universal for r in self.key_regexes)
         schemas = [(schema, f"{self.pointer}/{escape_pointer(k)}") for k, schema in self.items]
         if everything:  # every name matches: additionalProperties never applies
             self.additional = builder.build_merged(schemas, base, self.pointer)
-        elif s.get("additionalProperties", True) is False and all(sc == self.items[0][1] for _, sc in self.items):
+        elif s.get("additionalProperties", True) is False and all(
+            sc == self.items[0][1] for _, sc in self.items
+        ):
             self.additional = builder.build_merged(schemas[:1], base, self.pointer)
             self.extra_key = alt(self.key_regexes)
         else:
-            raise GrammarError(keyword="patternProperties", pointer=pointer, detail="names that no pattern matches")
+            raise GrammarError(
+                keyword="patternProperties", pointer=pointer, detail="names that no pattern matches"
+            )
 
     def __bool__(self) -> bool:
         return bool(self.items)
@@ -135,17 +160,32 @@ class PatternProperties:
 
     def check_names(self, names: list[str]) -> None:
         """Extra names come from the patterns' languages: no listed name may be in one."""
-        if self.extra_key is not None and any(self.matches(i, n)[0] for n in names for i in range(len(self.items))):
-            raise GrammarError(keyword="patternProperties", pointer=self.pointer, detail="a listed name matches a pattern")
+        if self.extra_key is not None and any(
+            self.matches(i, n)[0] for n in names for i in range(len(self.items))
+        ):
+            raise GrammarError(
+                keyword="patternProperties",
+                pointer=self.pointer,
+                detail="a listed name matches a pattern",
+            )
 
 
-def _property_names(builder: SchemaBuilder, s: dict, properties: list, additional: Node | None, pointer: str, base: str) -> list | None:
+def _property_names(
+    builder: SchemaBuilder,
+    s: dict,
+    properties: list,
+    additional: Node | None,
+    pointer: str,
+    base: str,
+) -> list | None:
     """Listed properties allowed by propertyNames (None: a required one is not)."""
     schema = s.get("propertyNames", True)
     if schema is True or schema == {}:
         return properties
     if additional is not None:
-        raise GrammarError(keyword="propertyNames", pointer=pointer, detail="with additional properties allowed")
+        raise GrammarError(
+            keyword="propertyNames", pointer=pointer, detail="with additional properties allowed"
+        )
     node = builder.build(schema, f"{pointer}/propertyNames", base)
     kept = []
     for prop in properties:
@@ -163,40 +203,61 @@ def _min_max_properties(s: dict, properties: list, additional: Node | None, poin
     num_required = sum(p.required for p in properties)
     low = non_negative_int(s, "minProperties", pointer, 0)
     if "maxProperties" in s:
-        raise GrammarError(keyword="maxProperties", pointer=pointer, detail="with additional properties allowed")
+        raise GrammarError(
+            keyword="maxProperties", pointer=pointer, detail="with additional properties allowed"
+        )
     if low > max(num_required, 1):
-        raise GrammarError(keyword="minProperties", pointer=pointer, detail="with additional properties allowed")
+        raise GrammarError(
+            keyword="minProperties", pointer=pointer, detail="with additional properties allowed"
+        )
     return low == 1 and num_required == 0
 
 
 # Presence constraints: (keyword, names involved, predicate on the set of present names).
 
 
-def presence_constraints(s: dict, closed: bool, pointer: str) -> list[tuple[str, list[str], object]]:
+def presence_constraints(
+    s: dict, closed: bool, pointer: str
+) -> list[tuple[str, list[str], object]]:
     constraints = []
     for name, deps in s.get("dependentRequired", {}).items():
         if not isinstance(deps, list):
             raise GrammarError(keyword="dependentRequired", pointer=pointer, detail="malformed")
-        constraints.append(("dependentRequired", [name, *deps], lambda p, n=name, d=frozenset(deps): n not in p or d <= p))
+        constraints.append(
+            (
+                "dependentRequired",
+                [name, *deps],
+                lambda p, n=name, d=frozenset(deps): n not in p or d <= p,
+            )
+        )
     for keyword, names in s.get("_not_all", []):
         constraints.append((keyword, list(names), lambda p, ns=frozenset(names): not ns <= p))
     if closed and ("minProperties" in s or "maxProperties" in s):
         low = non_negative_int(s, "minProperties", pointer, 0)
         high = non_negative_int(s, "maxProperties", pointer, None)
         names = list(s.get("properties", {}))
-        constraints.append(("minProperties" if "minProperties" in s else "maxProperties", names,
-                            lambda p, lo=low, hi=high: lo <= len(p) and (hi is None or len(p) <= hi)))
+        constraints.append(
+            (
+                "minProperties" if "minProperties" in s else "maxProperties",
+                names,
+                lambda p, lo=low, hi=high: lo <= len(p) and (hi is None or len(p) <= hi),
+            )
+        )
     return constraints
 
 
 def enumerate_presence(obj: Object, constraints: list, pointer: str) -> Node:
     """`obj` restricted to the presence combinations every constraint allows."""
     fixed = frozenset(p.name for p in obj.properties if p.required)
-    optional_names = [p.name for p in obj.properties if not p.required and not isinstance(p.node, Never)]
+    optional_names = [
+        p.name for p in obj.properties if not p.required and not isinstance(p.node, Never)
+    ]
     involved = {n for _, names, _ in constraints for n in names}
     free = [n for n in optional_names if n in involved]
     if len(free) > MAX_ENUMERATED_NAMES:
-        raise GrammarError(keyword=constraints[0][0], pointer=pointer, detail="too many properties involved")
+        raise GrammarError(
+            keyword=constraints[0][0], pointer=pointer, detail="too many properties involved"
+        )
     variants = []
     for mask in range(1 << len(free)):
         present = frozenset(n for i, n in enumerate(free) if mask >> i & 1)
@@ -205,7 +266,9 @@ def enumerate_presence(obj: Object, constraints: list, pointer: str) -> Node:
     if len(variants) == 1 << len(free):
         return obj
     if len(variants) > MAX_VARIANTS:
-        raise GrammarError(keyword=constraints[0][0], pointer=pointer, detail="too many property combinations")
+        raise GrammarError(
+            keyword=constraints[0][0], pointer=pointer, detail="too many property combinations"
+        )
     options = [_variant(obj, set(free), present) for present in variants]
     return Union(options) if len(options) > 1 else options[0] if options else Never()
 
@@ -216,4 +279,6 @@ def _variant(obj: Object, free: set[str], present: frozenset[str]) -> Object:
         for p in obj.properties
         if p.name not in free or p.name in present
     ]
-    return Object(properties, obj.additional, obj.excluded_names, obj.nonempty, obj.closed, obj.extra_key)
+    return Object(
+        properties, obj.additional, obj.excluded_names, obj.nonempty, obj.closed, obj.extra_key
+    )

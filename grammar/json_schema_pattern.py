@@ -61,7 +61,9 @@ LINE_TERMINATORS = CharSet.of("\n\r\u2028\u2029")
 DIGIT = CharSet.of("0123456789")
 WORD = CharSet([(ord("a"), ord("z")), (ord("A"), ord("Z")), (ord("0"), ord("9"))]) | CharSet.of("_")
 # \s: characters every engine (ECMA, Python, Rust) calls whitespace; \S: none calls it.
-SPACE_ALL_AGREE = CharSet.of("\t\n\x0b\x0c\r \xa0\u1680\u2028\u2029\u202f\u205f\u3000") | CharSet([(0x2000, 0x200A)])
+SPACE_ALL_AGREE = CharSet.of("\t\n\x0b\x0c\r \xa0\u1680\u2028\u2029\u202f\u205f\u3000") | CharSet(
+    [(0x2000, 0x200A)]
+)
 SPACE_ANY_ENGINE = SPACE_ALL_AGREE | CharSet([(0x1C, 0x1F)]) | CharSet.of("\x85\ufeff\u180e\u200b")
 
 
@@ -157,7 +159,9 @@ class _Parser:
     def group(self) -> object:
         if self.source.startswith("?:", self.pos):
             self.pos += 2
-        elif self.source.startswith("?<", self.pos) and self.source[self.pos + 2 : self.pos + 3] not in ("=", "!"):
+        elif self.source.startswith("?<", self.pos) and self.source[
+            self.pos + 2 : self.pos + 3
+        ] not in ("=", "!"):
             end = self.source.find(">", self.pos)
             if end < 0:
                 raise self.error("unterminated group name")
@@ -352,4 +356,3 @@ def _has_anchor(node: object) -> bool:
     if isinstance(node, Repeat):
         return _has_anchor(node.item)
     return False
-

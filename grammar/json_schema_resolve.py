@@ -15,26 +15,69 @@ from urllib.parse import unquote, urldefrag, urljoin
 from .errors import GrammarError
 
 # Keywords whose value is a schema / list of schemas / map of schemas (for $id discovery).
-SCHEMA_VALUED = frozenset({
-    "additionalProperties", "additionalItems", "items", "contains", "propertyNames", "not",
-    "if", "then", "else", "unevaluatedProperties", "unevaluatedItems", "contentSchema",
-})
+SCHEMA_VALUED = frozenset(
+    {
+        "additionalProperties",
+        "additionalItems",
+        "items",
+        "contains",
+        "propertyNames",
+        "not",
+        "if",
+        "then",
+        "else",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+        "contentSchema",
+    }
+)
 SCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems", "items"})
-SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
-METADATA = frozenset({
-    "title", "description", "examples", "example", "default", "$schema", "$id", "id", "$comment",
-    "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding",
-    "contentSchema", "$defs", "definitions", "$anchor", "$dynamicAnchor", "$recursiveAnchor",
-    "$vocabulary",
-})
+SCHEMA_MAPS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+METADATA = frozenset(
+    {
+        "title",
+        "description",
+        "examples",
+        "example",
+        "default",
+        "$schema",
+        "$id",
+        "id",
+        "$comment",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "contentMediaType",
+        "contentEncoding",
+        "contentSchema",
+        "$defs",
+        "definitions",
+        "$anchor",
+        "$dynamicAnchor",
+        "$recursiveAnchor",
+        "$vocabulary",
+    }
+)
 FALSE_SCHEMA: dict = {"type": []}
+
+
+class RecursionCutoff(Exception):
+    """A $ref reached the recursion bound while flattening."""
 
 
 def detect_draft(root: object) -> int:
     """4, 6, 7, 2019 or 2020 from the root's `$schema` (default: 2020-12)."""
     uri = root.get("$schema", "") if isinstance(root, dict) else ""
     uri = uri if isinstance(uri, str) else ""
-    for marker, draft in (("draft-03", 3), ("draft-04", 4), ("draft-06", 6), ("draft-07", 7), ("2019-09", 2019)):
+    for marker, draft in (
+        ("draft-03", 3),
+        ("draft-04", 4),
+        ("draft-06", 6),
+        ("draft-07", 7),
+        ("2019-09", 2019),
+    ):
         if marker in uri:
             return draft
     return 2020
@@ -46,7 +89,10 @@ def as_dict(schema: object, pointer: str) -> dict:
     if schema is False:
         return dict(FALSE_SCHEMA)
     if not isinstance(schema, dict):
-        raise GrammarError(f"json_schema: expected a schema (object or boolean) at {pointer}, got {type(schema).__name__}", pointer=pointer)
+        raise GrammarError(
+            f"json_schema: expected a schema (object or boolean) at {pointer}, got {type(schema).__name__}",
+            pointer=pointer,
+        )
     return schema
 
 
@@ -71,7 +117,18 @@ def normalize(schema: dict, draft: int) -> dict:
         for name, dep in dependencies.items():
             key = "dependentRequired" if isinstance(dep, list) else "dependentSchemas"
             s.setdefault(key, {})[name] = dep
-    applicators = ("$ref", "allOf", "anyOf", "oneOf", "not", "if", "dependentSchemas", "$dynamicRef", "_groups", "_nots")
+    applicators = (
+        "$ref",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "if",
+        "dependentSchemas",
+        "$dynamicRef",
+        "_groups",
+        "_nots",
+    )
     if not any(k in s for k in applicators):  # then "unevaluated" means "additional"
         if "unevaluatedProperties" in s and "patternProperties" not in s:
             s.setdefault("additionalProperties", s["unevaluatedProperties"])
@@ -85,7 +142,9 @@ def normalize(schema: dict, draft: int) -> dict:
     if "not" in s:
         s["_nots"] = [*s.get("_nots", []), s.pop("not")]
     if "const" in s:
-        s["enum"] = [s.pop("const")] if "enum" not in s else [v for v in s["enum"] if _equal(v, s["const"])]
+        s["enum"] = (
+            [s.pop("const")] if "enum" not in s else [v for v in s["enum"] if _equal(v, s["const"])]
+        )
         s.pop("const", None)
     return s
 
@@ -147,10 +206,14 @@ class Resolver:
             elif isinstance(target, list) and token.isdigit() and int(token) < len(target):
                 target = target[int(token)]
             else:
-                raise GrammarError(keyword="$ref", pointer=pointer, detail=f"unresolvable reference {ref!r}")
+                raise GrammarError(
+                    keyword="$ref", pointer=pointer, detail=f"unresolvable reference {ref!r}"
+                )
         return target, "#" + fragment, uri
 
-    def _anchor(self, document: object, name: str, uri: str, ref: str, pointer: str) -> tuple[object, str, str]:
+    def _anchor(
+        self, document: object, name: str, uri: str, ref: str, pointer: str
+    ) -> tuple[object, str, str]:
         """The subschema of `document` with `$anchor` `name` (or a draft-07 `$id` "#name"),
         not looking inside embedded resources, whose anchors belong to their own URI."""
         stack = [document]
@@ -159,16 +222,20 @@ class Resolver:
             if isinstance(node, dict):
                 if node is not document and self._own_id(node) is not None:
                     continue
-                if node.get("$anchor") == name or (self.draft <= 7 and node.get("$id", node.get("id")) == "#" + name):
+                if node.get("$anchor") == name or (
+                    self.draft <= 7 and node.get("$id", node.get("id")) == "#" + name
+                ):
                     return node, "#" + name, uri
                 stack.extend(node.values())
             elif isinstance(node, list):
                 stack.extend(node)
-        raise GrammarError(keyword="$ref", pointer=pointer, detail=f"unresolvable reference {ref!r}")
+        raise GrammarError(
+            keyword="$ref", pointer=pointer, detail=f"unresolvable reference {ref!r}"
+        )
 
 
 def _equal(a: object, b: object) -> bool:
-    from .json_schema_ir import json_equal
+    from .json_schema_values import json_equal
 
     return json_equal(a, b)
 
@@ -254,7 +321,9 @@ def _merge_objects(a: dict, b: dict, pointer: str) -> dict:
     props_a, props_b = a.get("properties", {}), b.get("properties", {})
     extra_a, extra_b = a.get("additionalProperties", True), b.get("additionalProperties", True)
     names = list(dict.fromkeys([*props_a, *props_b]))
-    merged = {"properties": {n: pair(props_a.get(n, extra_a), props_b.get(n, extra_b)) for n in names}}
+    merged = {
+        "properties": {n: pair(props_a.get(n, extra_a), props_b.get(n, extra_b)) for n in names}
+    }
     if "additionalProperties" in a or "additionalProperties" in b:
         merged["additionalProperties"] = pair(extra_a, extra_b)
     return merged
@@ -264,7 +333,10 @@ def _merge_arrays(a: dict, b: dict, pointer: str) -> dict:
     prefix_a, prefix_b = a.get("prefixItems", []), b.get("prefixItems", [])
     items_a, items_b = a.get("items", True), b.get("items", True)
     prefix = [
-        pair(prefix_a[i] if i < len(prefix_a) else items_a, prefix_b[i] if i < len(prefix_b) else items_b)
+        pair(
+            prefix_a[i] if i < len(prefix_a) else items_a,
+            prefix_b[i] if i < len(prefix_b) else items_b,
+        )
         for i in range(max(len(prefix_a), len(prefix_b)))
     ]
     return {"prefixItems": prefix, "items": pair(items_a, items_b)}

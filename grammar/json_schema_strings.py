@@ -33,7 +33,9 @@ ANY_STRING = '"' + ANY_STRING_BODY + '"'
 
 def string_regex(min_len: int = 0, max_len: int | None = None) -> str | None:
     """A JSON string of min_len..max_len characters, any content."""
-    body = ANY_STRING_BODY if (min_len, max_len) == (0, None) else repeat(ANY_CHAR, min_len, max_len)
+    body = (
+        ANY_STRING_BODY if (min_len, max_len) == (0, None) else repeat(ANY_CHAR, min_len, max_len)
+    )
     return None if body is None else f'"{body}"'
 
 

@@ -56,7 +56,9 @@ class TypeLowering:
         if kind == "number":
             declared = s.get("type")
             declared = {declared} if isinstance(declared, str) else set(declared or ())
-            return self.lower_number(s, pointer, integer="integer" in declared and "number" not in declared)
+            return self.lower_number(
+                s, pointer, integer="integer" in declared and "number" not in declared
+            )
         return getattr(self, f"lower_{kind}")(s, pointer, base)
 
     # ------------------------------------------------------------ strings
@@ -70,16 +72,22 @@ class TypeLowering:
             try:
                 fmt_pattern = format_pattern(fmt)
             except KeyError:
-                raise GrammarError(keyword="format", pointer=pointer, detail=f"format {fmt!r}") from None
+                raise GrammarError(
+                    keyword="format", pointer=pointer, detail=f"format {fmt!r}"
+                ) from None
             if fmt_pattern is not None:
                 if pattern is not None:
-                    raise GrammarError(keyword="format", pointer=pointer, detail="format together with pattern")
+                    raise GrammarError(
+                        keyword="format", pointer=pointer, detail="format together with pattern"
+                    )
                 pattern, keyword = fmt_pattern, "format"
         if pattern is None:
             body = string_regex(min_len, max_len)
             return Never() if body is None else String(body[1:-1], True, min_len, max_len)
         if not isinstance(pattern, str):
             raise GrammarError(keyword="pattern", pointer=pointer, detail="expected a string")
+        if not self.builder.assert_formats:  # a conformance probe: no narrowing of lengths
+            min_len, max_len = 0, None
         try:
             body = pattern_regex(pattern, min_len, max_len)
         except PatternError as exc:
@@ -93,24 +101,47 @@ class TypeLowering:
         if step is not None:
             step_value = _decimal(step, "multipleOf", pointer)
             if step_value <= 0:
-                raise GrammarError(keyword="multipleOf", pointer=pointer, detail="expected a positive number")
+                raise GrammarError(
+                    keyword="multipleOf", pointer=pointer, detail="expected a positive number"
+                )
             if Decimal(1) % step_value == 0:
                 integer = integer or step_value == 1
             if not integer or Decimal(1) % step_value != 0:
-                raise GrammarError(keyword="multipleOf", pointer=pointer, detail=f"multipleOf {step}")
+                raise GrammarError(
+                    keyword="multipleOf", pointer=pointer, detail=f"multipleOf {step}"
+                )
         lo = self._bound(s, "minimum", "exclusiveMinimum", pointer, upper=False)
         hi = self._bound(s, "maximum", "exclusiveMaximum", pointer, upper=True)
         if integer:
-            lo_int = None if lo is None else math.ceil(lo.value) + (1 if lo.strict and lo.value == math.ceil(lo.value) else 0)
-            hi_int = None if hi is None else math.floor(hi.value) - (1 if hi.strict and hi.value == math.floor(hi.value) else 0)
+            lo_int = (
+                None
+                if lo is None
+                else math.ceil(lo.value)
+                + (1 if lo.strict and lo.value == math.ceil(lo.value) else 0)
+            )
+            hi_int = (
+                None
+                if hi is None
+                else math.floor(hi.value)
+                - (1 if hi.strict and hi.value == math.floor(hi.value) else 0)
+            )
             regex = integer_range_regex(lo_int, hi_int)
             bounds = [None if b is None else Bound(Decimal(b), False) for b in (lo_int, hi_int)]
-            return Never() if regex is None else Integer(regex, bounds[0], bounds[1], self.builder.draft > 4)
-        safe_lo, safe_hi = self._float_safe(lo, pointer, upper=False), self._float_safe(hi, pointer, upper=True)
+            return (
+                Never()
+                if regex is None
+                else Integer(regex, bounds[0], bounds[1], self.builder.draft > 4)
+            )
+        safe_lo, safe_hi = (
+            self._float_safe(lo, pointer, upper=False),
+            self._float_safe(hi, pointer, upper=True),
+        )
         regex = NUMBER if lo is None and hi is None else number_range_regex(safe_lo, safe_hi)
         return Never() if regex is None else Number(regex, lo, hi)
 
-    def _bound(self, s: dict, inclusive: str, exclusive: str, pointer: str, *, upper: bool) -> Bound | None:
+    def _bound(
+        self, s: dict, inclusive: str, exclusive: str, pointer: str, *, upper: bool
+    ) -> Bound | None:
         """The tighter of the inclusive and exclusive bound, in exact decimal."""
         candidates = []
         for key, strict in ((inclusive, False), (exclusive, True)):
@@ -147,7 +178,10 @@ class TypeLowering:
 
     def lower_array(self, s: dict, pointer: str, base: str) -> Node:
         build = self.builder.build
-        prefix = [build(p, f"{pointer}/prefixItems/{i}", base) for i, p in enumerate(s.get("prefixItems", []))]
+        prefix = [
+            build(p, f"{pointer}/prefixItems/{i}", base)
+            for i, p in enumerate(s.get("prefixItems", []))
+        ]
         items_schema = s.get("items", True)
         if items_schema is False:
             items = None
@@ -158,13 +192,20 @@ class TypeLowering:
         min_items = non_negative_int(s, "minItems", pointer, 0)
         max_items = non_negative_int(s, "maxItems", pointer, None)
         if s.get("uniqueItems") is True:
-            limits = [m for m in (max_items, len(prefix) if items is None else None) if m is not None]
+            limits = [
+                m for m in (max_items, len(prefix) if items is None else None) if m is not None
+            ]
             if not limits or min(limits) > 1:
                 raise GrammarError(keyword="uniqueItems", pointer=pointer)
         return Array(prefix, items, min_items, max_items)
 
+
 def _decimal(value: object, key: str, pointer: str) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):
         raise GrammarError(keyword=key, pointer=pointer, detail=f"expected a number, got {value!r}")
     return Decimal(value)
 

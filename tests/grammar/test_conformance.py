@@ -14,13 +14,19 @@ from radixgen.grammar.conformance import Case, RegexChecker, check_case, load_co
 from radixgen.grammar.json_schema import CompiledSchema
 
 DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-SAMPLE_SIZE = 25
+SAMPLE_SIZE = 40
 CORPORA = load_corpora(DATA_DIR) if DATA_DIR.is_dir() else {}
-SAMPLED = [(name, case) for name, cases in sorted(CORPORA.items()) for case in sample(cases, SAMPLE_SIZE, seed=1)]
+SAMPLED = [
+    (name, case)
+    for name, cases in sorted(CORPORA.items())
+    for case in sample(cases, SAMPLE_SIZE, seed=1)
+]
 
 
 @pytest.mark.skipif(not CORPORA, reason=f"conformance corpora not found at {DATA_DIR}")
-@pytest.mark.parametrize(("corpus", "case"), SAMPLED, ids=[f"{n}:{c.case_id[:60]}" for n, c in SAMPLED])
+@pytest.mark.parametrize(
+    ("corpus", "case"), SAMPLED, ids=[f"{n}:{c.case_id[:60]}" for n, c in SAMPLED]
+)
 def test_sampled_schema_conforms(corpus: str, case: Case) -> None:
     outcome = check_case(case, RegexChecker())
     assert outcome.status != "crash", outcome.message
@@ -45,8 +51,16 @@ class _RecordingChecker:
 
 
 def test_checker_is_pluggable() -> None:
-    schema = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}, "additionalProperties": False}
-    case = Case("inline", schema, [({"a": "x", "b": 1}, True, ""), ({"b": "no"}, False, ""), ({"c": 1}, False, "")])
+    schema = {
+        "type": "object",
+        "properties": {"b": {"type": "integer"}, "a": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    case = Case(
+        "inline",
+        schema,
+        [({"a": "x", "b": 1}, True, ""), ({"b": "no"}, False, ""), ({"c": 1}, False, "")],
+    )
     checker = _RecordingChecker()
     outcome = check_case(case, checker)
     assert outcome.status == "pass"
@@ -60,10 +74,16 @@ def test_refusal_is_reported_not_failed() -> None:
 
 
 def test_documented_narrowings_are_told_apart_from_false_negatives() -> None:
-    tree = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}, "additionalProperties": False}
+    tree = {
+        "type": "object",
+        "properties": {"kids": {"type": "array", "items": {"$ref": "#"}}},
+        "additionalProperties": False,
+    }
     deep = {"kids": [{"kids": [{"kids": [{"kids": []}]}]}]}
     case = Case("tree", tree, [(deep, True, ""), ({"kids": [1]}, False, ""), ({"x": 1}, False, "")])
     outcome = check_case(case, RegexChecker(), max_depth=1)
     assert outcome.status == "pass" and len(outcome.narrowed) == 1 and not outcome.false_negatives
-    annotation = Case("format", {"format": "email"}, [("not an email", True, "format is an annotation")])
+    annotation = Case(
+        "format", {"format": "email"}, [("not an email", True, "format is an annotation")]
+    )
     assert check_case(annotation, RegexChecker()).narrowed == ['"not an email"']

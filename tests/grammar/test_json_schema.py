@@ -34,10 +34,15 @@ def check_instances(schema: object, instances: list, **options: object) -> None:
     """Every instance's canonical text is accepted iff jsonschema says it is valid."""
     compiled = compile_schema(schema, **options)
     pattern = re.compile(compiled.regex)
-    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)(schema)
+    validator = jsonschema.validators.validator_for(
+        schema, default=jsonschema.Draft202012Validator
+    )(schema)
     for instance in instances:
         text = compiled.canonical_json(instance)
-        assert (pattern.fullmatch(text) is not None) == validator.is_valid(instance), (instance, text)
+        assert (pattern.fullmatch(text) is not None) == validator.is_valid(instance), (
+            instance,
+            text,
+        )
 
 
 # ---------------------------------------------------------------- scalars
@@ -47,9 +52,21 @@ SCALAR_CASES = [
     ({"type": "boolean"}, ["true", "false"], ["True", "1", "null"]),
     ({"type": "integer"}, ["0", "-7", "123456789012345678901"], ["1.0", "01", "1e3", "+1", ""]),
     ({"type": "number"}, ["0", "-0.5", "1e-07", "2.5E+3", "10"], [".5", "1.", "--1", "0x1", "NaN"]),
-    ({"type": "string"}, ['""', '"a b"', '"\\u00e9"', '"\\n\\"\\\\"', '"é😀"'], ['"a', "'a'", '"\n"', '"\\x"']),
-    ({"type": "string", "minLength": 2, "maxLength": 3}, ['"ab"', '"a\\nb"', '"\\u00e9\\u00e9"'], ['"a"', '"abcd"']),
-    ({"enum": ["a", 1, None, [1, {"b": 2}]]}, ['"a"', "1", "null", '[1,{"b":2}]'], ['"b"', "1.0", "[1]"]),
+    (
+        {"type": "string"},
+        ['""', '"a b"', '"\\u00e9"', '"\\n\\"\\\\"', '"é😀"'],
+        ['"a', "'a'", '"\n"', '"\\x"'],
+    ),
+    (
+        {"type": "string", "minLength": 2, "maxLength": 3},
+        ['"ab"', '"a\\nb"', '"\\u00e9\\u00e9"'],
+        ['"a"', '"abcd"'],
+    ),
+    (
+        {"enum": ["a", 1, None, [1, {"b": 2}]]},
+        ['"a"', "1", "null", '[1,{"b":2}]'],
+        ['"b"', "1.0", "[1]"],
+    ),
     ({"const": {"x": 1}}, ['{"x":1}'], ['{"x":2}', "{}"]),
     ({"type": ["string", "null"]}, ['"x"', "null"], ["1"]),
     (True, ["1", '{"a":[null]}', '"s"'], ["", "nope"]),
@@ -78,7 +95,10 @@ def test_integer_ranges_exact(lo: int | None, hi: int | None) -> None:
 DECIMALS = ["-12.5", "-1", "-0.25", "0", "0.001", "0.1", "0.5", "1", "1.05", "9.99", "10", "99.5"]
 
 
-@pytest.mark.parametrize(("lo", "hi"), list(itertools.product([None, "-1", "0", "0.1", "1.05"], [None, "0", "0.5", "10"])))
+@pytest.mark.parametrize(
+    ("lo", "hi"),
+    list(itertools.product([None, "-1", "0", "0.1", "1.05"], [None, "0", "0.5", "10"])),
+)
 @pytest.mark.parametrize("strict", [False, True])
 def test_number_ranges_exact(lo: str | None, hi: str | None, strict: bool) -> None:
     if lo is None and hi is None:
@@ -86,7 +106,11 @@ def test_number_ranges_exact(lo: str | None, hi: str | None, strict: bool) -> No
     low = None if lo is None else Bound(Decimal(lo), strict)
     high = None if hi is None else Bound(Decimal(hi), strict)
     regex = number_range_regex(low, high)
-    texts = [f"{i}{f}" for i in range(-13, 101) for f in ("", ".0", ".05", ".5", ".25", ".999", ".001", ".10")]
+    texts = [
+        f"{i}{f}"
+        for i in range(-13, 101)
+        for f in ("", ".0", ".05", ".5", ".25", ".999", ".001", ".10")
+    ]
     texts += [t for t in DECIMALS if t not in texts]
     for text in texts:
         value = Decimal(text)
@@ -102,7 +126,15 @@ def test_number_ranges_exact(lo: str | None, hi: str | None, strict: bool) -> No
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(1, "1"), (1.0, "1.0"), (-0.0, "0.0"), (1e-07, "0.0000001"), (2.5, "2.5"), (1e22, "10000000000000000000000.0"), (12345678901234567890, "12345678901234567890")],
+    [
+        (1, "1"),
+        (1.0, "1.0"),
+        (-0.0, "0.0"),
+        (1e-07, "0.0000001"),
+        (2.5, "2.5"),
+        (1e22, "10000000000000000000000.0"),
+        (12345678901234567890, "12345678901234567890"),
+    ],
 )
 def test_canonical_number(value: float, text: str) -> None:
     assert canonical_number(value) == text
@@ -112,9 +144,18 @@ def test_integral_floats_follow_the_draft() -> None:
     """2.0 is an integer from draft-06 on (written "2"), not in draft-04."""
     check_instances({"type": "integer"}, [2, 2.0, 2.5])
     assert canonical_json({"type": "integer"}, 2.0) == "2"
-    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer", "enum": [1.0, 2]}
+    draft4 = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "integer",
+        "enum": [1.0, 2],
+    }
     check_instances(draft4, [2, 2.0, 1.0, 1])
-    assert canonical_json({"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"}, 2.0) == "2.0"
+    assert (
+        canonical_json(
+            {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"}, 2.0
+        )
+        == "2.0"
+    )
 
 
 def test_exclusive_float_bounds_are_double_safe() -> None:
@@ -152,8 +193,14 @@ def test_patterns_search_semantics(pattern: str, good: list[str], bad: list[str]
 
 def test_pattern_with_length_bounds() -> None:
     assert pattern_regex("^[0-9]+$", 2, 5) == "[0-9]{2,5}"
-    check_instances({"type": "string", "pattern": "^ab[0-9]*x$", "minLength": 4, "maxLength": 6}, ["abx", "ab1x", "ab123x", "ab1234x"])
-    check_instances({"type": "string", "pattern": "^https?://", "maxLength": 12}, ["http://a.b", "https://abcd", "https://abcde", "ftp://"])
+    check_instances(
+        {"type": "string", "pattern": "^ab[0-9]*x$", "minLength": 4, "maxLength": 6},
+        ["abx", "ab1x", "ab123x", "ab1234x"],
+    )
+    check_instances(
+        {"type": "string", "pattern": "^https?://", "maxLength": 12},
+        ["http://a.b", "https://abcd", "https://abcde", "ftp://"],
+    )
 
 
 @pytest.mark.parametrize(
@@ -179,14 +226,22 @@ def test_pattern_with_length_bounds_narrowed(schema: dict, inside: list[str]) ->
 
 FORMAT_CASES = [
     ("date", ["2024-02-29", "2023-12-31"], ["2023-02-29", "2024-13-01", "2024-1-01"]),
-    ("date-time", ["2022-01-01T12:00:00Z", "2022-01-01T12:00:00.5+05:30"], ["2022-01-01T12:00:00", "2022-01-01 12:00:00Z"]),
+    (
+        "date-time",
+        ["2022-01-01T12:00:00Z", "2022-01-01T12:00:00.5+05:30"],
+        ["2022-01-01T12:00:00", "2022-01-01 12:00:00Z"],
+    ),
     ("time", ["23:59:59Z", "08:00:00-03:00"], ["24:00:00Z", "12:00"]),
     ("email", ["john.doe@example.com"], ["john@", "@x.com", "a b@c.com"]),
     ("uuid", ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567e89b12d3a456426614174000"]),
     ("ipv4", ["192.168.0.1", "0.0.0.0"], ["256.1.1.1", "01.1.1.1", "1.1.1"]),
     ("ipv6", ["::1", "2001:db8::8a2e:370:7334", "::ffff:1.2.3.4"], ["1:2:3:4:5:6:7:8:9", ":::"]),
     ("hostname", ["example.com", "a-b.c"], ["-a.com", "a_b.com", "a..b"]),
-    ("uri", ["https://example.com/a?b=c#d", "urn:isbn:0451450523", "file:///tmp/x"], ["not a uri", "http://", "example.com"]),
+    (
+        "uri",
+        ["https://example.com/a?b=c#d", "urn:isbn:0451450523", "file:///tmp/x"],
+        ["not a uri", "http://", "example.com"],
+    ),
 ]
 
 
@@ -200,14 +255,20 @@ def test_formats(fmt: str, good: list[str], bad: list[str]) -> None:
 
 
 def test_unknown_format_is_an_annotation() -> None:
-    assert schema_to_regex({"type": "string", "format": "my-custom"}) == schema_to_regex({"type": "string"})
+    assert schema_to_regex({"type": "string", "format": "my-custom"}) == schema_to_regex(
+        {"type": "string"}
+    )
 
 
 # ---------------------------------------------------------------- containers
 
 PERSON = {
     "type": "object",
-    "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}, "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2}},
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer", "minimum": 0},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+    },
     "required": ["name"],
     "additionalProperties": False,
 }
@@ -216,28 +277,63 @@ PERSON = {
 def test_object_property_order_and_required() -> None:
     check_instances(
         PERSON,
-        [{"name": "a"}, {"age": 3, "name": "b"}, {"name": "c", "tags": ["x", "y"]}, {"age": 1}, {"name": "d", "x": 1}, {"name": "e", "tags": ["1", "2", "3"]}, {"name": "f", "age": -1}],
+        [
+            {"name": "a"},
+            {"age": 3, "name": "b"},
+            {"name": "c", "tags": ["x", "y"]},
+            {"age": 1},
+            {"name": "d", "x": 1},
+            {"name": "e", "tags": ["1", "2", "3"]},
+            {"name": "f", "age": -1},
+        ],
     )
-    assert canonical_json(PERSON, {"tags": [], "age": 2, "name": "z"}) == '{"name":"z","age":2,"tags":[]}'
+    assert (
+        canonical_json(PERSON, {"tags": [], "age": 2, "name": "z"})
+        == '{"name":"z","age":2,"tags":[]}'
+    )
 
 
 def test_additional_properties_default_allows_extras_but_not_listed_names() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
-    check_instances(schema, [{}, {"a": 1}, {"b": "x"}, {"a": 1, "b": [1, {"c": None}]}, {"a": "no"}])
+    check_instances(
+        schema, [{}, {"a": 1}, {"b": "x"}, {"a": 1, "b": [1, {"c": None}]}, {"a": "no"}]
+    )
     pattern = re.compile(schema_to_regex(schema))
     assert not pattern.fullmatch('{"a":1,"a":"dup"}')  # a listed name never comes back as an extra
     assert not re.fullmatch(schema_to_regex(schema, strict=True), '{"b":1}')
 
 
 def test_additional_properties_schema() -> None:
-    check_instances({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {"type": "integer"}}, [{"a": "x", "b": 1}, {"b": "x"}, {"z": 2, "y": 3}])
+    check_instances(
+        {
+            "type": "object",
+            "properties": {"a": {"type": "string"}},
+            "additionalProperties": {"type": "integer"},
+        },
+        [{"a": "x", "b": 1}, {"b": "x"}, {"z": 2, "y": 3}],
+    )
 
 
 @pytest.mark.parametrize("whitespace", ["compact", "flexible"])
 def test_arrays_prefix_items_and_bounds(whitespace: str) -> None:
-    schema = {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": {"type": "boolean"}, "minItems": 1, "maxItems": 3}
-    check_instances(schema, [[], [1], [1, "a"], [1, "a", True], [1, "a", True, False], ["a"], [1, 2]], whitespace=whitespace)
-    legacy = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "array", "items": [{"type": "integer"}], "additionalItems": False}
+    schema = {
+        "type": "array",
+        "prefixItems": [{"type": "integer"}, {"type": "string"}],
+        "items": {"type": "boolean"},
+        "minItems": 1,
+        "maxItems": 3,
+    }
+    check_instances(
+        schema,
+        [[], [1], [1, "a"], [1, "a", True], [1, "a", True, False], ["a"], [1, 2]],
+        whitespace=whitespace,
+    )
+    legacy = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "array",
+        "items": [{"type": "integer"}],
+        "additionalItems": False,
+    }
     check_instances(legacy, [[], [1], [1, 2]])
 
 
@@ -258,37 +354,87 @@ def test_json_object_regex_bounds_nesting() -> None:
 
 
 def test_refs_and_bounded_recursion() -> None:
-    tree = {"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}, "required": ["v"], "additionalProperties": False}}, "$ref": "#/$defs/node"}
+    tree = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {
+                    "v": {"type": "integer"},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+                },
+                "required": ["v"],
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
     pattern = re.compile(schema_to_regex(tree, max_depth=2))
     assert pattern.fullmatch('{"v":1,"kids":[{"v":2}]}')
-    assert not pattern.fullmatch('{"v":1,"kids":[{"v":2,"kids":[{"v":3}]}]}')  # deeper than the bound
+    assert not pattern.fullmatch(
+        '{"v":1,"kids":[{"v":2,"kids":[{"v":3}]}]}'
+    )  # deeper than the bound
     assert not pattern.fullmatch('{"v":1,"kids":[{"w":2}]}')
 
 
 def test_all_of_merges_objects_exactly() -> None:
-    schema = {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"a": {"minimum": 5}, "b": {"type": "string"}}, "additionalProperties": False}]}
+    schema = {
+        "allOf": [
+            {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            {
+                "properties": {"a": {"minimum": 5}, "b": {"type": "string"}},
+                "additionalProperties": False,
+            },
+        ]
+    }
     check_instances(schema, [{"a": 5}, {"a": 4}, {"a": 6, "b": "x"}, {"a": 6, "c": 1}, {"b": "x"}])
 
 
 def test_one_of_disjoint_by_type_and_by_required() -> None:
     check_instances({"oneOf": [{"type": "string"}, {"type": "integer"}]}, ["a", 1, 1.5, None])
-    shapes = {"type": "object", "properties": {"r": {"type": "number"}, "w": {"type": "number"}, "h": {"type": "number"}}, "oneOf": [{"required": ["r"]}, {"required": ["w", "h"]}]}
-    check_instances(shapes, [{"r": 1}, {"w": 1, "h": 2}, {"r": 1, "w": 1, "h": 2}, {"r": 1, "w": 1}, {}, {"w": 1}])
+    shapes = {
+        "type": "object",
+        "properties": {"r": {"type": "number"}, "w": {"type": "number"}, "h": {"type": "number"}},
+        "oneOf": [{"required": ["r"]}, {"required": ["w", "h"]}],
+    }
+    check_instances(
+        shapes,
+        [{"r": 1}, {"w": 1, "h": 2}, {"r": 1, "w": 1, "h": 2}, {"r": 1, "w": 1}, {}, {"w": 1}],
+    )
 
 
 def test_not_and_dependent_required() -> None:
-    check_instances({"type": "object", "properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}}, [{}, {"a": 1}, {"a": 1, "b": 2}])
+    check_instances(
+        {"type": "object", "properties": {"a": {}, "b": {}}, "not": {"required": ["a", "b"]}},
+        [{}, {"a": 1}, {"a": 1, "b": 2}],
+    )
     check_instances({"type": ["string", "null"], "not": {"type": "null"}}, ["x", None])
     check_instances({"type": "string", "not": {"enum": ["no"]}}, ["yes", "no", "n"])
-    check_instances({"allOf": [{"enum": [[1, 2], [1, "x"]]}, {"not": {"not": {"items": {"type": "integer"}}}}]}, [[1, 2], [1, "x"], [3]])
-    draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {"a": {}, "b": {}}, "dependencies": {"a": ["b"]}}
+    check_instances(
+        {"allOf": [{"enum": [[1, 2], [1, "x"]]}, {"not": {"not": {"items": {"type": "integer"}}}}]},
+        [[1, 2], [1, "x"], [3]],
+    )
+    draft7 = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"a": {}, "b": {}},
+        "dependencies": {"a": ["b"]},
+    }
     check_instances(draft7, [{}, {"b": 1}, {"a": 1}, {"a": 1, "b": 1}])
 
 
 def test_pattern_properties() -> None:
-    closed = {"type": "object", "properties": {"id": {"type": "integer"}}, "patternProperties": {"^x-[a-z]+$": {"type": "string"}}, "additionalProperties": False}
+    closed = {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}},
+        "patternProperties": {"^x-[a-z]+$": {"type": "string"}},
+        "additionalProperties": False,
+    }
     check_instances(closed, [{"id": 1}, {"id": 1, "x-a": "s"}, {"x-a": 1}, {"y": "s"}, {"x-": "s"}])
-    everything = {"type": "object", "properties": {"a": {"type": "string"}}, "patternProperties": {".*": {"type": "string", "maxLength": 2}}}
+    everything = {
+        "type": "object",
+        "properties": {"a": {"type": "string"}},
+        "patternProperties": {".*": {"type": "string", "maxLength": 2}},
+    }
     check_instances(everything, [{"a": "xy"}, {"a": "xyz"}, {"b": "xy"}, {"b": 1}])
 
 
@@ -299,15 +445,39 @@ def test_enum_filtered_by_siblings() -> None:
 # ---------------------------------------------------------------- refusals
 
 REFUSALS = [
-    ({"type": "object", "properties": {"a": {"if": {"type": "string"}, "then": {"minLength": 1}}}}, "json_schema: unsupported keyword 'if' at #/properties/a"),
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"if": {"type": "string"}, "then": {"minLength": 1}}},
+        },
+        "json_schema: unsupported keyword 'if' at #/properties/a",
+    ),
     ({"type": "array", "uniqueItems": True}, "json_schema: unsupported keyword 'uniqueItems' at #"),
-    ({"type": "integer", "multipleOf": 3}, "json_schema: unsupported keyword 'multipleOf' at # (multipleOf 3)"),
-    ({"oneOf": [{"type": "integer"}, {"minimum": 0}]}, "json_schema: unsupported keyword 'oneOf' at # (branches may overlap)"),
-    ({"$ref": "http://example.com/x.json"}, "json_schema: unsupported keyword '$ref' at # (remote reference 'http://example.com/x.json')"),
-    ({"type": "object", "patternProperties": {"^x": {}}}, "json_schema: unsupported keyword 'patternProperties' at # (names that no pattern matches)"),
+    (
+        {"type": "integer", "multipleOf": 3},
+        "json_schema: unsupported keyword 'multipleOf' at # (multipleOf 3)",
+    ),
+    (
+        {"oneOf": [{"type": "integer"}, {"minimum": 0}]},
+        "json_schema: unsupported keyword 'oneOf' at # (branches may overlap)",
+    ),
+    (
+        {"$ref": "http://example.com/x.json"},
+        "json_schema: unsupported keyword '$ref' at # (remote reference 'http://example.com/x.json')",
+    ),
+    (
+        {"type": "object", "patternProperties": {"^x": {}}},
+        "json_schema: unsupported keyword 'patternProperties' at # (names that no pattern matches)",
+    ),
     ({"type": "string", "pattern": "(?=a)"}, None),
-    ({"type": "string", "format": "iri"}, "json_schema: unsupported keyword 'format' at # (format 'iri')"),
-    ({"type": "array", "contains": {"type": "integer"}}, "json_schema: unsupported keyword 'contains' at #"),
+    (
+        {"type": "string", "format": "iri"},
+        "json_schema: unsupported keyword 'format' at # (format 'iri')",
+    ),
+    (
+        {"type": "array", "contains": {"type": "integer"}},
+        "json_schema: unsupported keyword 'contains' at #",
+    ),
     (False, None),
 ]
 
@@ -321,13 +491,29 @@ def test_refusals_name_keyword_and_pointer(schema: object, message: str | None) 
     assert isinstance(info.value, ValueError)
 
 
+def test_schema_as_json_text_and_bad_options() -> None:
+    assert schema_to_regex('{"type": "integer"}') == schema_to_regex({"type": "integer"})
+    with pytest.raises(GrammarError, match="not valid JSON"):
+        schema_to_regex("{nope")
+    with pytest.raises(ValueError, match="whitespace"):
+        schema_to_regex({"type": "integer"}, whitespace="pretty")
+
+
 def test_irrelevant_keywords_are_not_refused() -> None:
     """Keywords of another type than the schema allows cannot constrain anything."""
-    assert schema_to_regex({"type": "string", "uniqueItems": True, "multipleOf": 3}) == schema_to_regex({"type": "string"})
-    assert schema_to_regex({"type": "string", "title": "t", "x-custom": 1, "nullable": True}) == schema_to_regex({"type": "string"})
+    assert schema_to_regex(
+        {"type": "string", "uniqueItems": True, "multipleOf": 3}
+    ) == schema_to_regex({"type": "string"})
+    assert schema_to_regex(
+        {"type": "string", "title": "t", "x-custom": 1, "nullable": True}
+    ) == schema_to_regex({"type": "string"})
 
 
 def test_regex_dialect_parses_in_interegular() -> None:
     interegular = pytest.importorskip("interegular")
-    for schema in (PERSON, {"type": "string", "format": "date-time"}, {"type": "string", "pattern": "^[^\\s]+$"}):
+    for schema in (
+        PERSON,
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "pattern": "^[^\\s]+$"},
+    ):
         interegular.parse_pattern(schema_to_regex(schema)).to_fsm()

@@ -1,0 +1,171 @@
+"""Boolean combinators: anyOf, oneOf and not.
+
+* anyOf: the rest of the schema is merged into every branch; a branch another branch
+  subsumes is dropped (`json_schema_disjoint.subsumes`).
+* oneOf: compiled as anyOf when the branches are provably disjoint; object branches that
+  overlap are narrowed to "exactly one branch's required properties all present".
+* not: of types, of values (enum/const, where the excluded values can be cut out exactly),
+  of `required` (a presence constraint), and `not: {not: S}` = S.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import TYPE_CHECKING
+
+from .errors import GrammarError
+from .json_schema_disjoint import disjoint, subsumes
+from .json_schema_ir import Boolean, Const, Never, Node, Null, String, Union
+from .json_schema_resolve import METADATA, RecursionCutoff, merge
+from .json_schema_strings import string_not_in_regex
+from .json_schema_values import json_equal, json_type, write_generic
+
+if TYPE_CHECKING:
+    from .json_schema_build import SchemaBuilder
+
+
+def lower_group(builder: SchemaBuilder, s: dict, groups: list, pointer: str, base: str) -> Node:
+    (keyword, branches), remaining = groups[0], groups[1:]
+    if not isinstance(branches, list) or not branches:
+        raise GrammarError(keyword=keyword, pointer=pointer, detail="expected a non-empty array")
+    rest = {k: v for k, v in s.items() if k != "_groups"}
+    if remaining:
+        rest["_groups"] = remaining
+    parts = [
+        [(rest, pointer), (branch, f"{pointer}/{keyword}/{i}")] for i, branch in enumerate(branches)
+    ]
+    options = [builder.build_merged(p, base, pointer) for p in parts]
+    if keyword == "oneOf":
+        options = exclusive_branches(builder, options, parts, base, pointer)
+    live = [o for o in options if not (isinstance(o, Never) and not o.cutoff)]
+    if keyword == "anyOf":  # drop branches another branch already covers
+        live = [
+            o
+            for i, o in enumerate(live)
+            if not any(
+                j != i and subsumes(p, o) and (j < i or not subsumes(o, p))
+                for j, p in enumerate(live)
+            )
+        ]
+    if not live:
+        return Never()
+    return live[0] if len(live) == 1 else Union(live)
+
+
+def exclusive_branches(
+    builder: SchemaBuilder, options: list[Node], parts: list, base: str, pointer: str
+) -> list[Node]:
+    """oneOf branches made mutually exclusive. Provably disjoint branches stay as they
+    are; an object branch overlapping others is narrowed to objects lacking at least
+    one property each of them requires (their necessary condition), which is exact
+    for "exactly one branch holds" and narrower only where a branch fails otherwise."""
+    overlaps: dict[int, list[int]] = {i: [] for i in range(len(options))}
+    for i, a in enumerate(options):
+        for j in range(i + 1, len(options)):
+            if not disjoint(a, options[j]):
+                overlaps[i].append(j)
+                overlaps[j].append(i)
+    if not any(overlaps.values()):
+        return options
+    shapes = [branch_shape(builder, p, base, pointer) for p in parts]
+    narrowed = list(options)
+    for i, others in overlaps.items():
+        if not others:
+            continue
+        not_all = []
+        for j in [i, *others]:
+            types, required = shapes[j]
+            if types != {"object"} or (j != i and not required):
+                raise GrammarError(keyword="oneOf", pointer=pointer, detail="branches may overlap")
+            if j != i:
+                not_all.append(("oneOf", required))
+        narrowed[i] = builder.build_merged(
+            [*parts[i], ({"_not_all": not_all}, pointer)], base, pointer
+        )
+    return narrowed
+
+
+def branch_shape(
+    builder: SchemaBuilder, parts: list, base: str, pointer: str
+) -> tuple[set[str], list[str]]:
+    """(allowed types, required names) of a merged branch, without lowering it."""
+    depth = len(builder.ref_stack)
+    try:
+        flat = [builder.flatten(schema, part_pointer, base)[0] for schema, part_pointer in parts]
+        merged = reduce(lambda a, b: merge(a, b, pointer), flat)
+    except RecursionCutoff:
+        raise GrammarError(
+            keyword="oneOf", pointer=pointer, detail="branches may overlap"
+        ) from None
+    finally:
+        del builder.ref_stack[depth:]
+    required = merged.get("required", [])
+    return builder.allowed_types(merged, pointer), list(required) if isinstance(
+        required, list
+    ) else []
+
+
+def lower_not(builder: SchemaBuilder, s: dict, nots: list, pointer: str, base: str) -> Node:
+    rest = {k: v for k, v in s.items() if k != "_nots"}
+    types = builder.allowed_types(rest, pointer)
+    excluded: list = []
+    doubled: list = []  # not {not: S} is S
+    for negated in nots:
+        where = f"{pointer}/not"
+        if negated is False:
+            continue
+        flat, _ = builder.flatten(negated, where, base)
+        keys = set(flat) - METADATA
+        if not keys:
+            return Never()
+        if keys == {"type"}:
+            negated_types = builder.allowed_types(flat, where)
+            if "integer" in negated_types and "number" in types:
+                raise GrammarError(
+                    keyword="not", pointer=pointer, detail="numbers that are not integers"
+                )
+            types -= negated_types
+        elif keys == {"enum"}:
+            excluded += flat["enum"]
+        elif keys == {"_nots"} and len(flat["_nots"]) == 1:
+            doubled.append((flat["_nots"][0], f"{where}/not"))
+        elif keys == {"required"} and isinstance(flat["required"], list):
+            types &= {"object"}  # non-objects satisfy any `required`
+            rest["_not_all"] = [*rest.get("_not_all", []), ("not", flat["required"])]
+        else:
+            raise GrammarError(keyword="not", pointer=pointer, detail=f"'not' with {sorted(keys)}")
+    rest["type"] = sorted(types)
+    if not types:
+        return Never()
+    if doubled:
+        node = builder.build_merged([(rest, pointer), *doubled], base, pointer)
+    else:
+        node = builder.lower(rest, pointer, base)
+    return _exclude_values(node, excluded, pointer) if excluded else node
+
+
+def _exclude_values(node: Node, excluded: list, pointer: str) -> Node:
+    """`node` minus finitely many values, where that is expressible exactly."""
+    if isinstance(node, Union):
+        return Union([_exclude_values(o, excluded, pointer) for o in node.options])
+    if isinstance(node, Const):
+        kept = [
+            (v, t)
+            for v, t in zip(node.values, node.texts)
+            if not any(json_equal(v, e) for e in excluded)
+        ]
+        candidates = [v for v in node.all_values if not any(json_equal(v, e) for e in excluded)]
+        return Const([v for v, _ in kept], [t for _, t in kept], candidates, node.float_is_integer)
+    hits = [e for e in excluded if json_type(e) in node.json_types]
+    if not hits:
+        return node
+    if isinstance(node, (Null, Boolean)):
+        remaining = [
+            v
+            for v in ([None] if isinstance(node, Null) else [True, False])
+            if not any(json_equal(v, e) for e in hits)
+        ]
+        return Const(remaining, [write_generic(v) for v in remaining], remaining)
+    if isinstance(node, String) and node.unconstrained:
+        return String(string_not_in_regex([e for e in hits if isinstance(e, str)]))
+    raise GrammarError(keyword="not", pointer=pointer, detail="excluding values of this type")
