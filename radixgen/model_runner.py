@@ -33,8 +33,7 @@ class ModelRunner:
         rows, prefix_lens, extend_lens = [], [], []
         for req, wants_logits in zip(reqs, sampling):
             start, n = req.computed_len, req.extend_len
-            ids = req.prompt_ids[start : start + n] if start + n <= len(req.prompt_ids) else req.fill_ids[start : start + n]
-            input_ids.extend(ids)
+            input_ids.extend(req.token_ids(start, start + n))
             positions.extend(range(start, start + n))
             if wants_logits:
                 logits_indices.append(len(input_ids) - 1)
