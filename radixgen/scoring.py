@@ -61,12 +61,11 @@ class _Row:
     slots: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
 
     @property
-    def prompt_ids(self) -> list[int]:
-        return self.ids
-
-    @property
     def fill_ids(self) -> list[int]:
         return self.ids
+
+    def token_ids(self, start: int, end: int) -> list[int]:
+        return self.ids[start:end]
 
 
 def score(engine: Engine, prompt_ids: list[int], continuations: list[list[int]],
