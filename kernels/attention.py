@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from .decode_attention import decode_attention, decode_attention_ref, decode_attention_triton
 from .extend_attention import extend_attention, extend_attention_ref, extend_attention_triton
+from .run_attention import DecodeRuns, decode_attention_runs, plan_decode_runs
 
 __all__ = [
     "decode_attention", "decode_attention_ref", "decode_attention_triton",
     "extend_attention", "extend_attention_ref", "extend_attention_triton",
+    "DecodeRuns", "plan_decode_runs", "decode_attention_runs",
 ]

@@ -19,6 +19,7 @@ from ._attention_common import (
 )
 from ._dispatch import use_triton
 from ._triton import dot_upcast, lazy_jit, next_power_of_2
+from .run_attention import DecodeRuns, decode_attention_runs
 
 try:
     import triton.language as tl
@@ -61,15 +62,20 @@ def decode_attention(
     seq_lens: torch.Tensor,
     sm_scale: float,
     backend: str = "auto",
+    runs: DecodeRuns | None = None,
 ) -> torch.Tensor:
     """Attention of one query token per request over its ``seq_lens[i]`` pooled keys.
 
-    Shapes as in :func:`decode_attention_ref`. Does not mutate its inputs.
+    Shapes as in :func:`decode_attention_ref`. Does not mutate its inputs. ``runs`` (from
+    :func:`plan_decode_runs` on the same slots) lets the torch path read contiguous slot runs
+    as views of the pool instead of gathering them; the Triton kernel ignores it.
     """
     if use_triton(backend, q, k_buffer):
         return decode_attention_triton(
             q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale
         )
+    if runs is not None:
+        return decode_attention_runs(q, k_buffer, v_buffer, runs, sm_scale)
     return decode_attention_ref(
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale
     )

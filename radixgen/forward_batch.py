@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .kernels.attention import DecodeRuns
 from .mem_cache.memory_pool import KVPool
 
 
@@ -33,6 +34,7 @@ class ForwardBatch:
     kv_pool: KVPool
     req_to_token: torch.Tensor  # [R, max_context] int32
     attention_backend: str = "auto"
+    decode_runs: DecodeRuns | None = None  # the decode rows' keys as pool runs (CPU torch path)
 
     @property
     def num_tokens(self) -> int:

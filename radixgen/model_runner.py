@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from .forward_batch import ForwardBatch
+from .kernels._dispatch import use_triton
+from .kernels.attention import plan_decode_runs
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool
 from .models.llama import LlamaModel
 from .request import Req
@@ -46,6 +48,12 @@ class ModelRunner:
         prefix_t = torch.tensor(prefix_lens, dtype=torch.int64)
         extend_t = torch.tensor(extend_lens, dtype=torch.int64)
         out_slots = torch.cat([table[r, s : s + n] for r, s, n in zip(rows, prefix_lens, extend_lens)]).long()
+        seq_t = prefix_t + extend_t
+        runs = None
+        k_pool = self.kv_pool.k_buffers[0]
+        if num_decode and k_pool.device.type == "cpu" and not use_triton(self.attention_backend, k_pool):
+            # The CPU torch path reads contiguous slot runs as pool views (kernels/run_attention.py).
+            runs = plan_decode_runs(table[rows_t[:num_decode], : int(seq_t[:num_decode].max())], seq_t[:num_decode])
         dev = self.device
         return ForwardBatch(
             input_ids=torch.tensor(input_ids, dtype=torch.int64).to(dev, non_blocking=True),
@@ -54,10 +62,11 @@ class ModelRunner:
             req_pool_indices=rows_t.to(dev),
             prefix_lens=prefix_t.to(dev),
             extend_lens=extend_t.to(dev),
-            seq_lens=(prefix_t + extend_t).to(dev),
+            seq_lens=seq_t.to(dev),
             logits_indices=torch.tensor(logits_indices, dtype=torch.int64).to(dev),
             num_decode=num_decode,
             kv_pool=self.kv_pool,
             req_to_token=table,
             attention_backend=self.attention_backend,
+            decode_runs=runs,
         )

@@ -1,0 +1,161 @@
+"""Decode attention over runs of contiguous KV slots: the CPU path that skips the gather.
+
+The reference (``decode_attention_ref``) copies every request's keys into a padded
+``[B, L, Hkv, D]`` tensor each layer. On a CPU that copy, and the padded attention after it,
+cost more than the attention math: a decode step is memory-bound. But a request's slots are
+mostly long runs of consecutive slot numbers (a prompt is allocated in one piece, the
+allocator keeps decode tokens next to their predecessors), and a run is a *view* of the pool.
+Requests that share a cached prefix share its runs, so one call serves all of them (the
+"cascade" form of prefix sharing: the shared keys are read once per step, not once per request).
+
+    slots of request b:  | run 0 (shared prefix) | run 1 (own prompt) |·|·|·| (scattered tail)
+    work:                 one call, all users      one call            one gathered batch
+
+Every piece yields a partial softmax (output, log-sum-exp); a request's partials merge exactly::
+
+    out = sum_p exp(lse_p - m) * out_p / sum_p exp(lse_p - m),   m = max_p lse_p
+
+``plan_decode_runs`` builds the pieces once per step (CPU, numpy); ``decode_attention_runs``
+runs them for one layer. Same result as the reference up to float rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+# A run becomes its own attention call when it holds at least this many keys, counted over all
+# requests that share it; shorter ones join the gathered tail. One call costs ~70-100 us on one
+# CPU core, about as much as gathering and padding a few hundred keys.
+MIN_PIECE_KEYS = 256
+
+
+@dataclass
+class DecodeRuns:
+    """How one decode batch's keys split into pool views and a gathered tail (see module doc)."""
+
+    pieces: list[tuple[int, int, torch.Tensor]]  # (first slot, num slots, request indices [U] int64)
+    tail_reqs: torch.Tensor  # [Bt] int64, requests with a gathered tail
+    tail_slots: torch.Tensor  # [Bt, T] int64, padded with slot 0
+    tail_bias: torch.Tensor  # [Bt, 1, 1, T] float32, 0 where valid, -inf on padding
+    entry_reqs: torch.Tensor  # [E] int64, request of each partial in the order they are produced
+    num_reqs: int
+    # Gather buffers, reused by every layer of the step: a fresh multi-MB tensor per layer costs
+    # page faults that take longer than the copy itself.
+    scratch: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+
+
+def plan_decode_runs(slot_rows: torch.Tensor, seq_lens: torch.Tensor) -> DecodeRuns:
+    """Split each request's keys ``slot_rows[b, :seq_lens[b]]`` into runs (``slot_rows [B, L]`` CPU)."""
+    slots = slot_rows.numpy().astype(np.int64)  # [B, L]
+    lens = seq_lens.numpy().astype(np.int64)  # [B]
+    num_reqs, max_len = slots.shape
+    valid = np.arange(max_len)[None, :] < lens[:, None]  # [B, L]
+    starts = valid.copy()
+    starts[:, 1:] &= slots[:, 1:] != slots[:, :-1] + 1  # a run starts where the slot sequence jumps
+    run_req, run_pos = np.nonzero(starts)  # row-major: runs in order within each request
+    run_end = np.append(run_pos[1:], 0)
+    last_of_req = np.append(run_req[1:] != run_req[:-1], True)
+    run_end[last_of_req] = lens[run_req[last_of_req]]
+    run_len = run_end - run_pos
+
+    run_start = slots[run_req, run_pos]
+    # Runs with the same first slot and length are the same keys (a shared prefix): group them.
+    _, group, group_size = np.unique(run_start * (max_len + 1) + run_len, return_inverse=True, return_counts=True)
+    is_piece = run_len * group_size[group] >= MIN_PIECE_KEYS
+    pieces = []
+    piece_runs = np.nonzero(is_piece)[0]
+    order = piece_runs[np.argsort(group[piece_runs], kind="stable")]
+    bounds = np.nonzero(np.diff(group[order], prepend=-1))[0].tolist() + [len(order)]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        first = order[lo]
+        pieces.append((int(run_start[first]), int(run_len[first]), torch.from_numpy(run_req[order[lo:hi]])))
+
+    in_tail = np.zeros_like(valid)
+    in_tail[valid] = np.repeat(~is_piece, run_len)  # runs tile each row's valid prefix in order
+    tail_counts = in_tail.sum(axis=1)
+    tail_reqs = np.nonzero(tail_counts)[0]
+    width = int(tail_counts.max()) if len(tail_reqs) else 0
+    tail_slots = np.zeros((len(tail_reqs), width), dtype=np.int64)
+    tail_valid = np.arange(width)[None, :] < tail_counts[tail_reqs][:, None]  # [Bt, T]
+    tail_slots[tail_valid] = slots[tail_reqs][in_tail[tail_reqs]]
+    tail_bias = np.where(tail_valid, 0.0, -np.inf).astype(np.float32)[:, None, None, :]
+
+    entry_reqs = [reqs for _, _, reqs in pieces] + [torch.from_numpy(tail_reqs)]
+    return DecodeRuns(
+        pieces=pieces,
+        tail_reqs=torch.from_numpy(tail_reqs),
+        tail_slots=torch.from_numpy(tail_slots),
+        tail_bias=torch.from_numpy(tail_bias),
+        entry_reqs=torch.cat(entry_reqs),
+        num_reqs=num_reqs,
+    )
+
+
+def decode_attention_runs(
+    q: torch.Tensor,  # [B, Hq, D]
+    k_buffer: torch.Tensor,  # [S, Hkv, D]
+    v_buffer: torch.Tensor,  # [S, Hkv, D]
+    runs: DecodeRuns,
+    sm_scale: float,
+) -> torch.Tensor:  # [B, Hq, D]
+    """Decode attention of ``q`` over the keys ``runs`` describes; does not mutate its inputs."""
+    batch, num_q_heads, head_dim = q.shape
+    num_kv_heads = k_buffer.shape[1]
+    group = num_q_heads // num_kv_heads
+    q4 = q.view(batch, num_kv_heads, group, head_dim)  # GQA: a KV head's q heads act as query rows
+    outs, lses = [], []
+    for start, n, reqs in runs.pieces:
+        users = reqs.numel()
+        qp = q4.index_select(0, reqs).transpose(0, 1).reshape(1, num_kv_heads, users * group, head_dim)
+        kp = k_buffer[start : start + n].transpose(0, 1)[None]  # [1, Hkv, n, D] view of the pool
+        vp = v_buffer[start : start + n].transpose(0, 1)[None]
+        out, lse = _attend(qp, kp, vp, None, sm_scale)  # [1, Hkv, U*G, D], [1, Hkv, U*G]
+        outs.append(out[0].view(num_kv_heads, users, group, head_dim).transpose(0, 1))
+        lses.append(lse[0].view(num_kv_heads, users, group).transpose(0, 1))
+    if runs.tail_reqs.numel():
+        kt = _gather_reusing(runs, "k", k_buffer).transpose(1, 2)  # [Bt, Hkv, T, D]
+        vt = _gather_reusing(runs, "v", v_buffer).transpose(1, 2)
+        bias = runs.tail_bias.to(q.dtype)
+        out, lse = _attend(q4.index_select(0, runs.tail_reqs), kt, vt, bias, sm_scale)
+        outs.append(out)
+        lses.append(lse)
+    out = _merge(torch.cat(outs), torch.cat(lses).float(), runs.entry_reqs, batch)
+    return out.reshape(batch, num_q_heads, head_dim).to(q.dtype)
+
+
+def _gather_reusing(runs: DecodeRuns, name: str, buffer: torch.Tensor) -> torch.Tensor:
+    """``buffer[runs.tail_slots]`` as ``[Bt, T, Hkv, D]``, written into ``runs.scratch[name]``."""
+    slots = runs.tail_slots
+    shape = (slots.numel(), *buffer.shape[1:])
+    out = runs.scratch.get(name)
+    if out is None or out.shape != shape or out.dtype != buffer.dtype or out.device != buffer.device:
+        out = runs.scratch[name] = torch.empty(shape, dtype=buffer.dtype, device=buffer.device)
+    torch.index_select(buffer, 0, slots.reshape(-1), out=out)
+    return out.view(*slots.shape, *buffer.shape[1:])
+
+
+def _attend(q, k, v, bias, sm_scale):
+    """Softmax attention returning (output, natural log-sum-exp of the scaled scores)."""
+    if q.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias, scale=sm_scale)
+        return out, lse
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * sm_scale
+    if bias is not None:
+        scores = scores + bias
+    lse = torch.logsumexp(scores, dim=-1)
+    return torch.matmul(torch.exp(scores - lse[..., None]), v.float()).to(q.dtype), lse
+
+
+def _merge(outs: torch.Tensor, lses: torch.Tensor, entry_reqs: torch.Tensor, batch: int) -> torch.Tensor:
+    """Combine partials ``outs [E, Hkv, G, D]`` with ``lses [E, Hkv, G]`` into ``[B, Hkv, G, D]``."""
+    if entry_reqs.numel() == batch:  # one partial per request: just put them in request order
+        return outs.index_select(0, torch.argsort(entry_reqs))
+    index = entry_reqs[:, None, None].expand_as(lses)
+    peak = torch.full((batch, *lses.shape[1:]), -torch.inf).scatter_reduce(0, index, lses, "amax")
+    weight = torch.exp(lses - peak.index_select(0, entry_reqs))  # [E, Hkv, G]
+    total = torch.zeros_like(peak).index_add_(0, entry_reqs, weight)
+    acc = torch.zeros((batch, *outs.shape[1:]), dtype=torch.float32).index_add_(0, entry_reqs, outs.float() * weight[..., None])
+    return acc / total[..., None]
