@@ -16,6 +16,7 @@ from ..config import ModelConfig
 from ..forward_batch import ForwardBatch
 from ..kernels.attention import decode_attention, extend_attention
 from ..kernels.kv_store import store_kv
+from ..kernels.linear import PackedLinear
 from ..kernels.norm import rms_norm
 from ..kernels.rotary import apply_rotary, build_cos_sin_cache
 
@@ -53,6 +54,7 @@ class LlamaModel:
             config.head_dim, max_pos, config.rope_theta, config.rope_scaling
         ).to(device)  # [max_pos, D]
         self.sm_scale = config.head_dim**-0.5
+        self.lm_head = PackedLinear(weights.lm_head)  # the largest matmul of a small model
 
     @property
     def dtype(self) -> torch.dtype:
@@ -68,7 +70,7 @@ class LlamaModel:
             hidden, residual = self._layer(layer_id, layer, hidden, residual, batch)
         hidden, _ = rms_norm(hidden, w.norm, self.config.rms_norm_eps, residual)
         hidden = hidden[batch.logits_indices]  # [M, H]
-        return F.linear(hidden, w.lm_head).float()  # [M, V]
+        return self.lm_head(hidden).float()  # [M, V]
 
     def _layer(self, layer_id, layer: LayerWeights, hidden, residual, batch: ForwardBatch):
         eps = self.config.rms_norm_eps
@@ -107,7 +109,7 @@ class LlamaModel:
         if nd:
             parts.append(decode_attention(
                 q[:nd], k_buffer, v_buffer, batch.req_to_token, batch.req_pool_indices[:nd],
-                batch.seq_lens[:nd], self.sm_scale, backend=batch.attention_backend,
+                batch.seq_lens[:nd], self.sm_scale, backend=batch.attention_backend, runs=batch.decode_runs,
             ))
         if nd < batch.req_pool_indices.shape[0]:
             parts.append(extend_attention(
