@@ -2,14 +2,15 @@
 
 The reference (``decode_attention_ref``) copies every request's keys into a padded
 ``[B, L, Hkv, D]`` tensor each layer. On a CPU that copy, and the padded attention after it,
-cost more than the attention math: a decode step is memory-bound. But a request's slots are
-mostly long runs of consecutive slot numbers (a prompt is allocated in one piece, the
-allocator keeps decode tokens next to their predecessors), and a run is a *view* of the pool.
-Requests that share a cached prefix share its runs, so one call serves all of them (the
-"cascade" form of prefix sharing: the shared keys are read once per step, not once per request).
+cost more than the attention math: a decode step is memory-bound. But a prompt's slots are
+mostly one run of consecutive slot numbers (the allocator hands out a chunk in one piece), and
+a run is a *view* of the pool. Requests that share a cached prefix share its runs, so one call
+serves all of them (the "cascade" form of prefix sharing: the shared keys are read once per
+step, not once per request). What is left (short prompts, decode tokens scattered one per
+step) is gathered, in a few batches of similar length so that little of it is padding.
 
     slots of request b:  | run 0 (shared prefix) | run 1 (own prompt) |·|·|·| (scattered tail)
-    work:                 one call, all users      one call            one gathered batch
+    work:                 one call, all users      one call            gathered, batched by length
 
 Every piece yields a partial softmax (output, log-sum-exp); a request's partials merge exactly::
 
@@ -27,19 +28,26 @@ import numpy as np
 import torch
 
 # A run becomes its own attention call when it holds at least this many keys, counted over all
-# requests that share it; shorter ones join the gathered tail. One call costs ~70-100 us on one
-# CPU core, about as much as gathering and padding a few hundred keys.
+# requests that share it; shorter ones join the gathered tail. One call costs about as much as
+# gathering and attending a few hundred keys on one CPU core (~0.4 us per key and layer).
 MIN_PIECE_KEYS = 256
 
 
 @dataclass
+class Tail:
+    """Requests whose remaining keys are gathered and padded to one width (one SDPA call)."""
+
+    reqs: torch.Tensor  # [Bt] int64
+    slots: torch.Tensor  # [Bt, T] int64, padded with slot 0
+    bias: torch.Tensor  # [Bt, 1, 1, T] float32, 0 where valid, -inf on padding
+
+
+@dataclass
 class DecodeRuns:
-    """How one decode batch's keys split into pool views and a gathered tail (see module doc)."""
+    """How one decode batch's keys split into pool views and gathered tails (see module doc)."""
 
     pieces: list[tuple[int, int, torch.Tensor]]  # (first slot, num slots, request indices [U] int64)
-    tail_reqs: torch.Tensor  # [Bt] int64, requests with a gathered tail
-    tail_slots: torch.Tensor  # [Bt, T] int64, padded with slot 0
-    tail_bias: torch.Tensor  # [Bt, 1, 1, T] float32, 0 where valid, -inf on padding
+    tails: list[Tail]  # by width, widest first: requests with similar tail lengths share a call
     entry_reqs: torch.Tensor  # [E] int64, request of each partial in the order they are produced
     num_reqs: int
     # Gather buffers, reused by every layer of the step: a fresh multi-MB tensor per layer costs
@@ -77,21 +85,36 @@ def plan_decode_runs(slot_rows: torch.Tensor, seq_lens: torch.Tensor) -> DecodeR
     in_tail[valid] = np.repeat(~is_piece, run_len)  # runs tile each row's valid prefix in order
     tail_counts = in_tail.sum(axis=1)
     tail_reqs = np.nonzero(tail_counts)[0]
-    width = int(tail_counts.max()) if len(tail_reqs) else 0
-    tail_slots = np.zeros((len(tail_reqs), width), dtype=np.int64)
-    tail_valid = np.arange(width)[None, :] < tail_counts[tail_reqs][:, None]  # [Bt, T]
-    tail_slots[tail_valid] = slots[tail_reqs][in_tail[tail_reqs]]
-    tail_bias = np.where(tail_valid, 0.0, -np.inf).astype(np.float32)[:, None, None, :]
+    tail_reqs = tail_reqs[np.argsort(-tail_counts[tail_reqs], kind="stable")]  # widest first
+    tails = []
+    for lo, hi in _split_by_width(tail_counts[tail_reqs]):
+        reqs = tail_reqs[lo:hi]
+        width = int(tail_counts[reqs[0]])
+        valid_t = np.arange(width)[None, :] < tail_counts[reqs][:, None]  # [Bt, T]
+        slots_t = np.zeros((len(reqs), width), dtype=np.int64)
+        slots_t[valid_t] = slots[reqs][in_tail[reqs]]
+        bias = np.where(valid_t, 0.0, -np.inf).astype(np.float32)[:, None, None, :]
+        tails.append(Tail(torch.from_numpy(reqs), torch.from_numpy(slots_t), torch.from_numpy(bias)))
 
-    entry_reqs = [reqs for _, _, reqs in pieces] + [torch.from_numpy(tail_reqs)]
+    entry_reqs = [reqs for _, _, reqs in pieces] + [t.reqs for t in tails]
     return DecodeRuns(
         pieces=pieces,
-        tail_reqs=torch.from_numpy(tail_reqs),
-        tail_slots=torch.from_numpy(tail_slots),
-        tail_bias=torch.from_numpy(tail_bias),
+        tails=tails,
         entry_reqs=torch.cat(entry_reqs),
         num_reqs=num_reqs,
     )
+
+
+def _split_by_width(widths: np.ndarray) -> list[tuple[int, int]]:
+    """Cut ``widths`` (descending) into ranges padded to their first width: a new range starts
+    where it saves at least ``MIN_PIECE_KEYS`` padded keys (about the cost of one more call)."""
+    bounds, n = [0], len(widths)
+    values = widths.tolist()
+    for j in range(1, n):
+        if (values[bounds[-1]] - values[j]) * (n - j) >= MIN_PIECE_KEYS:
+            bounds.append(j)
+    bounds.append(n)
+    return [(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
 
 
 def decode_attention_runs(
@@ -115,20 +138,18 @@ def decode_attention_runs(
         out, lse = _attend(qp, kp, vp, None, sm_scale)  # [1, Hkv, U*G, D], [1, Hkv, U*G]
         outs.append(out[0].view(num_kv_heads, users, group, head_dim).transpose(0, 1))
         lses.append(lse[0].view(num_kv_heads, users, group).transpose(0, 1))
-    if runs.tail_reqs.numel():
-        kt = _gather_reusing(runs, "k", k_buffer).transpose(1, 2)  # [Bt, Hkv, T, D]
-        vt = _gather_reusing(runs, "v", v_buffer).transpose(1, 2)
-        bias = runs.tail_bias.to(q.dtype)
-        out, lse = _attend(q4.index_select(0, runs.tail_reqs), kt, vt, bias, sm_scale)
+    for i, tail in enumerate(runs.tails):
+        kt = _gather_reusing(runs, f"k{i}", k_buffer, tail.slots).transpose(1, 2)  # [Bt, Hkv, T, D]
+        vt = _gather_reusing(runs, f"v{i}", v_buffer, tail.slots).transpose(1, 2)
+        out, lse = _attend(q4.index_select(0, tail.reqs), kt, vt, tail.bias.to(q.dtype), sm_scale)
         outs.append(out)
         lses.append(lse)
     out = _merge(torch.cat(outs), torch.cat(lses).float(), runs.entry_reqs, batch)
     return out.reshape(batch, num_q_heads, head_dim).to(q.dtype)
 
 
-def _gather_reusing(runs: DecodeRuns, name: str, buffer: torch.Tensor) -> torch.Tensor:
-    """``buffer[runs.tail_slots]`` as ``[Bt, T, Hkv, D]``, written into ``runs.scratch[name]``."""
-    slots = runs.tail_slots
+def _gather_reusing(runs: DecodeRuns, name: str, buffer: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """``buffer[slots]`` as ``[Bt, T, Hkv, D]``, written into ``runs.scratch[name]``."""
     shape = (slots.numel(), *buffer.shape[1:])
     out = runs.scratch.get(name)
     if out is None or out.shape != shape or out.dtype != buffer.dtype or out.device != buffer.device:

@@ -85,11 +85,21 @@ def test_plan_shares_a_prefix_run_and_pads_the_tail():
     _, _, _, r2t, rows, seq_lens, _ = make_inputs(slot_lists, 2, 2, torch.float32)
     runs = runs_for(r2t, rows, seq_lens)
     assert [(start, n, reqs.tolist()) for start, n, reqs in runs.pieces] == [(100, 300, [0, 1, 2, 3])]
-    assert runs.tail_reqs.tolist() == [0, 1, 2, 3]
-    assert runs.tail_slots.shape == (4, 6)  # the longest tail; shorter ones padded
-    assert torch.isinf(runs.tail_bias).sum() == (6 - 3) + (6 - 4) + (6 - 5)
-    for i, slots in enumerate(slot_lists):
-        assert runs.tail_slots[i, : len(slots) - 300].tolist() == slots[300:]
+    (tail,) = runs.tails  # similar lengths: one batch, widest first
+    assert tail.reqs.tolist() == [3, 2, 1, 0]
+    assert tail.slots.shape == (4, 6)  # the longest tail; shorter ones padded
+    assert torch.isinf(tail.bias).sum() == (6 - 5) + (6 - 4) + (6 - 3)
+    for i, b in enumerate(tail.reqs.tolist()):
+        assert tail.slots[i, : len(slot_lists[b]) - 300].tolist() == slot_lists[b][300:]
+
+
+def test_plan_batches_tails_of_different_lengths_apart():
+    rng = torch.Generator().manual_seed(2)
+    slot_lists = [scattered(rng, n) for n in (200, 190, 10, 8, 5, 3)]
+    _, _, _, r2t, rows, seq_lens, _ = make_inputs(slot_lists, 2, 2, torch.float32)
+    runs = runs_for(r2t, rows, seq_lens)
+    assert [t.reqs.tolist() for t in runs.tails] == [[0, 1], [2, 3, 4, 5]]
+    assert [t.slots.shape[1] for t in runs.tails] == [200, 10]
 
 
 def test_plan_keeps_every_key_exactly_once():
@@ -101,8 +111,9 @@ def test_plan_keeps_every_key_exactly_once():
         assert n * len(reqs) >= MIN_PIECE_KEYS
         for b in reqs.tolist():
             seen[b].extend(range(start, start + n))
-    for i, b in enumerate(runs.tail_reqs.tolist()):
-        seen[b].extend(runs.tail_slots[i][runs.tail_bias[i, 0, 0] == 0].tolist())
+    for tail in runs.tails:
+        for i, b in enumerate(tail.reqs.tolist()):
+            seen[b].extend(tail.slots[i][tail.bias[i, 0, 0] == 0].tolist())
     assert [sorted(s) for s in seen] == [sorted(s) for s in slot_lists]
 
 
