@@ -1,7 +1,8 @@
 """Llama-family decoder over the token-indexed KV pool (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM).
 
-Weights are plain tensors in HF layout (``[out_features, in_features]``) with q/k/v and gate/up
-fused at load time so each layer runs four matmuls. The forward pass takes a ragged
+Weights are in HF layout (``[out_features, in_features]``) with q/k/v and gate/up fused at
+load time so each layer runs four matmuls, each a ``PackedLinear`` (prepacked for oneDNN on
+CPU, plain ``F.linear`` elsewhere). The forward pass takes a ragged
 ``ForwardBatch``: no padding through the linear layers; decode rows and extend rows share a step.
 """
 
@@ -24,14 +25,13 @@ from ..kernels.rotary import apply_rotary, build_cos_sin_cache
 @dataclass
 class LayerWeights:
     input_norm: torch.Tensor  # [H]
-    qkv: torch.Tensor  # [(Hq + 2 Hkv) * D, H]
-    qkv_bias: torch.Tensor | None  # [(Hq + 2 Hkv) * D]
+    qkv: PackedLinear  # [(Hq + 2 Hkv) * D, H], with the q/k/v bias when the model has one
     q_norm: torch.Tensor | None  # [D] (Qwen3)
     k_norm: torch.Tensor | None  # [D] (Qwen3)
-    o_proj: torch.Tensor  # [H, Hq * D]
+    o_proj: PackedLinear  # [H, Hq * D]
     post_norm: torch.Tensor  # [H]
-    gate_up: torch.Tensor  # [2 I, H]
-    down: torch.Tensor  # [H, I]
+    gate_up: PackedLinear  # [2 I, H]
+    down: PackedLinear  # [H, I]
 
 
 @dataclass
@@ -54,7 +54,7 @@ class LlamaModel:
             config.head_dim, max_pos, config.rope_theta, config.rope_scaling
         ).to(device)  # [max_pos, D]
         self.sm_scale = config.head_dim**-0.5
-        self.lm_head = PackedLinear(weights.lm_head)  # the largest matmul of a small model
+        self.lm_head = PackedLinear(weights.lm_head, keep_weight=True)  # the embedding when tied
 
     @property
     def dtype(self) -> torch.dtype:
@@ -81,14 +81,14 @@ class LlamaModel:
             hidden, residual = rms_norm(hidden, layer.input_norm, eps, residual)
         hidden = self._attention(layer_id, layer, hidden, batch)
         hidden, residual = rms_norm(hidden, layer.post_norm, eps, residual)
-        gate, up = F.linear(hidden, layer.gate_up).chunk(2, dim=-1)  # [N, I] each
-        return F.linear(F.silu(gate) * up, layer.down), residual
+        gate, up = layer.gate_up(hidden).chunk(2, dim=-1)  # [N, I] each
+        return layer.down(F.silu(gate) * up), residual
 
     def _attention(self, layer_id: int, layer: LayerWeights, hidden: torch.Tensor, batch: ForwardBatch):
         cfg = self.config
         num_tokens = hidden.shape[0]
         q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-        qkv = F.linear(hidden, layer.qkv, layer.qkv_bias)  # [N, (Hq + 2 Hkv) * D]
+        qkv = layer.qkv(hidden)  # [N, (Hq + 2 Hkv) * D]
         q, k, v = qkv.split([q_size, kv_size, kv_size], dim=-1)
         q = q.reshape(num_tokens, cfg.num_heads, cfg.head_dim)  # [N, Hq, D]
         k = k.reshape(num_tokens, cfg.num_kv_heads, cfg.head_dim)  # [N, Hkv, D]
@@ -101,7 +101,7 @@ class LlamaModel:
         k_buffer, v_buffer = pool.k_buffers[layer_id], pool.v_buffers[layer_id]
         store_kv(k_buffer, v_buffer, batch.out_slots, k, v, backend=batch.attention_backend)
         out = self._attend(q, k_buffer, v_buffer, batch)  # [N, Hq, D]
-        return F.linear(out.reshape(num_tokens, q_size), layer.o_proj)
+        return layer.o_proj(out.reshape(num_tokens, q_size))
 
     def _attend(self, q, k_buffer, v_buffer, batch: ForwardBatch) -> torch.Tensor:
         nd = batch.num_decode

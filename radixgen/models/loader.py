@@ -17,6 +17,7 @@ from tqdm import tqdm
 
 from ..config import ModelConfig
 from .gguf_file import gguf_metadata, open_gguf
+from ..kernels.linear import PackedLinear
 from .llama import LayerWeights, LlamaModel, ModelWeights
 
 SUPPORTED_HF_ARCHS = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
@@ -53,14 +54,14 @@ def _assemble(config: ModelConfig, get: Getter, dtype: torch.dtype, device: torc
         attn = p + "self_attn."
         layers.append(LayerWeights(
             input_norm=cast(get(p + "input_layernorm.weight")),
-            qkv=cat(attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"),
-            qkv_bias=cat(attn + "q_proj.bias", attn + "k_proj.bias", attn + "v_proj.bias"),
+            qkv=PackedLinear(cat(attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"),
+                             cat(attn + "q_proj.bias", attn + "k_proj.bias", attn + "v_proj.bias")),
             q_norm=cast(get(attn + "q_norm.weight")) if config.qk_norm else None,
             k_norm=cast(get(attn + "k_norm.weight")) if config.qk_norm else None,
-            o_proj=cast(get(attn + "o_proj.weight")),
+            o_proj=PackedLinear(cast(get(attn + "o_proj.weight"))),
             post_norm=cast(get(p + "post_attention_layernorm.weight")),
-            gate_up=cat(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
-            down=cast(get(p + "mlp.down_proj.weight")),
+            gate_up=PackedLinear(cat(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),
+            down=PackedLinear(cast(get(p + "mlp.down_proj.weight"))),
         ))
     embed = cast(get("model.embed_tokens.weight"))
     lm_head = None if config.tie_word_embeddings else cast(get("lm_head.weight"))

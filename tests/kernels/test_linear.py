@@ -15,6 +15,20 @@ def test_packed_matches_linear(rows):
     torch.testing.assert_close(PackedLinear(weight)(x), F.linear(x, weight), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows", [0, 1, 40])
+def test_bias(rows):
+    weight, bias = torch.randn(300, 64), torch.randn(300)
+    x = torch.randn(rows, 64)
+    torch.testing.assert_close(PackedLinear(weight, bias)(x), F.linear(x, weight, bias), rtol=1e-4, atol=1e-4)
+
+
+def test_packed_drops_the_plain_weight_unless_kept():
+    weight = torch.randn(100, 64)
+    packed = PackedLinear(weight)
+    assert (packed.weight is None) == (packed.packed is not None)
+    assert PackedLinear(weight, keep_weight=True).weight is weight
+
+
 def test_non_contiguous_rows():
     weight = torch.randn(100, 64)
     x = torch.randn(10, 64)[::3]
