@@ -16,8 +16,8 @@ import torch
 from tqdm import tqdm
 
 from ..config import ModelConfig
-from .gguf_file import gguf_metadata, open_gguf
 from ..kernels.linear import PackedLinear
+from .gguf_file import gguf_metadata, open_gguf
 from .llama import LayerWeights, LlamaModel, ModelWeights
 
 SUPPORTED_HF_ARCHS = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
