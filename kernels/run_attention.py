@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ._attention_common import _gather
+
 # A run becomes its own attention call when it holds at least this many keys, counted over all
 # requests that share it; shorter ones join the gathered tail. One call costs about as much as
 # gathering and attending a few hundred keys on one CPU core (~0.4 us per key and layer).
@@ -49,7 +51,6 @@ class DecodeRuns:
     pieces: list[tuple[int, int, torch.Tensor]]  # (first slot, num slots, request indices [U] int64)
     tails: list[Tail]  # by width, widest first: requests with similar tail lengths share a call
     entry_reqs: torch.Tensor  # [E] int64, request of each partial in the order they are produced
-    num_reqs: int
     # Gather buffers, reused by every layer of the step: a fresh multi-MB tensor per layer costs
     # page faults that take longer than the copy itself.
     scratch: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
@@ -59,7 +60,7 @@ def plan_decode_runs(slot_rows: torch.Tensor, seq_lens: torch.Tensor) -> DecodeR
     """Split each request's keys ``slot_rows[b, :seq_lens[b]]`` into runs (``slot_rows [B, L]`` CPU)."""
     slots = slot_rows.numpy().astype(np.int64)  # [B, L]
     lens = seq_lens.numpy().astype(np.int64)  # [B]
-    num_reqs, max_len = slots.shape
+    max_len = slots.shape[1]
     valid = np.arange(max_len)[None, :] < lens[:, None]  # [B, L]
     starts = valid.copy()
     starts[:, 1:] &= slots[:, 1:] != slots[:, :-1] + 1  # a run starts where the slot sequence jumps
@@ -101,7 +102,6 @@ def plan_decode_runs(slot_rows: torch.Tensor, seq_lens: torch.Tensor) -> DecodeR
         pieces=pieces,
         tails=tails,
         entry_reqs=torch.cat(entry_reqs),
-        num_reqs=num_reqs,
     )
 
 
@@ -124,7 +124,8 @@ def decode_attention_runs(
     runs: DecodeRuns,
     sm_scale: float,
 ) -> torch.Tensor:  # [B, Hq, D]
-    """Decode attention of ``q`` over the keys ``runs`` describes; does not mutate its inputs."""
+    """Decode attention of ``q`` over the keys ``runs`` describes (CPU tensors); does not mutate
+    its inputs."""
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
     group = num_q_heads // num_kv_heads
@@ -152,22 +153,14 @@ def _gather_reusing(runs: DecodeRuns, name: str, buffer: torch.Tensor, slots: to
     """``buffer[slots]`` as ``[Bt, T, Hkv, D]``, written into ``runs.scratch[name]``."""
     shape = (slots.numel(), *buffer.shape[1:])
     out = runs.scratch.get(name)
-    if out is None or out.shape != shape or out.dtype != buffer.dtype or out.device != buffer.device:
-        out = runs.scratch[name] = torch.empty(shape, dtype=buffer.dtype, device=buffer.device)
-    torch.index_select(buffer, 0, slots.reshape(-1), out=out)
-    return out.view(*slots.shape, *buffer.shape[1:])
+    if out is None or out.shape != shape or out.dtype != buffer.dtype:
+        out = runs.scratch[name] = torch.empty(shape, dtype=buffer.dtype)
+    return _gather(buffer, slots, out=out)
 
 
 def _attend(q, k, v, bias, sm_scale):
     """Softmax attention returning (output, natural log-sum-exp of the scaled scores)."""
-    if q.device.type == "cpu":
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias, scale=sm_scale)
-        return out, lse
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * sm_scale
-    if bias is not None:
-        scores = scores + bias
-    lse = torch.logsumexp(scores, dim=-1)
-    return torch.matmul(torch.exp(scores - lse[..., None]), v.float()).to(q.dtype), lse
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias, scale=sm_scale)
 
 
 def _merge(outs: torch.Tensor, lses: torch.Tensor, entry_reqs: torch.Tensor, batch: int) -> torch.Tensor:
