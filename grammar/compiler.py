@@ -235,4 +235,8 @@ def _front_end(
         regex = json_schema.json_object_regex(**options)
         return regex, None, lambda store: regex_to_term(regex, store)
     lowered = json_schema.compile_schema(spec, **options)
-    return lowered.regex, lowered.canonical_json, lambda store: regex_to_term(lowered.regex, store)
+    return (
+        lowered.regex,
+        lowered.canonical_json,
+        lambda store: regex_to_term(lowered.regex, store, tag=lowered.extras),
+    )

@@ -45,6 +45,7 @@ class CompiledSchema:
     node: Node
     regex: str
     writer: EmitContext
+    extras: tuple[str, ...] = ()  # groups of `regex` matching one undeclared property
 
     def canonical_json(self, instance: object) -> str:
         """The compact text this grammar produces for `instance` (also for invalid ones,
@@ -70,7 +71,8 @@ def compile_schema(
     if max_depth < 0:
         raise ValueError(f"max_depth must be >= 0, got {max_depth}")
     node, writer = build_schema_ir(schema, max_depth=max_depth, strict=strict)
-    regex = EmitContext(ws=WHITESPACE[whitespace]).regex(node)
+    emit = EmitContext(ws=WHITESPACE[whitespace])
+    regex = emit.regex(node)
     if regex is None:
         raise GrammarError(
             "json_schema: the schema accepts no value (within the recursion bound)", pointer="#"
@@ -79,7 +81,7 @@ def compile_schema(
         raise GrammarError(
             f"json_schema: the schema's regex is too large ({len(regex)} characters)", pointer="#"
         )
-    return CompiledSchema(node, regex, writer)
+    return CompiledSchema(node, regex, writer, tuple(emit.extras))
 
 
 def build_schema_ir(

@@ -39,6 +39,7 @@ class EmitContext:
     ws: str = ""
     regex_cache: dict = field(default_factory=dict)
     compiled_cache: dict = field(default_factory=dict)
+    extras: dict[str, None] = field(default_factory=dict)  # groups of undeclared properties
 
     def regex(self, node: Node) -> str | None:
         key = id(node)
@@ -315,8 +316,9 @@ class Object(Node):
         names = (
             string_not_in_regex(self.excluded_names) if self.extra_key is None else self.extra_key
         )
-        key = '"' + names + '"'
-        return key + ctx.sep(":") + value
+        member = "(?:" + '"' + names + '"' + ctx.sep(":") + value + ")"
+        ctx.extras[member] = None
+        return member
 
     def write(self, value: object, ctx: EmitContext) -> str:
         if not isinstance(value, dict):

@@ -16,6 +16,7 @@ Escaped surrogate pairs are not accepted (narrower): astral characters are writt
 
 from __future__ import annotations
 
+import functools
 import json
 
 from .regex_builders import CharSet, alt, concat, escape_literal, repeat
@@ -46,6 +47,12 @@ def escape_for_json(c: str) -> str:
 
 def json_char_regex(chars: CharSet) -> str | None:
     """One character of `chars`, JSON-encoded canonically."""
+    return _json_char_regex(tuple(chars.ranges))
+
+
+@functools.lru_cache(maxsize=4096)
+def _json_char_regex(ranges: tuple[tuple[int, int], ...]) -> str | None:
+    chars = CharSet(ranges)
     raw = (chars - ESCAPED).to_regex()
     escaped = chars & ESCAPED
     options: list[str | None] = [raw]
@@ -76,6 +83,11 @@ def string_not_in_regex(excluded: list[str]) -> str:
     """Contents (between quotes) of canonically encoded strings whose decoded value is not
     one of `excluded`. A trie over the excluded strings; from each trie node the string may
     end (if no excluded word ends there), continue along a child, or leave the trie."""
+    return _string_not_in_regex(tuple(excluded))
+
+
+@functools.lru_cache(maxsize=256)
+def _string_not_in_regex(excluded: tuple[str, ...]) -> str:
     trie: dict = {}
     for word in excluded:
         node = trie

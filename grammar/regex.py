@@ -13,7 +13,7 @@ flags, possessive quantifiers) raises ``GrammarError("regex: ...")``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NoReturn
 
 from .errors import GrammarError
@@ -35,11 +35,20 @@ _MEMO_MIN_LEN = 256
 _STRUCTURE = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[()]", re.DOTALL)
 
 
-def regex_to_term(pattern: str, store: TermStore) -> int:
-    """Parse ``pattern`` into ``store``; raise ``GrammarError`` naming the problem and position."""
+def regex_to_term(pattern: str, store: TermStore, *, tag: Iterable[str] = ()) -> int:
+    """Parse ``pattern`` into ``store``; raise ``GrammarError`` naming the problem and position.
+
+    ``tag``: groups of ``pattern`` (their source text, parentheses included) whose terms
+    ``store.tag`` marks as rarely entered.
+    """
     if not isinstance(pattern, str):
         raise GrammarError(f"regex: expected a string, got {type(pattern).__name__}")
-    return _Parser(pattern, store).parse()
+    parser = _Parser(pattern, store)
+    term = parser.parse()
+    for group in tag:
+        known = parser._memo.get(group)
+        store.tag(known if known is not None else _Parser(group, store).parse())
+    return term
 
 
 def _group_and_class_spans(pattern: str) -> dict[int, int]:

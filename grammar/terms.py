@@ -11,6 +11,11 @@ Bounded repetition ``r{lo,hi}`` is a single term with counters: its derivative i
 ``d(r) · r{lo-1,hi-1}``. Nothing is unrolled, so ``[^"]{0,32767}`` costs one term per
 counter value actually reached, built on demand.
 
+Tags mark sub-terms that matches rarely enter (a JSON object's undeclared properties): a
+derivative of a tagged term is tagged, and ``head_tagged(t)`` tells whether every way to
+continue ``t`` starts inside a tagged part. Tags change no language; ``MaskIndex.precompute``
+uses them to reach the likely states first.
+
 ``clip(t)`` caps every counter at ``clip_bound``. Two terms that differ only in counters at or
 above the bound accept the same prefixes of length ``< clip_bound`` (each iteration consumes
 at least one byte once a nullable body has ``lo = 0``), so with ``clip_bound`` = longest token
@@ -66,6 +71,8 @@ class TermStore:
         self._derivs: dict[int, int] = {}
         self._clips: dict[tuple[int, int], int] = {}
         self._firsts: dict[int, int] = {}
+        self.tagged: set[int] = set()
+        self._head_tagged: dict[int, bool] = {}
         self.clip_bound = clip_bound
         self.budget = budget or Budget()
 
@@ -174,6 +181,8 @@ class TermStore:
                 first = self.first_bytes(t)
             d = self._derive(t, byte) if (first >> byte) & 1 else EMPTY
             self._derivs[key] = d
+            if d > EPS and self.tagged and t in self.tagged:
+                self.tagged.add(d)
         return d
 
     def _derive(self, t: int, byte: int) -> int:
@@ -196,6 +205,31 @@ class TermStore:
             rest = self.rep(r, max(lo - 1, 0), None if hi is None else hi - 1)
             return self.cat(self.deriv(r, byte), rest)
         return EMPTY
+
+    def tag(self, t: int) -> None:
+        """Tag ``t`` and, from now on, its derivatives (see the module doc)."""
+        if t > EPS:
+            self.tagged.add(t)
+            self._head_tagged.clear()
+
+    def head_tagged(self, t: int) -> bool:
+        """Whether every non-empty match of ``t`` begins inside a tagged part (memoized)."""
+        result = self._head_tagged.get(t)
+        if result is None:
+            kind, args = self.kinds[t], self.args[t]
+            if t in self.tagged:
+                result = True
+            elif kind == K_CAT:
+                head, tail = args
+                result = self.head_tagged(head) and (
+                    not self.nullable[head] or self.head_tagged(tail)
+                )
+            elif kind == K_ALT:
+                result = all(self.head_tagged(u) for u in args)
+            else:
+                result = False
+            self._head_tagged[t] = result
+        return result
 
     def clip(self, t: int, bound: int | None = None) -> int:
         """``t`` with every counter capped at ``bound`` (default and minimum ``clip_bound``):

@@ -88,18 +88,22 @@ class MaskIndex:
     def precompute(self, budget_s: float, max_rows: int | None = None) -> int:
         """Compute masks breadth-first from the start state for up to ``budget_s`` seconds.
 
-        Explores states clipped at twice the mask bound, so a counter's successors share
-        the mask of their source instead of unrolling. Returns the number of rows built.
-        Running out of compile time stops it; exceeding the state limit raises
-        ``GrammarError`` (the grammar would fail while decoding anyway).
+        Likely states come first: a state whose every continuation starts inside a tagged
+        part (an undeclared property of a JSON object, see ``TermStore.tag``) waits until
+        no other state is left. States are explored clipped at twice the mask bound, so a
+        counter's successors share the mask of their source instead of unrolling. Returns
+        the number of rows built. Running out of compile time stops it; exceeding the
+        state limit raises ``GrammarError`` (the grammar would fail while decoding anyway).
         """
         dfa, deadline = self.dfa, time.monotonic() + budget_s
+        store = dfa.store
         limit = min(max_rows or self.max_masks, self.max_masks)
-        bound = 2 * dfa.store.clip_bound
-        queue, seen, built = deque([dfa.start]), {dfa.mask_key(dfa.start)}, 0
+        bound = 2 * store.clip_bound
+        likely, rare = deque([dfa.start]), deque()
+        seen, built = {dfa.mask_key(dfa.start)}, 0
         with dfa.lock:
-            while queue and built < limit and time.monotonic() < deadline:
-                state = queue.popleft()
+            while (likely or rare) and built < limit and time.monotonic() < deadline:
+                state = likely.popleft() if likely else rare.popleft()
                 try:
                     successors = self._compute(dfa.clipped(state, bound))
                     self.mask(state)
@@ -110,7 +114,8 @@ class MaskIndex:
                     key = dfa.mask_key(nxt)
                     if key not in seen:
                         seen.add(key)
-                        queue.append(nxt)
+                        rare_state = store.tagged and store.head_tagged(dfa.state_terms[nxt])
+                        (rare if rare_state else likely).append(nxt)
         return built
 
     # ------------------------------------------------------------------ computing rows

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from grammar_support import synthetic_vocab
 from radixgen.grammar.automaton import DEAD, LazyDFA
+from radixgen.grammar.json_schema import compile_schema
 from radixgen.grammar.regex import regex_to_term
 from radixgen.grammar.terms import TermStore
 from radixgen.grammar.token_index import MaskIndex
@@ -106,3 +107,47 @@ def test_token_table_layout() -> None:
             assert data[0] == key // 257 and (data[1] if len(data) > 1 else 256) == key % 257
     row = table.pack(np.array([0, 31, 32, 3300]))
     assert row[0] == np.int32(-2147483647) and row[1] == 1 and row[3300 // 32] == 1 << (3300 % 32)
+
+
+def _schema_index(schema: dict) -> MaskIndex:
+    lowered = compile_schema(schema)
+    vocab = synthetic_vocab()
+    store = TermStore(clip_bound=vocab.max_token_len + 1)
+    root = regex_to_term(lowered.regex, store, tag=lowered.extras)
+    return MaskIndex(LazyDFA(store, root, max_states=100_000), vocab)
+
+
+def test_undeclared_properties_are_tagged_rare() -> None:
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}}
+    assert compile_schema(schema, strict=True).extras == ()
+    index = _schema_index(schema)
+    dfa, store = index.dfa, index.dfa.store
+    assert len(compile_schema(schema).extras) == 1 and store.tagged
+
+    def rare(text: bytes) -> bool:
+        state = dfa.walk(dfa.start, text)
+        assert state != DEAD
+        return store.head_tagged(dfa.state_terms[state])
+
+    # the declared path, and states where a declared name is still possible, are likely
+    for text in [b"", b'{"', b'{"na', b'{"name', b'{"name":"x', b'{"name":"x"']:
+        assert not rare(text), text
+    # inside an undeclared name or its value, or past the last declared property, only a
+    # tagged part can continue
+    for text in [b'{"zz', b'{"zz":', b'{"zz":[1,', b'{"name":"x",', b'{"name":"x","zz":{"a":']:
+        assert rare(text), text
+    # once the undeclared property is complete, the object's own end is likely again
+    assert not rare(b'{"zz":1')
+
+
+def test_precompute_builds_likely_states_first() -> None:
+    index = _schema_index(
+        {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}}
+    )
+    dfa, store = index.dfa, index.dfa.store
+    index.precompute(budget_s=30.0, max_rows=12)
+    built = list(index._rows)
+    assert len(built) == 12
+    assert not any(store.head_tagged(dfa.state_terms[s]) for s in built)
+    index.precompute(budget_s=30.0)  # with no row limit the rare states come after
+    assert any(store.head_tagged(dfa.state_terms[s]) for s in index._rows)
