@@ -57,9 +57,7 @@ class LazyDFA:
         self.rows: list[list[int]] = []
         self._state_of: dict[int, int] = {}
         self._clipped: dict[tuple[int, int], int] = {}
-        self._live_values: dict[int, np.ndarray] = {}
         self._mask_keys: dict[int, int] = {}
-        self._seconds: dict[int, np.ndarray] = {}
         self.table = np.full((64, self.num_classes), UNKNOWN, dtype=np.int32)
         assert self.state(EMPTY) == DEAD
         self.table[DEAD] = DEAD
@@ -131,14 +129,6 @@ class LazyDFA:
         False so a token table's ``first_byte`` can index it directly)."""
         return byte_flags(self.store.first_bytes(self.state_terms[s]))
 
-    def live_byte_values(self, s: int) -> np.ndarray:
-        """int64 [*]: the live bytes of ``s`` (cached per state)."""
-        values = self._live_values.get(s)
-        if values is None:
-            values = np.flatnonzero(self.live_bytes(s))
-            self._live_values[s] = values
-        return values
-
     def mask_key(self, s: int) -> int:
         """``clipped(s)``: the state whose token mask ``s`` shares (fast path, cached)."""
         key = self._mask_keys.get(s)
@@ -146,14 +136,6 @@ class LazyDFA:
             key = self.clipped(s)
             self._mask_keys[s] = key
         return key
-
-    def second_bytes(self, s: int) -> np.ndarray:
-        """``live_byte_values(s)`` plus 256 ("no further byte"), cached: pair-key suffixes."""
-        values = self._seconds.get(s)
-        if values is None:
-            values = np.append(self.live_byte_values(s), 256)
-            self._seconds[s] = values
-        return values
 
     def clipped(self, s: int, bound: int | None = None) -> int:
         """The state of ``s``'s term with counters capped at ``bound`` (default: the mask

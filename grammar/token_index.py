@@ -130,63 +130,74 @@ class MaskIndex:
     def _compute(self, state: int) -> set[int]:
         """Build and cache the row of ``state``; return the states its tokens lead to."""
         ids, safe, successors = self._allowed(state)
-        count = ids.size + (int(np.count_nonzero(safe)) if safe is not None else 0)
+        count = len(ids) + (int(np.count_nonzero(safe)) if safe is not None else 0)
         self._rows[self.dfa.mask_key(state)] = (self.table.pack(ids, safe), count)
         if len(self._rows) > self.max_masks:
             self._rows.popitem(last=False)
         return successors
 
-    def _allowed(self, state: int) -> tuple[np.ndarray, np.ndarray | None, set[int]]:
+    def _allowed(self, state: int) -> tuple[np.ndarray | list[int], np.ndarray | None, set[int]]:
         """(allowed ids, bool [V] more allowed tokens or None, successor states)."""
         dfa, table = self.dfa, self.table
-        first = dfa.live_byte_values(state)
-        first = first[table.group_sizes[first] > 0]
-        if first.size <= _FEW_FIRST_BYTES:
+        live = dfa.store.first_bytes(dfa.state_terms[state])
+        first = live & table.usable_first_mask
+        if first.bit_count() <= _FEW_FIRST_BYTES:
             return self._narrow(state, first)
         run = self.runs(dfa.state_terms[state])
         if not _useful(run):
             run = NO_RUN
-        safe, ids = table.wide_split(dfa.store.first_bytes(dfa.state_terms[state]), run)
+        safe, ids = table.wide_split(live, run)
         successors: set[int] = set()
         if safe is not None:
             successors.update(self._sample_successors(state, run[0] & run[1]))
         ok, final = self._walk_vector(state, ids)
         return ok, safe, successors | set(np.unique(final).tolist())
 
-    def _narrow(self, state: int, first: np.ndarray) -> tuple[np.ndarray, None, set[int]]:
-        """Few live first bytes: prune by the first two bytes, then walk the rest.
+    def _narrow(
+        self, state: int, first: int
+    ) -> tuple[np.ndarray | list[int], None, set[int]]:
+        """Few live first bytes (bit mask ``first``): prune by the first two bytes, then walk
+        the rest — in plain Python while the candidates are few (most states of a JSON
+        schema: keys, numbers, formats), else in numpy.
 
         A big first-byte group (every token starting with '"' before a string) is cut down
         by the safe run of the state after its first byte: tokens whose remaining bytes lie
         in that run are allowed without walking.
         """
         dfa, table = self.dfa, self.table
+        class_list, terms, first_bytes = dfa.class_list, dfa.state_terms, dfa.store.first_bytes
+        starts, group_sizes = table.pair_start_list, table.group_sizes
         allowed: list[np.ndarray] = []
-        walk: list[np.ndarray] = []  # pair keys (int) or explicit id arrays, see below
+        walk: list[np.ndarray] = []  # explicit ids of split groups, walked from ``state``
         successors: set[int] = set()
-        keys: list[np.ndarray] = []
-        owners: list[int] = []
-        for b0 in first.tolist():
-            after = dfa.next_state(state, dfa.class_list[b0])
-            run = (
-                self.runs(dfa.state_terms[after]) if table.group_sizes[b0] > _SCALAR_MAX else NO_RUN
-            )
-            if _useful(run):
-                safe, rest = self._split_group(b0, after, run)
-                allowed.append(safe)
-                walk.append(rest)
-                successors.add(after)
-                successors.update(self._sample_successors(after, run[0] & run[1]))
-            else:  # pair keys b0*257 + b1 of every live second byte b1; 256: no second byte
-                keys.append(b0 * 257 + dfa.second_bytes(after))
-                owners.append(after)
-        pair_keys = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
-        sizes = table.pair_starts[pair_keys + 1] - table.pair_starts[pair_keys]
-        if not walk and int(sizes.sum()) <= _SCALAR_MAX:
-            owner_of_key = np.repeat(np.array(owners, dtype=np.int64), [k.size for k in keys])
-            ok, successors = self._walk_pairs(pair_keys, owner_of_key, sizes)
-            return ok, None, successors
-        ids = np.concatenate([table.pair_ids(pair_keys), *walk])
+        pairs: list[tuple[int, int]] = []  # (pair key b0*257 + b1, state after b0)
+        total = 0
+        while first:
+            low = first & -first
+            first ^= low
+            b0 = low.bit_length() - 1
+            after = dfa.next_state(state, class_list[b0])
+            if group_sizes[b0] > _SCALAR_MAX:
+                run = self.runs(terms[after])
+                if _useful(run):
+                    safe, rest = self._split_group(b0, after, run)
+                    allowed.append(safe)
+                    walk.append(rest)
+                    successors.add(after)
+                    successors.update(self._sample_successors(after, run[0] & run[1]))
+                    continue
+            live = first_bytes(terms[after])
+            base = b0 * 257
+            for b1 in table.seconds_of[b0]:  # pairs with tokens whose second byte is live
+                if b1 == 256 or (live >> b1) & 1:
+                    key = base + b1
+                    pairs.append((key, after))
+                    total += starts[key + 1] - starts[key]
+        if not walk and total <= _SCALAR_MAX:
+            ok, final = self._walk_pairs(pairs)
+            return ok, None, successors | final
+        keys = np.array([key for key, _ in pairs], dtype=np.int64)
+        ids = np.concatenate([table.pair_ids(keys), *walk])
         ok, final = self._walk_ids(state, ids)
         return np.concatenate([ok, *allowed]), None, successors | final
 
@@ -197,27 +208,36 @@ class MaskIndex:
         rest = ~safe & self.dfa.live_bytes(after)[second]
         return group[safe], group[rest]
 
-    def _walk_pairs(
-        self, keys: np.ndarray, owners: np.ndarray, sizes: np.ndarray
-    ) -> tuple[np.ndarray, set[int]]:
-        """Walk a few tokens, grouped by their first two bytes (stepped once per group)."""
+    def _walk_pairs(self, pairs: list[tuple[int, int]]) -> tuple[list[int], set[int]]:
+        """Walk a few tokens, grouped by their first two bytes and then by their third (each
+        group is stepped once; a dead third byte drops its whole group)."""
         dfa, table = self.dfa, self.table
         ok: list[int] = []
         successors: set[int] = set()
-        token_bytes, starts = self.vocab.token_bytes, table.pair_starts
-        nonempty = np.flatnonzero(sizes)
-        for key, after in zip(keys[nonempty].tolist(), owners[nonempty].tolist()):
+        token_bytes, class_list, terms = self.vocab.token_bytes, dfa.class_list, dfa.state_terms
+        first_bytes, next_state, walk = dfa.store.first_bytes, dfa.next_state, dfa.walk
+        for key, after in pairs:
             second = key % 257
             if second == 256:  # the one-byte token
-                s, skip = after, 1
-            else:
-                s, skip = dfa.next_state(after, dfa.class_list[second]), 2
-            for token in table.ids_by_pair[starts[key] : starts[key + 1]].tolist():
-                end = dfa.walk(s, token_bytes[token][skip:])
-                if end != DEAD:
-                    ok.append(token)
-                    successors.add(end)
-        return np.array(ok, dtype=np.int64), successors
+                ok.extend(table.pair_list(key))
+                successors.add(after)
+                continue
+            s = next_state(after, class_list[second])
+            live = first_bytes(terms[s])
+            for third, tokens in table.pair_thirds(key):
+                if third == 256:  # the two-byte token
+                    ok.extend(tokens)
+                    successors.add(s)
+                    continue
+                if not (live >> third) & 1:
+                    continue
+                s3 = next_state(s, class_list[third])
+                for token in tokens:
+                    end = walk(s3, token_bytes[token][3:])
+                    if end != DEAD:
+                        ok.append(token)
+                        successors.add(end)
+        return ok, successors
 
     def _walk_ids(self, state: int, ids: np.ndarray) -> tuple[np.ndarray, set[int]]:
         """(accepted ids, their final states) of ``ids`` walked from ``state``."""

@@ -108,6 +108,46 @@ class TokenTable:
             eos_token_ids=vocab.eos_token_ids,
         )
 
+    @functools.cached_property
+    def usable_first_mask(self) -> int:
+        """Bit b set iff some usable token starts with byte b."""
+        return sum(1 << b for b in np.flatnonzero(self.group_sizes[:256]).tolist())
+
+    @functools.cached_property
+    def seconds_of(self) -> tuple[tuple[int, ...], ...]:
+        """Per first byte: the second bytes of its pair groups that have tokens (256 = the
+        one-byte token), for loops that only visit existing pairs."""
+        sizes = np.diff(self.pair_starts).reshape(256, 257)
+        return tuple(tuple(np.flatnonzero(row).tolist()) for row in sizes)
+
+    def pair_list(self, key: int) -> list[int]:
+        """Ids of pair group ``key`` (b0*257 + b1) as a list, longest first. Cached."""
+        cache = self._memo.setdefault("pair lists", {})
+        ids = cache.get(key)
+        if ids is None:
+            ids = self.ids_by_pair[self.pair_starts[key] : self.pair_starts[key + 1]].tolist()
+            cache[key] = ids
+        return ids
+
+    def pair_thirds(self, key: int) -> list[tuple[int, list[int]]]:
+        """Pair group ``key`` split by third byte: (b2, ids) with b2 = 256 for the two-byte
+        token, so a walk skips every token behind a dead third byte at once. Cached."""
+        cache = self._memo.setdefault("pair thirds", {})
+        groups = cache.get(key)
+        if groups is None:
+            by_third: dict[int, list[int]] = {}
+            for token in self.pair_list(key):
+                third = int(self.byte_cols[2][token]) if self.lengths[token] > 2 else 256
+                by_third.setdefault(third, []).append(token)
+            groups = list(by_third.items())
+            cache[key] = groups
+        return groups
+
+    @functools.cached_property
+    def pair_start_list(self) -> list[int]:
+        """``pair_starts`` as a list (scalar look-ups without numpy overhead)."""
+        return self.pair_starts.tolist()
+
     def pair_ids(self, keys: np.ndarray) -> np.ndarray:
         """Ids of the pair groups ``keys`` (b0*257 + b1), concatenated."""
         return _concat_slices(self.ids_by_pair, self.pair_starts[keys], self.pair_starts[keys + 1])
@@ -185,13 +225,21 @@ class TokenTable:
 
     def _remember(self, key: tuple, value: object) -> object:
         if len(self._memo) >= 256:  # entries are up to ~100 KB
-            self._memo.pop(next(iter(self._memo)))
+            oldest = next(k for k in self._memo if not isinstance(k, str))
+            self._memo.pop(oldest)
         self._memo[key] = value
         return value
 
-    def pack(self, ids: np.ndarray, extra: np.ndarray | None = None) -> np.ndarray:
+    def pack(self, ids: np.ndarray | list[int], extra: np.ndarray | None = None) -> np.ndarray:
         """int32 [num_words] bitmask row allowing ``ids`` and the tokens set in ``extra``
         (bool [V] or None). Bit j of word w = token 32w + j."""
+        if isinstance(ids, list):  # a few ids (narrow states): set their bits one by one
+            words = np.zeros(self.num_words, dtype=np.uint32)
+            for i in ids:
+                words[i >> 5] |= 1 << (i & 31)
+            if extra is None:
+                return words.view(np.int32)
+            ids = np.array(ids, dtype=np.int64)
         if extra is not None:
             bits = np.zeros(self.num_words * 32, dtype=bool)
             bits[: extra.size] = extra
