@@ -41,8 +41,9 @@ class GrammarCompiler:
         max_states: automaton states one grammar may reach (at compile or decode time).
         max_terms: regex terms one grammar may build (bounds memory).
         cache_size: compiled grammars (and failures) kept.
-        precompute_s: time each compilation spends computing token masks ahead of decoding
-            (breadth-first from the start state); the rest are computed on first use.
+        precompute_s: time each compilation may spend computing token masks ahead of
+            decoding, breadth-first from the start state over the likely states (not inside
+            undeclared properties or string escapes); the rest are computed on first use.
     """
 
     def __init__(
@@ -54,7 +55,7 @@ class GrammarCompiler:
         max_states: int = 200_000,
         max_terms: int = 4_000_000,
         cache_size: int = 128,
-        precompute_s: float = 0.03,
+        precompute_s: float = 0.08,
     ) -> None:
         vocab = tokenizer_or_vocabulary
         self.vocab = vocab if isinstance(vocab, Vocabulary) else Vocabulary.from_tokenizer(vocab)
@@ -233,10 +234,11 @@ def _front_end(
 
     if kind == "json_object":
         regex = json_schema.json_object_regex(**options)
-        return regex, None, lambda store: regex_to_term(regex, store)
+        rare = json_schema.ESCAPE_GROUPS
+        return regex, None, lambda store: regex_to_term(regex, store, tag=rare)
     lowered = json_schema.compile_schema(spec, **options)
     return (
         lowered.regex,
         lowered.canonical_json,
-        lambda store: regex_to_term(lowered.regex, store, tag=lowered.extras),
+        lambda store: regex_to_term(lowered.regex, store, tag=lowered.rare_groups),
     )

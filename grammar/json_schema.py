@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from .errors import GrammarError
 from .json_schema_build import SchemaBuilder
 from .json_schema_ir import FLEXIBLE_WS, MAX_REGEX_CHARS, EmitContext, Node
+from .json_schema_strings import ESCAPE_GROUPS
 
 DEFAULT_MAX_DEPTH = 2
 WHITESPACE = {"compact": "", "flexible": FLEXIBLE_WS}
@@ -45,7 +46,7 @@ class CompiledSchema:
     node: Node
     regex: str
     writer: EmitContext
-    extras: tuple[str, ...] = ()  # groups of `regex` matching one undeclared property
+    rare_groups: tuple[str, ...] = ()  # groups of `regex` that matches seldom enter
 
     def canonical_json(self, instance: object) -> str:
         """The compact text this grammar produces for `instance` (also for invalid ones,
@@ -81,7 +82,7 @@ def compile_schema(
         raise GrammarError(
             f"json_schema: the schema's regex is too large ({len(regex)} characters)", pointer="#"
         )
-    return CompiledSchema(node, regex, writer, tuple(emit.extras))
+    return CompiledSchema(node, regex, writer, (*emit.extras, *ESCAPE_GROUPS))
 
 
 def build_schema_ir(

@@ -25,11 +25,16 @@ from .regex_builders import CharSet, alt, concat, escape_literal, repeat
 _SHORT_ESCAPES = {'"': '"', "\\": "\\", "\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
 ESCAPED = CharSet([(0, 0x1F)]) | CharSet.of('"\\')
 _HEX4_NON_SURROGATE = r"(?:[0-9a-cA-Ce-fE-F][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})"
-ANY_CHAR = r'(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u' + _HEX4_NON_SURROGATE + "))"
+_ESCAPE = r'(?:["\\/bfnrt]|u' + _HEX4_NON_SURROGATE + ")"  # after a backslash
+ANY_CHAR = r'(?:[^"\\\x00-\x1f]|\\' + _ESCAPE + ")"
 # Without length bounds any \uXXXX escape is fine (a surrogate pair is one character, but
 # nothing counts here): a shorter regex for the most common string.
-ANY_STRING_BODY = r'(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*'
+_ANY_ESCAPE = r'(?:["\\/bfnrt]|u[0-9a-fA-F]{4})'
+ANY_STRING_BODY = r'(?:[^"\\\x00-\x1f]|\\' + _ANY_ESCAPE + ")*"
 ANY_STRING = '"' + ANY_STRING_BODY + '"'
+# What follows the backslash of an escape: models rarely write escapes, so mask precompute
+# visits these states last (see ``TermStore.tag``).
+ESCAPE_GROUPS = (_ESCAPE, _ANY_ESCAPE)
 
 
 def string_regex(min_len: int = 0, max_len: int | None = None) -> str | None:

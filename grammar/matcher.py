@@ -66,11 +66,12 @@ class CompiledGrammar:
             )
         return self._canonical(instance)
 
-    def warm_up(self, budget_s: float = 0.0) -> int:
+    def warm_up(self, budget_s: float = 0.0, *, rare: bool = False) -> int:
         """Compute the start state's mask, then more breadth-first for up to ``budget_s``
-        (done at compile time, off the engine thread). Returns the number of masks built."""
+        (done at compile time, off the engine thread): the likely states, and the rare ones
+        (undeclared properties, escapes) only if ``rare``. Returns the number of masks built."""
         self.index.mask(self.dfa.start)
-        return 1 + (self.index.precompute(budget_s) if budget_s > 0 else 0)
+        return 1 + (self.index.precompute(budget_s, rare=rare) if budget_s > 0 else 0)
 
     @property
     def num_states(self) -> int:

@@ -38,17 +38,12 @@ _STRUCTURE = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[()]", re.DOTALL)
 def regex_to_term(pattern: str, store: TermStore, *, tag: Iterable[str] = ()) -> int:
     """Parse ``pattern`` into ``store``; raise ``GrammarError`` naming the problem and position.
 
-    ``tag``: groups of ``pattern`` (their source text, parentheses included) whose terms
-    ``store.tag`` marks as rarely entered.
+    ``tag``: groups of ``pattern`` (their source text, parentheses included) to wrap with
+    ``store.tag``, as rarely entered.
     """
     if not isinstance(pattern, str):
         raise GrammarError(f"regex: expected a string, got {type(pattern).__name__}")
-    parser = _Parser(pattern, store)
-    term = parser.parse()
-    for group in tag:
-        known = parser._memo.get(group)
-        store.tag(known if known is not None else _Parser(group, store).parse())
-    return term
+    return _Parser(pattern, store, tag=frozenset(tag)).parse()
 
 
 def _group_and_class_spans(pattern: str) -> dict[int, int]:
@@ -80,7 +75,7 @@ def ranges_to_term(ranges: Ranges, store: TermStore) -> int:
 class _Parser:
     """Recursive descent: alternation -> sequence -> quantified atom."""
 
-    def __init__(self, pattern: str, store: TermStore) -> None:
+    def __init__(self, pattern: str, store: TermStore, *, tag: frozenset[str]) -> None:
         self.src = pattern
         self.pos = 0
         self.store = store
@@ -88,8 +83,10 @@ class _Parser:
         # Generated regexes repeat big groups and classes (a JSON value, a string): parse each
         # distinct source text once. Spans come from a C-speed scan; a span is only trusted
         # as a cache key after the parser ended exactly there.
-        self._spans = _group_and_class_spans(pattern) if len(pattern) > _MEMO_MIN_LEN else {}
+        long = len(pattern) > _MEMO_MIN_LEN
+        self._spans = _group_and_class_spans(pattern) if long or tag else {}
         self._memo: dict[str, int] = {}
+        self._tag = tag
 
     def parse(self) -> int:
         src = self.src
@@ -200,6 +197,8 @@ class _Parser:
             return term
         term = parse()
         if self.pos == end:
+            if text in self._tag:
+                term = self.store.tag(term)
             self._memo[text] = term
         return term
 

@@ -18,7 +18,7 @@ The analysis is sound, not complete (``NO_RUN`` when nothing useful is found):
 
 from __future__ import annotations
 
-from .terms import K_ALT, K_CAT, K_REP, K_SET, TermStore
+from .terms import K_ALT, K_CAT, K_REP, K_SET, K_TAG, TermStore
 
 Run = tuple[int, int, int]  # (first-byte mask, other-bytes mask, max length)
 NO_RUN: Run = (0, 0, 0)
@@ -64,6 +64,8 @@ class SafeRuns:
             return max(runs, key=run_score)
         if kind == K_ALT:
             return max((self(u) for u in args), key=run_score)
+        if kind == K_TAG:
+            return self(args)
         if kind == K_REP:
             r, _, hi = args
             single = store.single_bytes(r)

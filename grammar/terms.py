@@ -11,10 +11,10 @@ Bounded repetition ``r{lo,hi}`` is a single term with counters: its derivative i
 ``d(r) · r{lo-1,hi-1}``. Nothing is unrolled, so ``[^"]{0,32767}`` costs one term per
 counter value actually reached, built on demand.
 
-Tags mark sub-terms that matches rarely enter (a JSON object's undeclared properties): a
-derivative of a tagged term is tagged, and ``head_tagged(t)`` tells whether every way to
-continue ``t`` starts inside a tagged part. Tags change no language; ``MaskIndex.precompute``
-uses them to reach the likely states first.
+``tag(r)`` wraps a sub-term that matches rarely enter (a JSON object's undeclared properties,
+escapes in strings): same language, but a distinct term whose derivatives stay wrapped, so
+``head_tagged(t)`` can tell whether every way to continue ``t`` starts inside a tagged part.
+``MaskIndex.precompute`` uses it to reach the likely states first.
 
 ``clip(t)`` caps every counter at ``clip_bound``. Two terms that differ only in counters at or
 above the bound accept the same prefixes of length ``< clip_bound`` (each iteration consumes
@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from .errors import GrammarError
 
 EMPTY, EPS = 0, 1
-K_EMPTY, K_EPS, K_SET, K_CAT, K_ALT, K_REP = range(6)
+K_EMPTY, K_EPS, K_SET, K_CAT, K_ALT, K_REP, K_TAG = range(7)
 
 
 class CompileTimeout(GrammarError):
@@ -68,11 +68,12 @@ class TermStore:
         self.nullable: list[bool] = [False, True]
         self._big: list[bool] = [False, False]  # holds a counter >= clip_bound
         self._ids: dict[tuple, int] = {}
+        self._cats: dict[int, int] = {}
         self._derivs: dict[int, int] = {}
         self._clips: dict[tuple[int, int], int] = {}
         self._firsts: dict[int, int] = {}
-        self.tagged: set[int] = set()
         self._head_tagged: dict[int, bool] = {}
+        self.has_tags = False
         self.clip_bound = clip_bound
         self.budget = budget or Budget()
 
@@ -107,14 +108,17 @@ class TermStore:
         return self.seq([self.byteset(1 << b) for b in data])
 
     def cat(self, a: int, b: int) -> int:
-        if a == EMPTY or b == EMPTY:
-            return EMPTY
-        if a == EPS:
-            return b
-        if b == EPS:
-            return a
-        n = self.nullable
-        return self._make(K_CAT, (a, b), n[a] and n[b], self._big[a] or self._big[b])
+        if a <= EPS or b <= EPS:
+            if a == EMPTY or b == EMPTY:
+                return EMPTY
+            return b if a == EPS else a
+        key = (a << 32) | b  # the hot constructor: an int key, not (K_CAT, (a, b))
+        term = self._cats.get(key)
+        if term is None:
+            n, big = self.nullable, self._big
+            term = self._make(K_CAT, (a, b), n[a] and n[b], big[a] or big[b])
+            self._cats[key] = term
+        return term
 
     def seq(self, items: list[int]) -> int:
         """Concatenation of ``items``, nested to the right."""
@@ -181,8 +185,6 @@ class TermStore:
                 first = self.first_bytes(t)
             d = self._derive(t, byte) if (first >> byte) & 1 else EMPTY
             self._derivs[key] = d
-            if d > EPS and self.tagged and t in self.tagged:
-                self.tagged.add(d)
         return d
 
     def _derive(self, t: int, byte: int) -> int:
@@ -191,6 +193,8 @@ class TermStore:
             return EPS if (args >> byte) & 1 else EMPTY
         if kind == K_CAT:
             head, tail = args
+            if self.kinds[head] == K_SET:  # a byte, then the tail (most concatenations)
+                return tail if (self.args[head] >> byte) & 1 else EMPTY
             d = self.cat(self.deriv(head, byte), tail)
             if self.nullable[head]:
                 rest = self.deriv(tail, byte)
@@ -204,20 +208,23 @@ class TermStore:
             r, lo, hi = args
             rest = self.rep(r, max(lo - 1, 0), None if hi is None else hi - 1)
             return self.cat(self.deriv(r, byte), rest)
+        if kind == K_TAG:
+            return self.tag(self.deriv(args, byte))
         return EMPTY
 
-    def tag(self, t: int) -> None:
-        """Tag ``t`` and, from now on, its derivatives (see the module doc)."""
-        if t > EPS:
-            self.tagged.add(t)
-            self._head_tagged.clear()
+    def tag(self, r: int) -> int:
+        """``r`` marked as rarely entered (see the module doc)."""
+        if r <= EPS or self.kinds[r] == K_TAG:
+            return r
+        self.has_tags = True
+        return self._make(K_TAG, r, self.nullable[r], self._big[r])
 
     def head_tagged(self, t: int) -> bool:
         """Whether every non-empty match of ``t`` begins inside a tagged part (memoized)."""
         result = self._head_tagged.get(t)
         if result is None:
             kind, args = self.kinds[t], self.args[t]
-            if t in self.tagged:
+            if kind == K_TAG:
                 result = True
             elif kind == K_CAT:
                 head, tail = args
@@ -246,6 +253,8 @@ class TermStore:
 
     def _clip(self, t: int, bound: int) -> int:
         kind, args = self.kinds[t], self.args[t]
+        if kind == K_TAG:
+            return self.tag(self.clip(args, bound))
         if kind == K_CAT:
             return self.cat(self.clip(args[0], bound), self.clip(args[1], bound))
         if kind == K_ALT:
@@ -270,6 +279,8 @@ class TermStore:
                     first |= self.first_bytes(u)
             elif kind == K_REP:
                 first = self.first_bytes(args[0])
+            elif kind == K_TAG:
+                first = self.first_bytes(args)
             else:
                 first = 0
             self._firsts[t] = first
@@ -283,6 +294,8 @@ class TermStore:
             return args
         if kind == K_ALT:
             return next((self.args[u] for u in args if self.kinds[u] == K_SET), 0)
+        if kind == K_TAG:
+            return self.single_bytes(args)
         return 0
 
     def byte_sets(self) -> set[int]:

@@ -15,7 +15,8 @@ A state's mask is computed once and cached as a packed int32 row:
 The cache key is the *clipped* state (counters capped at the longest token + 1, see
 ``terms.py``), so ``[^"]{0,32767}`` needs one mask, not 32,768. EOS bits depend on the real
 state (accepting or not). ``precompute`` fills the cache breadth-first from the start state
-within a time budget, at compile time, so decoding mostly finds masks ready.
+within a time budget, at compile time, likely states first (``TermStore.tag`` marks the rare
+ones), so decoding mostly finds masks ready.
 """
 
 from __future__ import annotations
@@ -85,12 +86,15 @@ class MaskIndex:
         with self.dfa.lock:
             return self._row(state)[1]
 
-    def precompute(self, budget_s: float, max_rows: int | None = None) -> int:
+    def precompute(
+        self, budget_s: float, max_rows: int | None = None, *, rare: bool = True
+    ) -> int:
         """Compute masks breadth-first from the start state for up to ``budget_s`` seconds.
 
         Likely states come first: a state whose every continuation starts inside a tagged
-        part (an undeclared property of a JSON object, see ``TermStore.tag``) waits until
-        no other state is left. States are explored clipped at twice the mask bound, so a
+        part (an undeclared property of a JSON object, an escape in a string, see
+        ``TermStore.tag``) waits until no other state is left, and is skipped unless
+        ``rare``. States are explored clipped at twice the mask bound, so a
         counter's successors share the mask of their source instead of unrolling. Returns
         the number of rows built. Running out of compile time stops it; exceeding the
         state limit raises ``GrammarError`` (the grammar would fail while decoding anyway).
@@ -99,11 +103,11 @@ class MaskIndex:
         store = dfa.store
         limit = min(max_rows or self.max_masks, self.max_masks)
         bound = 2 * store.clip_bound
-        likely, rare = deque([dfa.start]), deque()
+        likely, later = deque([dfa.start]), deque()
         seen, built = {dfa.mask_key(dfa.start)}, 0
         with dfa.lock:
-            while (likely or rare) and built < limit and time.monotonic() < deadline:
-                state = likely.popleft() if likely else rare.popleft()
+            while (likely or later) and built < limit and time.monotonic() < deadline:
+                state = likely.popleft() if likely else later.popleft()
                 try:
                     successors = self._compute(dfa.clipped(state, bound))
                     self.mask(state)
@@ -114,8 +118,10 @@ class MaskIndex:
                     key = dfa.mask_key(nxt)
                     if key not in seen:
                         seen.add(key)
-                        rare_state = store.tagged and store.head_tagged(dfa.state_terms[nxt])
-                        (rare if rare_state else likely).append(nxt)
+                        if not (store.has_tags and store.head_tagged(dfa.state_terms[nxt])):
+                            likely.append(nxt)
+                        elif rare:
+                            later.append(nxt)
         return built
 
     # ------------------------------------------------------------------ computing rows
