@@ -327,8 +327,10 @@ class Engine:
             prompt = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
         return self._collect(prompt, params)
 
-    def score(self, prompt: str | list[int], continuations: list[str] | list[list[int]]):
-        """Teacher-forced logprob of every token of each continuation after ``prompt`` (no sampling).
+    def score(self, prompt: str | list[int], continuations: list[str] | list[list[int]], *,
+              top_logprobs: int = 0):
+        """Teacher-forced logprob of every token of each continuation after ``prompt`` (no sampling),
+        and the ``top_logprobs`` most likely tokens at each position.
 
         Text is tokenized as a generation would be (the prompt with special tokens, each
         continuation on its own). The prompt's KV comes from / goes to the radix cache and is
@@ -338,7 +340,18 @@ class Engine:
 
         prompt_ids = self._prompt_ids(prompt)
         ids = [self.tokenizer.encode(c) if isinstance(c, str) else list(c) for c in continuations]
-        return score(self, prompt_ids, ids)
+        return score(self, prompt_ids, ids, top_k=top_logprobs)
+
+    def prompt_logprobs(self, prompt: str | list[int], top_logprobs: int = 0):
+        """``(token ids, logprob of each given the ones before — None for the first, top
+        tokens per position)`` of the prompt, as a generation would tokenize it."""
+        from .scoring import score
+
+        ids = self._prompt_ids(prompt)
+        if len(ids) < 2:
+            return ids, [None] * len(ids), [[] for _ in ids]
+        out = score(self, ids[:1], [ids[1:]], top_k=top_logprobs)
+        return ids, [None, *out.token_logprobs[0]], [[], *out.top_logprobs[0]]
 
     def stats(self) -> dict[str, Any]:
         """Cache and scheduler counters (hit rate = cached prompt tokens / prompt tokens)."""

@@ -32,11 +32,14 @@ RETRY_INTERVAL_S = 0.01  # wait for a free request row / KV slots while the engi
 
 @dataclass(slots=True)
 class ScoreOutput:
-    """``token_logprobs[i][j]``: log p(continuation i, token j | prompt, tokens before j)."""
+    """``token_logprobs[i][j]``: log p(continuation i, token j | prompt, tokens before j);
+    ``top_logprobs[i][j]``: the ``top_k`` most likely (token id, logprob) at that position,
+    most likely first (empty lists unless ``top_k`` was asked for)."""
 
     token_logprobs: list[list[float]]
     prompt_tokens: int
     cached_tokens: int  # prompt tokens found in the radix cache before scoring
+    top_logprobs: list[list[list[tuple[int, float]]]] = field(default_factory=list)
 
     @property
     def normalized(self) -> list[float]:
@@ -69,8 +72,9 @@ class _Row:
 
 
 def score(engine: Engine, prompt_ids: list[int], continuations: list[list[int]],
-          timeout: float = 300.0) -> ScoreOutput:
-    """Teacher-forced logprobs of each continuation after ``prompt_ids`` (any thread; blocks).
+          timeout: float = 300.0, top_k: int = 0) -> ScoreOutput:
+    """Teacher-forced logprobs of each continuation after ``prompt_ids`` (any thread; blocks),
+    with the ``top_k`` most likely tokens at each position if asked.
 
     Raises ``ValueError`` for an empty prompt or continuation, an out-of-vocabulary id, or a
     sequence longer than the context. Waits (up to ``timeout``) while the engine has no free
@@ -79,7 +83,7 @@ def score(engine: Engine, prompt_ids: list[int], continuations: list[list[int]],
     _validate(engine, prompt_ids, continuations)
     deadline = time.monotonic() + timeout
     while True:
-        result = engine.call(lambda: _score_now(engine, prompt_ids, continuations), timeout=timeout)
+        result = engine.call(lambda: _score_now(engine, prompt_ids, continuations, top_k), timeout=timeout)
         if result is not None:
             return result
         if time.monotonic() > deadline:
@@ -103,7 +107,8 @@ def _validate(engine: Engine, prompt_ids: list[int], continuations: list[list[in
         raise ValueError(f"score: prompt + continuation is {longest} tokens, more than the context allows ({limit})")
 
 
-def _score_now(engine: Engine, prompt_ids: list[int], continuations: list[list[int]]) -> ScoreOutput | None:
+def _score_now(engine: Engine, prompt_ids: list[int], continuations: list[list[int]],
+               top_k: int = 0) -> ScoreOutput | None:
     """Engine thread. ``None`` when rows or memory are short right now (the caller retries)."""
     n = len(prompt_ids)
     cached, _ = engine.cache.match_prefix(prompt_ids[:-1])
@@ -121,11 +126,16 @@ def _score_now(engine: Engine, prompt_ids: list[int], continuations: list[list[i
     logprobs = torch.log_softmax(torch.cat(parts), dim=-1)  # [sum(len(c)), V]
     targets = torch.tensor([t for c in continuations for t in c], device=logprobs.device)
     picked = logprobs.gather(1, targets[:, None]).squeeze(1).tolist()
-    out, start = [], 0
+    tops: list[list[tuple[int, float]]] = []
+    if top_k > 0:
+        values, ids = logprobs.topk(min(top_k, logprobs.shape[-1]), dim=-1)
+        tops = [list(zip(i, v)) for i, v in zip(ids.tolist(), values.tolist())]
+    out, top_out, start = [], [], 0
     for c in continuations:
         out.append(picked[start : start + len(c)])
+        top_out.append(tops[start : start + len(c)])
         start += len(c)
-    return ScoreOutput(out, prompt_tokens=n, cached_tokens=num_cached)
+    return ScoreOutput(out, prompt_tokens=n, cached_tokens=num_cached, top_logprobs=top_out)
 
 
 def _run_rows(engine: Engine, rows: list[_Row]) -> torch.Tensor | None:

@@ -8,8 +8,9 @@ JSON string. It answers ``{"text", "output_ids", "meta_info": {"id", "finish_rea
 "stop"|"length"|"abort", ...}, "prompt_tokens", "completion_tokens", "cached_tokens",
 "e2e_latency", [logprobs]}}``, a list for a batch or ``n > 1`` (prompt-major: prompt i, choice j
 at ``i * n + j``). Streaming sends ``data: {...}`` chunks holding the cumulative text and
-meta_info of one request (with ``index``), then ``data: [DONE]``. Prompt logprobs
-(``logprob_start_len >= 0`` with ``return_logprob``) are not computed: 400.
+meta_info of one request (with ``index``), then ``data: [DONE]``. With ``return_logprob`` and
+``logprob_start_len >= 0`` the prompt's logprobs from that position are in
+``input_token_logprobs`` (the first prompt token's is null) and ``input_top_logprobs``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ..request import Delta
 from ..sampling_params import SamplingParams
 from .engine_client import DisconnectWatch, EngineClient, Generation, Job
 from .errors import APIError, error_body
-from .logprobs import native_logprobs
+from .logprobs import native_input_logprobs, native_logprobs
 from .openai_stream import DONE, sse
 from .protocol import GenerateRequest, OrjsonResponse
 
@@ -80,9 +81,14 @@ def native_params(raw: dict[str, Any] | None, logprob: bool, top_n: int) -> tupl
 @router.post("/generate")
 async def generate(body: GenerateRequest, request: Request):
     client = _client(request)
-    jobs, batch = _jobs(body, client.settings.max_n)
+    jobs, batch, inputs = _jobs(body, client.settings.max_n)
+    scored: dict[int, dict[str, list]] = {}  # one scoring per prompt, shared by its n choices
+    for wanted in inputs:
+        if wanted is not None and id(wanted) not in scored:
+            scored[id(wanted)] = await _input_logprobs(client, wanted, body.return_text_in_logprobs)
     gen = await client.submit(jobs)
-    results = [_Result(job, body.return_text_in_logprobs) for job in jobs]
+    results = [_Result(job, body.return_text_in_logprobs, scored.get(id(w)) if w else None)
+               for job, w in zip(jobs, inputs)]
     if body.stream:
         return StreamingResponse(_stream(gen, results, client), media_type="text/event-stream")
     async with DisconnectWatch(request, gen):
@@ -91,8 +97,9 @@ async def generate(body: GenerateRequest, request: Request):
     return OrjsonResponse(payloads if batch or len(payloads) > 1 else payloads[0])
 
 
-def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool]:
-    """``(jobs, is_batch)``: prompt-major, ``n`` per prompt (seeds ``seed + j``, rids ``rid-j``)."""
+def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[tuple | None]]:
+    """``(jobs, is_batch, input logprobs wanted)``: prompt-major, ``n`` per prompt (seeds
+    ``seed + j``, rids ``rid-j``); per job ``(prompt, logprob_start_len, top n)`` or None."""
     prompts, batch = _prompts(body)
     count = len(prompts)
     if not count:
@@ -103,10 +110,11 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool]:
     start = _per_prompt(body.logprob_start_len, count, "logprob_start_len")
     rids = _per_prompt(body.rid, count, "rid")
     jobs: list[Job] = []
+    inputs: list[tuple | None] = []
     for i, prompt in enumerate(prompts):
-        if logprob[i] and start[i] is not None and start[i] >= 0:
-            raise APIError(400, "logprob_start_len: prompt (input) logprobs are not supported; use -1",
-                           param="logprob_start_len")
+        if start[i] is not None and not isinstance(start[i], int):
+            raise APIError(400, f"logprob_start_len: expected an integer, got {start[i]!r}", param="logprob_start_len")
+        wanted = (prompt, start[i], top_n[i] or 0) if logprob[i] and start[i] is not None and start[i] >= 0 else None
         params, n, max_new = native_params(raw_params[i], bool(logprob[i]), top_n[i] or 0)
         if n > max_n:
             raise APIError(400, f"sampling_params.n: expected at most {max_n}, got {n}", param="sampling_params.n")
@@ -116,15 +124,29 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool]:
             jobs.append(Job(prompt, dataclasses.replace(params, seed=seed), max_tokens=max_new,
                             default_max_tokens=SamplingParams.max_new_tokens, rid=rid,
                             max_tokens_param="sampling_params.max_new_tokens"))
-    return jobs, batch
+            inputs.append(wanted)
+    return jobs, batch, inputs
+
+
+async def _input_logprobs(client: EngineClient, wanted: tuple, with_text: bool) -> dict[str, list]:
+    """SGLang's ``input_token_logprobs`` / ``input_top_logprobs`` of one prompt, from its
+    ``logprob_start_len`` on (teacher-forced through the radix cache, see ``Engine.prompt_logprobs``)."""
+    prompt, start, top = wanted
+    engine = client.engine
+    try:
+        ids, values, tops = await asyncio.to_thread(engine.prompt_logprobs, prompt, top)
+    except ValueError as err:
+        raise APIError(400, str(err), param="text") from None
+    return native_input_logprobs(engine.tokenizer, ids[start:], values[start:], tops[start:], with_text)
 
 
 class _Result:
     """One request's cumulative output in SGLang's shape."""
 
-    def __init__(self, job: Job, text_in_logprobs: bool) -> None:
+    def __init__(self, job: Job, text_in_logprobs: bool, inputs: dict[str, list] | None = None) -> None:
         self.params = job.params
         self.text_in_logprobs = text_in_logprobs
+        self.inputs = inputs or {"input_token_logprobs": [], "input_top_logprobs": []}
         self.text = ""
         self.output_ids: list[int] = []
         self.logprobs: list = []
@@ -149,7 +171,7 @@ class _Result:
             "e2e_latency": round(time.monotonic() - self.started, 4),
         }
         if self.params.logprobs:
-            meta.update(input_token_logprobs=[], input_top_logprobs=[],
+            meta.update(**self.inputs,
                         **native_logprobs(client.engine.tokenizer, self.logprobs, self.text_in_logprobs))
         return {"text": self.text, "output_ids": self.output_ids, "meta_info": meta, "index": index}
 

@@ -21,7 +21,7 @@ from ..request import RequestOutput
 from ..sampling_params import SamplingParams
 from .engine_client import DisconnectWatch, EngineClient, Job, collect
 from .errors import APIError
-from .logprobs import chat_logprobs, completion_logprobs
+from .logprobs import chat_logprobs, completion_logprobs, joined_logprobs, prompt_logprobs
 from .openai_stream import chat_stream, completion_stream, finish_reason, usage
 from .protocol import ChatCompletionRequest, CompletionRequest, OrjsonResponse, _OpenAISampling
 from .tool_parser import ToolOutput, merge_events
@@ -164,17 +164,24 @@ async def completions(body: CompletionRequest, request: Request):
     params = sampling_params(body, logprobs=wants_logprobs, top_logprobs=body.logprobs or 0)
     jobs = [job for p in prompts
             for job in _jobs(p, params, body.n, max_tokens=body.max_tokens, default_max_tokens=COMPLETION_MAX_TOKENS)]
+    echo_lps = [None] * len(prompts)
+    if body.echo and wants_logprobs:  # the prompt's own logprobs, as OpenAI's legacy API gives them
+        echo_lps = [await _echo_logprobs(engine, p, body.logprobs or 0) for p in prompts]
+    echo_lps = [lp for lp in echo_lps for _ in range(body.n)]
     gen = await client.submit(jobs)
     echoes = [_prompt_text(engine, p) if body.echo else "" for p in prompts for _ in range(body.n)]
     meta = _meta("cmpl", client)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = completion_stream(gen, meta, echoes, engine.tokenizer, wants_logprobs, include_usage, body.n)
+        stream = completion_stream(gen, meta, echoes, engine.tokenizer, wants_logprobs, include_usage, body.n,
+                                   echo_lps)
         return StreamingResponse(stream, media_type="text/event-stream")
     async with DisconnectWatch(request, gen):
         results = await collect(gen)
     choices = [{"index": i, "text": echoes[i] + r.text,
-                "logprobs": completion_logprobs(engine.tokenizer, r.logprobs, len(echoes[i])) if wants_logprobs else None,
+                "logprobs": joined_logprobs(echo_lps[i], completion_logprobs(engine.tokenizer, r.logprobs,
+                                                                             len(echoes[i])))
+                if wants_logprobs else None,
                 "finish_reason": r.finish_reason} for i, r in enumerate(results)]
     return OrjsonResponse({**meta, "object": "text_completion", "choices": choices,
                            "usage": usage(results, body.n), "system_fingerprint": None})
@@ -197,6 +204,14 @@ def _prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str 
     if all(isinstance(p, int) for p in prompt):
         return [list(prompt)]
     return list(prompt)
+
+
+async def _echo_logprobs(engine: Any, prompt: str | list[int], top: int) -> dict[str, Any]:
+    try:
+        ids, values, tops = await asyncio.to_thread(engine.prompt_logprobs, prompt, top)
+    except ValueError as err:
+        raise APIError(400, str(err), param="prompt") from None
+    return prompt_logprobs(engine.tokenizer, ids, values, tops)
 
 
 def _prompt_text(engine: Any, prompt: str | list[int]) -> str:

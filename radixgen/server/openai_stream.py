@@ -103,13 +103,15 @@ async def chat_stream(gen: Generation, meta: dict[str, Any], outputs: list[ToolO
 
 
 async def completion_stream(gen: Generation, meta: dict[str, Any], echoes: list[str], tokenizer: Any,
-                            logprobs: bool, include_usage: bool, n: int) -> AsyncIterator[bytes]:
+                            logprobs: bool, include_usage: bool, n: int,
+                            echo_logprobs: list[dict[str, Any] | None] | None = None) -> AsyncIterator[bytes]:
     writer = _ChunkWriter(meta, "text_completion", include_usage)
     finals: list[Any] = [None] * gen.count
     offsets = [len(e) for e in echoes]
     for index, echo in enumerate(echoes):
         if echo:
-            yield writer.chunk({"index": index, "text": echo, "logprobs": None, "finish_reason": None})
+            lps = echo_logprobs[index] if echo_logprobs else None
+            yield writer.chunk({"index": index, "text": echo, "logprobs": lps, "finish_reason": None})
     async with aclosing(gen.deltas()) as deltas:
         async for index, delta in deltas:
             if delta.error:

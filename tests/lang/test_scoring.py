@@ -49,3 +49,19 @@ def test_the_shared_prompt_is_cached_once_for_all_continuations(engine):
 def test_bad_input_is_a_value_error(engine, continuations, message):
     with pytest.raises(ValueError, match=message):
         engine.score("Hello", continuations)
+
+
+def test_top_logprobs_and_prompt_logprobs(engine):
+    prompt = engine.tokenizer.apply_chat_template(PROMPT_MESSAGES)
+    out = engine.generate(prompt, SamplingParams(max_new_tokens=4, temperature=0.0, logprobs=True,
+                                                 top_logprobs=3))[0]
+    scored = engine.score(prompt, [out.token_ids], top_logprobs=3)
+    for lp, top in zip(out.logprobs, scored.top_logprobs[0]):
+        assert [t for t, _ in top] == [t for t, _ in lp.top]  # same ranking as generation's
+        assert [v for _, v in top] == pytest.approx([v for _, v in lp.top], abs=1e-4)
+        assert top[0] == (lp.token_id, pytest.approx(lp.logprob, abs=1e-4))  # greedy: chosen = best
+    ids, values, tops = engine.prompt_logprobs(prompt + engine.tokenizer.decode(out.token_ids), top_logprobs=1)
+    assert values[0] is None and tops[0] == [] and len(ids) == len(values) == len(tops)
+    assert ids[-len(out.token_ids):] == out.token_ids
+    assert values[-len(out.token_ids):] == pytest.approx([lp.logprob for lp in out.logprobs], abs=1e-4)
+    engine.check_integrity()

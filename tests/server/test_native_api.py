@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import jsonschema
+import pytest
 from server_testlib import needs_grammar, sse_events
 
 GREEDY = {"temperature": 0, "max_new_tokens": 6}
@@ -55,6 +56,27 @@ def test_generate_logprobs(http):
     logprob, token_id, text = tokens[0]
     assert logprob <= 0 and token_id == r.json()["output_ids"][0] and isinstance(text, str)
     assert all(len(top) == 2 for top in meta["output_top_logprobs"])
+
+
+def test_generate_input_logprobs_from_start_len(http):
+    """Prompt logprobs from ``logprob_start_len``: on a greedy continuation fed back as input,
+    they equal the logprobs the generation reported for those tokens."""
+    first = http.post("/generate", json={"text": "1, 2, 3,", "sampling_params": {**GREEDY, "max_new_tokens": 4},
+                                         "return_logprob": True}).json()
+    prompt_len = first["meta_info"]["prompt_tokens"]
+    r = http.post("/generate", json={"text": "1, 2, 3," + first["text"], "return_logprob": True,
+                                     "logprob_start_len": prompt_len, "top_logprobs_num": 1,
+                                     "sampling_params": {**GREEDY, "max_new_tokens": 1}})
+    meta = r.json()["meta_info"]
+    inputs = meta["input_token_logprobs"]
+    assert len(inputs) == meta["prompt_tokens"] - prompt_len == len(first["output_ids"])
+    assert [i[1] for i in inputs] == first["output_ids"]
+    generated = [lp[0] for lp in first["meta_info"]["output_token_logprobs"]]
+    assert [i[0] for i in inputs] == pytest.approx(generated, abs=2e-3)
+    assert all(top[0][0] >= i[0] - 1e-4 for i, top in zip(inputs, meta["input_top_logprobs"]))
+    whole = http.post("/generate", json={"input_ids": first["output_ids"], "return_logprob": True,
+                                         "logprob_start_len": 0, "sampling_params": GREEDY}).json()["meta_info"]
+    assert whole["input_token_logprobs"][0][0] is None and len(whole["input_token_logprobs"]) == 4
 
 
 def test_generate_stream_is_cumulative(http):

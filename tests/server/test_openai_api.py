@@ -42,6 +42,28 @@ def test_completion_with_echo(client):
     assert r.choices[0].text.startswith(prompt) and len(r.choices[0].text) > len(prompt)
 
 
+def test_completion_echo_logprobs_score_the_prompt(client):
+    """echo + logprobs (what lm-eval's loglikelihood requests send): the prompt's tokens come
+    back with their logprobs; on a greedy continuation they equal the generation's own."""
+    first = client.completions.create(model=MODEL, prompt="The capital of France is", max_tokens=5,
+                                      temperature=0, logprobs=1)
+    generated = first.choices[0].logprobs
+    prompt = "The capital of France is" + first.choices[0].text
+    r = client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, temperature=0, echo=True,
+                                  logprobs=2)
+    lp = r.choices[0].logprobs
+    n_prompt = r.usage.prompt_tokens
+    assert len(lp.tokens) == n_prompt + r.usage.completion_tokens
+    assert "".join(lp.tokens[:n_prompt]) == prompt and r.choices[0].text.startswith(prompt)
+    assert lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert lp.text_offset[:n_prompt] == [sum(len(t) for t in lp.tokens[:i]) for i in range(n_prompt)]
+    for value, top in zip(lp.token_logprobs[1:], lp.top_logprobs[1:]):
+        assert value <= 0 and len(top) == 2 and max(top.values()) >= value - 1e-4
+    tail = lp.token_logprobs[n_prompt - len(generated.tokens) : n_prompt]
+    assert lp.tokens[n_prompt - len(generated.tokens) : n_prompt] == generated.tokens
+    assert tail == pytest.approx(generated.token_logprobs, abs=2e-3)
+
+
 def test_completion_batch_of_token_id_prompts(client):
     r = client.completions.create(model=MODEL, prompt=[[504, 3575, 282], [19556]], max_tokens=2, temperature=0)
     assert [c.index for c in r.choices] == [0, 1]

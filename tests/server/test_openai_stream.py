@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from server_testlib import MODEL, chat_body, sse_events
 
 CAT = [{"role": "user", "content": "Name a cat."}]
@@ -70,3 +71,16 @@ def test_completion_stream(client):
     assert text == prompt + full.choices[0].text
     assert [c.finish_reason for ch in chunks for c in ch.choices if c.finish_reason] == [full.choices[0].finish_reason]
     assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+
+
+def test_completion_stream_echo_logprobs(client):
+    prompt = "The capital of France is"
+    whole = client.completions.create(model=MODEL, prompt=prompt, max_tokens=3, temperature=0, echo=True,
+                                      logprobs=1)
+    chunks = list(client.completions.create(model=MODEL, prompt=prompt, max_tokens=3, temperature=0, stream=True,
+                                            echo=True, logprobs=1))
+    parts = [c.logprobs for ch in chunks for c in ch.choices if c.logprobs]
+    assert parts[0].token_logprobs[0] is None and "".join(parts[0].tokens) == prompt  # the echo chunk
+    streamed = [v for p in parts for v in p.token_logprobs]
+    assert [t for p in parts for t in p.tokens] == whole.choices[0].logprobs.tokens
+    assert streamed[1:] == pytest.approx(whole.choices[0].logprobs.token_logprobs[1:], abs=1e-4)
