@@ -14,15 +14,27 @@ The analysis is sound, not complete (``NO_RUN`` when nothing useful is found):
   S then b's run (F, R, m) gives (S, F∩R, 1+m) — this is ``[^"a][^"]*`` (a JSON key that is
   not "a..."), whose runs span the whole key. If a is nullable, b's runs count too.
 - ``a|b``: the best run of either.
+
+Masks hold bytes 0..255 and one more bit, ``UTF8`` (bit 256): "also any non-ASCII character,
+as complete UTF-8 (a token may end inside one)". It is set for ``r{lo,hi}`` when r's
+alternatives include every non-ASCII character (JSON string contents): a token like
+``café`` is then allowed outright, not walked. Lengths count bytes, so a run of n characters
+admits tokens of at most n bytes.
 """
 
 from __future__ import annotations
 
 from .terms import K_ALT, K_CAT, K_REP, K_SET, K_TAG, TermStore
+from .utf8 import MAX_CODE_POINT, utf8_sequences
 
 Run = tuple[int, int, int]  # (first-byte mask, other-bytes mask, max length)
 NO_RUN: Run = (0, 0, 0)
 UNBOUNDED = 1 << 62
+UTF8 = 1 << 256  # mask bit: any complete non-ASCII UTF-8 character (see the module doc)
+_NON_ASCII = [
+    [((1 << (b + 1)) - 1) ^ ((1 << a) - 1) for a, b in sequence]
+    for sequence in utf8_sequences(0x80, MAX_CODE_POINT)
+]
 
 
 def run_score(run: Run) -> int:
@@ -37,6 +49,7 @@ class SafeRuns:
     def __init__(self, store: TermStore) -> None:
         self.store = store
         self._runs: dict[int, Run] = {}
+        self._non_ascii: frozenset[int] | None = None
 
     def __call__(self, t: int) -> Run:
         run = self._runs.get(t)
@@ -69,6 +82,18 @@ class SafeRuns:
         if kind == K_REP:
             r, _, hi = args
             single = store.single_bytes(r)
+            if single and self._has_non_ascii(r):
+                single |= UTF8
             per_byte = (single, single, UNBOUNDED if hi is None else hi) if single else NO_RUN
             return max((self(r), per_byte), key=run_score)
         return NO_RUN
+
+    def _has_non_ascii(self, r: int) -> bool:
+        """Whether ``r``'s alternatives include the UTF-8 sequences of every non-ASCII
+        character (as a character class covering U+0080..U+10FFFF builds them)."""
+        if self._non_ascii is None:
+            found = [self.store.find_seq(masks) for masks in _NON_ASCII]
+            self._non_ascii = frozenset(found) if None not in found else frozenset()
+        store = self.store
+        members = store.args[r] if store.kinds[r] == K_ALT else (r,)
+        return bool(self._non_ascii) and self._non_ascii.issubset(members)

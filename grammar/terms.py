@@ -104,6 +104,19 @@ class TermStore:
         """The bytes whose bits are set in ``mask`` (bit b = byte b)."""
         return self._make(K_SET, mask, False, False) if mask else EMPTY
 
+    def find_seq(self, masks: list[int]) -> int | None:
+        """The existing term of the concatenation of byte sets ``masks``, or None if the store
+        has none (never creates terms)."""
+        term = EPS
+        for mask in reversed(masks):
+            head = self._ids.get((K_SET, mask))
+            if head is None:
+                return None
+            term = head if term == EPS else self._cats.get((head << 32) | term)
+            if term is None:
+                return None
+        return term
+
     def literal(self, data: bytes) -> int:
         return self.seq([self.byteset(1 << b) for b in data])
 

@@ -7,12 +7,14 @@ still unfinished at byte k are always a prefix of the list.
 
 from __future__ import annotations
 
+import codecs
 import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .safe_runs import UTF8
 from .vocabulary import Vocabulary
 
 
@@ -62,6 +64,7 @@ class TokenTable:
     vocab_size: int
     num_words: int
     eos_token_ids: tuple[int, ...]
+    token_bytes: list = field(repr=False, compare=False, default_factory=list)  # bytes or None
     _memo: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -94,7 +97,7 @@ class TokenTable:
         pair_keys = first[usable] * 257 + second  # first byte of usable ids is < 256
         order = np.argsort(pair_keys, kind="stable")  # stable: longest first within a pair
         pair_starts = np.searchsorted(pair_keys[order], np.arange(256 * 257 + 1), side="left")
-        return cls(
+        table = cls(
             lengths=lengths,
             byte_cols=np.ascontiguousarray(matrix.T),
             first_byte=first,
@@ -106,7 +109,10 @@ class TokenTable:
             vocab_size=size,
             num_words=vocab.num_words,
             eos_token_ids=vocab.eos_token_ids,
+            token_bytes=vocab.token_bytes,
         )
+        table.utf8_from  # noqa: B018 - computed with the table, not on a first mask
+        return table
 
     @functools.cached_property
     def usable_first_mask(self) -> int:
@@ -172,6 +178,34 @@ class TokenTable:
             self._remember(key, cached)
         return cached
 
+    @functools.cached_property
+    def utf8_from(self) -> tuple[np.ndarray, ...]:
+        """[k]: bool [V], the token's bytes from position k on are UTF-8 starting at a
+        character boundary (a last character may be cut short), for k = 0, 1, 2."""
+        out = [self.lengths > 0 for _ in range(3)]  # ASCII tokens are clean from anywhere
+        for token, data in enumerate(self.token_bytes):
+            if data is not None and not data.isascii():
+                for k in range(3):
+                    out[k][token] = _utf8_prefix(data[k:])
+        return tuple(out)
+
+    def _fitting(self, run: tuple[int, int, int], start: int, first_byte: np.ndarray) -> np.ndarray:
+        """bool [V]: tokens whose bytes from ``start`` on fit ``run`` (``first_byte``: their
+        byte at ``start``, 256 if none), lengths aside. ``UTF8`` in a mask admits non-ASCII
+        characters as complete UTF-8 (see ``safe_runs``)."""
+        first_bytes, rest_bytes, _ = run
+        if first_bytes & UTF8:
+            first_bytes |= _NON_ASCII_BYTES
+        if rest_bytes & UTF8:
+            rest_bytes |= _NON_ASCII_BYTES
+        fits = byte_flags(first_bytes & _ALL_BYTES)[first_byte]
+        fits &= ~self.uses_bytes_outside(rest_bytes & _ALL_BYTES, start=start + 1)
+        if first_bytes & UTF8:
+            fits &= self.utf8_from[start]
+        elif rest_bytes & UTF8:
+            fits &= self.utf8_from[start + 1]
+        return fits
+
     def wide_split(
         self, live: int, run: tuple[int, int, int]
     ) -> tuple[np.ndarray | None, np.ndarray]:
@@ -184,9 +218,8 @@ class TokenTable:
             candidate = byte_flags(live)[self.first_byte]  # bool [V]
             fits = None
             if run[2]:
-                first_bytes, rest_bytes, run_len = run
-                fits = candidate & byte_flags(first_bytes)[self.first_byte]
-                fits &= ~self.uses_bytes_outside(rest_bytes, start=1)
+                run_len = run[2]
+                fits = candidate & self._fitting(run, 0, self.first_byte)
                 if run_len < self.max_len:
                     fits &= self.lengths <= run_len
                 candidate &= ~fits
@@ -200,12 +233,14 @@ class TokenTable:
         key = ("split", b0, run)
         cached = self._memo.get(key)
         if cached is None:
-            first_bytes, rest_bytes, run_len = run
+            run_len = run[2]
             group = self.ids_by_pair[self.pair_starts[b0 * 257] : self.pair_starts[b0 * 257 + 257]]
             lengths = self.lengths[group]
             second = np.where(lengths > 1, self.byte_cols[1][group], 256)
-            fits = (byte_flags(first_bytes)[second] | (lengths == 1)) & (lengths <= run_len + 1)
-            fits &= ~self.uses_bytes_outside(rest_bytes, start=2)[group]
+            seconds = np.full(self.vocab_size, 256, dtype=np.int64)
+            seconds[group] = second
+            fitting = self._fitting(run, 1, seconds)[group]
+            fits = (fitting | (lengths == 1)) & (lengths <= run_len + 1)
             cached = self._remember(key, (group, second, fits))
         return cached
 
@@ -258,6 +293,24 @@ class TokenTable:
         for eos in self.eos_token_ids:
             out[eos // 32] |= np.uint32(1 << (eos % 32))
         return out.view(np.int32)
+
+
+_ALL_BYTES = (1 << 256) - 1
+_NON_ASCII_BYTES = _ALL_BYTES ^ ((1 << 128) - 1)
+
+
+def _utf8_prefix(data: bytes) -> bool:
+    """Whether ``data`` is UTF-8 text, except that its last character may be cut short."""
+    try:
+        data.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        pass
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=1024)

@@ -7,7 +7,7 @@ import random
 import pytest
 from grammar_support import byte_dfa
 from radixgen.grammar.automaton import DEAD
-from radixgen.grammar.safe_runs import NO_RUN, SafeRuns
+from radixgen.grammar.safe_runs import NO_RUN, UTF8, SafeRuns
 
 PATTERNS = [
     r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])*"',
@@ -52,3 +52,26 @@ def test_string_runs_span_the_string() -> None:
     first, rest, length = SafeRuns(dfa.store)(dfa.state_terms[inside])
     assert (first >> ord("a")) & 1 == 0 and (rest >> ord("a")) & 1 == 1
     assert (first >> ord('"')) & 1 == 0 and length > 1_000_000
+
+
+@pytest.mark.parametrize("pattern", [PATTERNS[0], r'"[^"\\]{0,6}"', r"(?:[^\x00-\x7f]|[a-z])*;"])
+def test_utf8_runs_admit_any_non_ascii_text(pattern: str) -> None:
+    """A run with the UTF8 bit takes whole non-ASCII characters too (a token may end inside
+    one): such strings, up to the run's length in bytes, are viable prefixes."""
+    dfa = byte_dfa(pattern, clip_bound=9)
+    runs = SafeRuns(dfa.store)
+    state = dfa.walk(dfa.start, b'"') if pattern.startswith('"') else dfa.start
+    first, rest, length = runs(dfa.state_terms[state])
+    assert first & UTF8 and rest & UTF8
+    rng = random.Random(5)
+    ascii_chars = [chr(b) for b in _members(rest) if b < 0x80]
+    for _ in range(200):
+        text = "".join(rng.choice([*ascii_chars, "é", "日", "🎉", "\u0800", "\U0010fffd"]) for _ in range(4))
+        data = text.encode()[: rng.randint(1, min(length, 12))]  # may cut a character short
+        assert dfa.walk(state, data) != DEAD, (pattern, data)
+
+
+def test_classes_missing_a_non_ascii_character_get_no_utf8_bit() -> None:
+    dfa = byte_dfa(r'"[^"é]*"', clip_bound=9)
+    first, rest, _ = SafeRuns(dfa.store)(dfa.state_terms[dfa.walk(dfa.start, b'"')])
+    assert not first & UTF8 and not rest & UTF8 and rest

@@ -156,3 +156,19 @@ def test_precompute_builds_likely_states_first() -> None:
     assert not any(store.head_tagged(dfa.state_terms[s]) for s in built)
     index.precompute(budget_s=30.0)  # with no row limit the rare states come after
     assert any(store.head_tagged(dfa.state_terms[s]) for s in index._rows)
+
+
+def test_non_ascii_tokens_inside_strings_are_allowed_without_walking() -> None:
+    index = _index(PATTERNS[0])
+    dfa = index.dfa
+    inside = dfa.walk(dfa.start, b'{"name":"')
+    run = index.runs(dfa.state_terms[inside])
+    fits, _ = index.table.wide_split(dfa.store.first_bytes(dfa.state_terms[inside]), run)
+    token_bytes = list(index.vocab.token_bytes)
+    word = next(  # a word with a whole "é" and nothing a string would have to escape
+        i for i, b in enumerate(token_bytes)
+        if b and "é".encode() in b and not any(c in b for c in b'"\\\n')
+    )
+    for token in [word, token_bytes.index("é".encode()[:1])]:  # ... and a character cut short
+        assert fits[token], token_bytes[token]
+    assert _mask_ids(index, inside) == _brute_force(index, inside)
