@@ -132,7 +132,8 @@ def _chat_params(body: ChatCompletionRequest, tool_choice: Any) -> tuple[Samplin
         raise APIError(400, "top_logprobs: requires logprobs: true", param="top_logprobs")
     constraint = _response_format(body)
     source = "response_format" if "json_schema" in constraint else None
-    schema = constrained_schema(body.tools or [], tool_choice) if tool_choice not in ("none", "auto") else None
+    schema = (constrained_schema(body.tools or [], tool_choice, parallel=body.parallel_tool_calls is not False)
+              if tool_choice not in ("none", "auto") else None)
     if schema is not None:
         if constraint:
             raise APIError(400, "response_format: cannot be combined with a required or named tool_choice",

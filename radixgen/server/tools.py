@@ -20,8 +20,10 @@ Output. ``tool_choice`` "auto": the model writes text, ``<tool_call>`` blocks, o
 ``{"name", "arguments"}`` object; ``tool_parser.ToolCallParser`` extracts the calls (also while
 streaming).
 "required" and a named function: the output is grammar-constrained (``constrained_schema``):
-the function's parameter schema for a named (or single) tool, else an ``anyOf`` over
-``{"name": const, "arguments": schema}`` objects; ``constrained_calls`` reads it back.
+the function's parameter schema for a named tool; for "required" a JSON array of one or more
+``{"name": const, "arguments": schema}`` calls (at most one with ``parallel_tool_calls:
+false``), as vLLM does. ``constrained_calls`` reads it back, keeping the complete calls of an
+array that ``max_tokens`` cut short.
 """
 
 from __future__ import annotations
@@ -148,7 +150,7 @@ def _with_tool_system_prompt(messages: list[dict[str, str]], tools: list[Tool]) 
 
 
 def chosen_tool(tools: list[Tool] | None, tool_choice: Any) -> Tool | None:
-    """The tool a named ``tool_choice`` (or "required" with a single tool) picks."""
+    """The tool a named ``tool_choice`` picks."""
     if not tools:
         if tool_choice in ("required",) or isinstance(tool_choice, NamedToolChoice):
             raise ValueError("tool_choice: requires a non-empty 'tools' list")
@@ -158,8 +160,6 @@ def chosen_tool(tools: list[Tool] | None, tool_choice: Any) -> Tool | None:
             if tool.function.name == tool_choice.function.name:
                 return tool
         raise ValueError(f"tool_choice: no tool named {tool_choice.function.name!r} in 'tools'")
-    if tool_choice == "required" and len(tools) == 1:
-        return tools[0]
     return None
 
 
@@ -167,28 +167,54 @@ def _parameters(tool: Tool) -> dict[str, Any]:
     return tool.function.parameters or {"type": "object", "properties": {}}
 
 
-def constrained_schema(tools: list[Tool], tool_choice: Any) -> dict[str, Any] | None:
+def constrained_schema(tools: list[Tool], tool_choice: Any, *, parallel: bool = True) -> dict[str, Any] | None:
     """The JSON schema the output must follow for "required"/named choices; None otherwise."""
     tool = chosen_tool(tools, tool_choice)
     if tool is not None:
         return _parameters(tool)
     if tool_choice != "required":
         return None
-    return {"anyOf": [
+    calls = [
         {"type": "object",
          "properties": {"name": {"const": t.function.name}, "arguments": _parameters(t)},
          "required": ["name", "arguments"], "additionalProperties": False}
         for t in tools
-    ]}
+    ]
+    schema = {"type": "array", "items": calls[0] if len(calls) == 1 else {"anyOf": calls}, "minItems": 1}
+    if not parallel:
+        schema["maxItems"] = 1
+    return schema
 
 
 def constrained_calls(tools: list[Tool], tool_choice: Any, text: str) -> list[ParsedCall]:
-    """Read back the constrained output (empty when it was cut short and does not parse)."""
+    """Read back the constrained output: the named tool's arguments, or the complete calls of
+    a "required" array (those before the point where ``max_tokens`` may have cut it)."""
     tool = chosen_tool(tools, tool_choice)
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return []
     if tool is not None:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            return []
         return [ParsedCall(tool.function.name, json.dumps(value, ensure_ascii=False), new_call_id())]
-    return [ParsedCall(value["name"], json.dumps(value["arguments"], ensure_ascii=False), new_call_id())]
+    calls = []
+    for item in _array_items(text):
+        if isinstance(item, dict) and "name" in item and "arguments" in item:
+            calls.append(ParsedCall(item["name"], json.dumps(item["arguments"], ensure_ascii=False), new_call_id()))
+    return calls
+
+
+def _array_items(text: str) -> list[Any]:
+    """The complete items of a JSON array, also when the text stops before its end."""
+    decoder = json.JSONDecoder()
+    pos = len(text) - len(text.lstrip())
+    if not text.startswith("[", pos):
+        return []
+    items, pos = [], pos + 1
+    while True:
+        while pos < len(text) and text[pos] in " \t\n\r,":
+            pos += 1
+        try:
+            item, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return items
+        items.append(item)

@@ -39,6 +39,20 @@ def test_tool_choice_required_picks_a_tool_and_valid_arguments(client):
 
 
 @needs_grammar
+def test_tool_choice_required_can_call_several_tools_and_parallel_false_calls_one(client):
+    ask = [{"role": "user", "content": "What is the weather in Paris, and what time is it in Tokyo?"}]
+    r = client.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="required",
+                                       max_tokens=96, temperature=0)
+    message = r.choices[0].message
+    _check_calls(message)
+    assert len({c.id for c in message.tool_calls}) == len(message.tool_calls)
+    one = client.chat.completions.create(model=MODEL, messages=ask, tools=TOOLS, tool_choice="required",
+                                         parallel_tool_calls=False, max_tokens=96, temperature=0)
+    _check_calls(one.choices[0].message)
+    assert len(one.choices[0].message.tool_calls) == 1 and one.choices[0].finish_reason == "tool_calls"
+
+
+@needs_grammar
 def test_tool_choice_named(client):
     r = client.chat.completions.create(model=MODEL, messages=ASK, tools=TOOLS, max_tokens=40, temperature=0,
                                        tool_choice={"type": "function", "function": {"name": "get_weather"}})

@@ -62,12 +62,13 @@ def test_named_tool_output_streams_arguments():
     assert out.num_calls == 1
 
 
-def test_required_tool_output_reads_the_constrained_object():
+def test_required_tool_output_reads_the_constrained_array():
     out = ToolOutput(TOOLS, "required")
-    events = out.feed('{"name":"get_time",') + out.feed('"arguments":{}}') + out.finish()
+    events = out.feed('[{"name":"get_time",') + out.feed('"arguments":{}}]') + out.finish()
     _, calls = merge_events(events)
     assert [c["function"]["name"] for c in calls] == ["get_time"]
     assert json.loads(calls[0]["function"]["arguments"]) == {}
+    assert out.num_calls == 1
 
 
 @pytest.mark.parametrize("tools, choice", [(None, None), (TOOLS, "none")])

@@ -75,21 +75,32 @@ def test_empty_messages_is_a_value_error():
         ChatRenderer(ChatMLTokenizer()).render([], None, "none")
 
 
-def test_named_and_single_required_schema_is_the_parameters():
+def test_named_schema_is_the_parameters():
     named = NamedToolChoice.model_validate({"function": {"name": "get_weather"}})
     assert constrained_schema(TOOLS, named) == WEATHER
-    assert constrained_schema(TOOLS[:1], "required") == WEATHER
     assert constrained_schema(TOOLS, "auto") is None
 
 
-def test_required_with_several_tools_is_an_any_of_calls():
+def test_required_is_an_array_of_calls():
     schema = constrained_schema(TOOLS, "required")
-    branches = schema["anyOf"]
+    assert schema["type"] == "array" and schema["minItems"] == 1 and "maxItems" not in schema
+    branches = schema["items"]["anyOf"]
     assert [b["properties"]["name"] for b in branches] == [{"const": "get_weather"}, {"const": "get_time"}]
     assert branches[0]["properties"]["arguments"] == WEATHER
     assert branches[1]["properties"]["arguments"] == {"type": "object", "properties": {}}
-    calls = constrained_calls(TOOLS, "required", '{"name":"get_weather","arguments":{"city":"Oslo"}}')
-    assert calls[0].name == "get_weather" and json.loads(calls[0].arguments) == {"city": "Oslo"}
+    single = constrained_schema(TOOLS[:1], "required", parallel=False)
+    assert single["items"]["properties"]["name"] == {"const": "get_weather"} and single["maxItems"] == 1
+    text = '[{"name":"get_weather","arguments":{"city":"Oslo"}},{"name":"get_time","arguments":{}}]'
+    calls = constrained_calls(TOOLS, "required", text)
+    assert [c.name for c in calls] == ["get_weather", "get_time"]
+    assert json.loads(calls[0].arguments) == {"city": "Oslo"} and calls[0].id != calls[1].id
+
+
+def test_required_keeps_the_complete_calls_of_a_cut_array():
+    text = '[{"name":"get_time","arguments":{}}, {"name":"get_weather","arguments":{"ci'
+    assert [c.name for c in constrained_calls(TOOLS, "required", text)] == ["get_time"]
+    assert constrained_calls(TOOLS, "required", '[{"name":"get_ti') == []
+    assert constrained_calls(TOOLS, "required", "") == []
 
 
 @pytest.mark.parametrize("tools, choice, words", [
