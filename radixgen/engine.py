@@ -8,6 +8,7 @@ one thread.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import queue
@@ -15,6 +16,7 @@ import threading
 import time
 import traceback
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -72,6 +74,10 @@ class Engine:
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="radixgen-engine", daemon=True)
         self._thread.start()
+        # An engine the program never shut down stops before the interpreter tears down (its
+        # daemon thread must not be inside torch while native libraries unload).
+        self._at_exit = _shutdown_at_exit(weakref.ref(self))
+        atexit.register(self._at_exit)
         logger.info(
             "loaded %s (%s layers, vocab %d) on %s/%s in %.1fs; KV pool %d tokens; context %d",
             path.name, self.model.config.num_layers, self.model.config.vocab_size, self.device,
@@ -403,12 +409,21 @@ class Engine:
         self._inbox.put(stop)
         self._thread.join(timeout=30)
         self.constraints.shutdown()
+        atexit.unregister(self._at_exit)
 
     def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def _shutdown_at_exit(ref: weakref.ref) -> Callable[[], None]:
+    def shutdown() -> None:
+        engine = ref()
+        if engine is not None:
+            engine.shutdown()
+    return shutdown
 
 
 def _drain(out: queue.SimpleQueue, rid: str, engine: Engine) -> Iterator[Delta]:
