@@ -317,7 +317,8 @@ class Object(Node):
             string_not_in_regex(self.excluded_names) if self.extra_key is None else self.extra_key
         )
         member = "(?:" + '"' + names + '"' + ctx.sep(":") + value + ")"
-        ctx.extras[member] = None
+        if self.properties:  # next to listed properties, an undeclared one is the rare case
+            ctx.extras[member] = None
         return member
 
     def write(self, value: object, ctx: EmitContext) -> str:

@@ -145,6 +145,15 @@ def test_undeclared_properties_are_tagged_rare() -> None:
     assert not rare(b'{"name":"x\\u00e9')
 
 
+def test_objects_without_listed_properties_are_not_rare() -> None:
+    """A map (no listed properties) is made of undeclared properties: they are its likely path."""
+    index = _schema_index({"type": "object", "additionalProperties": {"type": "integer"}})
+    dfa, store = index.dfa, index.dfa.store
+    for text in [b'{"', b'{"key', b'{"key":1', b'{"key":1,"b']:
+        state = dfa.walk(dfa.start, text)
+        assert state != DEAD and not store.head_tagged(dfa.state_terms[state]), text
+
+
 def test_precompute_builds_likely_states_first() -> None:
     index = _schema_index(
         {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}}
