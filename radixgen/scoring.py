@@ -34,7 +34,7 @@ RETRY_INTERVAL_S = 0.01  # wait for a free request row / KV slots while the engi
 class ScoreOutput:
     """``token_logprobs[i][j]``: log p(continuation i, token j | prompt, tokens before j);
     ``top_logprobs[i][j]``: the ``top_k`` most likely (token id, logprob) at that position,
-    most likely first (empty lists unless ``top_k`` was asked for)."""
+    most likely first (an empty list at each position unless ``top_k`` was asked for)."""
 
     token_logprobs: list[list[float]]
     prompt_tokens: int
@@ -126,7 +126,7 @@ def _score_now(engine: Engine, prompt_ids: list[int], continuations: list[list[i
     logprobs = torch.log_softmax(torch.cat(parts), dim=-1)  # [sum(len(c)), V]
     targets = torch.tensor([t for c in continuations for t in c], device=logprobs.device)
     picked = logprobs.gather(1, targets[:, None]).squeeze(1).tolist()
-    tops: list[list[tuple[int, float]]] = []
+    tops: list[list[tuple[int, float]]] = [[] for _ in picked]
     if top_k > 0:
         values, ids = logprobs.topk(min(top_k, logprobs.shape[-1]), dim=-1)
         tops = [list(zip(i, v)) for i, v in zip(ids.tolist(), values.tolist())]

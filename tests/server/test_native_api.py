@@ -77,6 +77,7 @@ def test_generate_input_logprobs_from_start_len(http):
     whole = http.post("/generate", json={"input_ids": first["output_ids"], "return_logprob": True,
                                          "logprob_start_len": 0, "sampling_params": GREEDY}).json()["meta_info"]
     assert whole["input_token_logprobs"][0][0] is None and len(whole["input_token_logprobs"]) == 4
+    assert whole["input_top_logprobs"] == [None] * 4  # one entry per prompt token, none asked for
 
 
 def test_generate_stream_is_cumulative(http):
