@@ -33,7 +33,7 @@ class ReqStatus(enum.Enum):
 @dataclass(slots=True)
 class TokenLogprob:
     token_id: int
-    logprob: float
+    logprob: float | None  # None: the first token of a prompt (nothing predicts it)
     top: list[tuple[int, float]]  # [(token_id, logprob)] best first
 
 

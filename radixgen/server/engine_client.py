@@ -22,7 +22,7 @@ from typing import Any
 from fastapi import Request
 
 from ..models.hub import ALIASES
-from ..request import Delta, RequestOutput
+from ..request import Delta, RequestOutput, TokenLogprob
 from ..sampling_params import SamplingParams
 from .errors import APIError
 from .metrics import ServerMetrics
@@ -116,6 +116,15 @@ class EngineClient:
     def capacity(self) -> int:
         """Requests that may be in flight: the engine's running slots plus the waiting queue."""
         return self.engine.config.max_running_requests + self.settings.max_queued_requests
+
+    async def prompt_logprobs(self, prompt: str | list[int], top: int, param: str) -> list[TokenLogprob]:
+        """The prompt's tokens with their logprobs (None for the first) and ``top`` best
+        alternatives, teacher-forced through the radix cache; a bad prompt is a 400 on ``param``."""
+        try:
+            ids, values, tops = await asyncio.to_thread(self.engine.prompt_logprobs, prompt, top)
+        except ValueError as err:
+            raise APIError(400, str(err), param=param) from None
+        return [TokenLogprob(*entry) for entry in zip(ids, values, tops)]
 
     async def submit(self, jobs: list[Job]) -> Generation:
         """Start ``jobs`` (all or none); raises ``APIError`` 429 when the queue is full, 400 for bad input."""

@@ -14,8 +14,8 @@ from ..request import TokenLogprob
 FLOOR = -9999.0
 
 
-def _finite(value: float) -> float:
-    return value if math.isfinite(value) else FLOOR
+def _finite(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else FLOOR
 
 
 def token_text(tokenizer: Any, token_id: int) -> str:
@@ -50,44 +50,19 @@ def completion_logprobs(tokenizer: Any, logprobs: list[TokenLogprob] | None, off
     return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
 
 
-def prompt_logprobs(tokenizer: Any, ids: list[int], values: list[float | None],
-                    tops: list[list[tuple[int, float]]]) -> dict[str, Any]:
-    """``choice.logprobs`` of an echoed prompt: ``None`` for the first token (nothing predicts
-    it), then each token's logprob given the ones before."""
-    tokens, offsets, offset = [], [], 0
-    for token_id in ids:
-        text = token_text(tokenizer, token_id)
-        tokens.append(text)
-        offsets.append(offset)
-        offset += len(text)
-    return {"tokens": tokens,
-            "token_logprobs": [None if v is None else _finite(v) for v in values],
-            "top_logprobs": [{token_text(tokenizer, t): _finite(v) for t, v in top} if top else None
-                             for top in tops],
-            "text_offset": offsets}
-
-
 def joined_logprobs(first: dict[str, Any] | None, second: dict[str, Any]) -> dict[str, Any]:
     """Two ``choice.logprobs`` one after the other (an echoed prompt, then the completion)."""
     return second if first is None else {key: first[key] + second[key] for key in second}
 
 
-def native_logprobs(tokenizer: Any, logprobs: list[TokenLogprob] | None, with_text: bool) -> dict[str, Any]:
-    """SGLang's ``output_token_logprobs`` ``[[logprob, id, text|None]]`` and ``output_top_logprobs``."""
-    def item(token_id: int, value: float) -> list[Any]:
+def native_logprobs(tokenizer: Any, logprobs: list[TokenLogprob] | None, with_text: bool,
+                    kind: str = "output") -> dict[str, Any]:
+    """SGLang's ``{kind}_token_logprobs`` ``[[logprob, id, text|None]]`` and ``{kind}_top_logprobs``
+    (kind "output", or "input" for the prompt)."""
+    def item(token_id: int, value: float | None) -> list[Any]:
         return [_finite(value), token_id, token_text(tokenizer, token_id) if with_text else None]
 
     lps = logprobs or []
-    return {"output_token_logprobs": [item(lp.token_id, lp.logprob) for lp in lps],
-            "output_top_logprobs": [[item(t, v) for t, v in lp.top] if lp.top else None for lp in lps]}
+    return {f"{kind}_token_logprobs": [item(lp.token_id, lp.logprob) for lp in lps],
+            f"{kind}_top_logprobs": [[item(t, v) for t, v in lp.top] if lp.top else None for lp in lps]}
 
-
-def native_input_logprobs(tokenizer: Any, ids: list[int], values: list[float | None],
-                          tops: list[list[tuple[int, float]]], with_text: bool) -> dict[str, list]:
-    """SGLang's ``input_token_logprobs`` ``[[logprob|None, id, text|None]]`` and ``input_top_logprobs``."""
-    def item(token_id: int, value: float | None) -> list[Any]:
-        text = token_text(tokenizer, token_id) if with_text else None
-        return [None if value is None else _finite(value), token_id, text]
-
-    return {"input_token_logprobs": [item(t, v) for t, v in zip(ids, values)],
-            "input_top_logprobs": [[item(t, v) for t, v in top] if top else None for top in tops]}

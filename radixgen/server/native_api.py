@@ -28,7 +28,7 @@ from ..request import Delta
 from ..sampling_params import SamplingParams
 from .engine_client import DisconnectWatch, EngineClient, Generation, Job
 from .errors import APIError, error_body
-from .logprobs import native_input_logprobs, native_logprobs
+from .logprobs import native_logprobs
 from .openai_stream import DONE, sse
 from .protocol import GenerateRequest, OrjsonResponse
 
@@ -85,7 +85,10 @@ async def generate(body: GenerateRequest, request: Request):
     scored: dict[int, dict[str, list]] = {}  # one scoring per prompt, shared by its n choices
     for wanted in inputs:
         if wanted is not None and id(wanted) not in scored:
-            scored[id(wanted)] = await _input_logprobs(client, wanted, body.return_text_in_logprobs)
+            prompt, start, top = wanted
+            prompt_lps = await client.prompt_logprobs(prompt, top, "text")
+            scored[id(wanted)] = native_logprobs(client.engine.tokenizer, prompt_lps[start:],
+                                                 body.return_text_in_logprobs, kind="input")
     gen = await client.submit(jobs)
     results = [_Result(job, body.return_text_in_logprobs, scored.get(id(w)) if w else None)
                for job, w in zip(jobs, inputs)]
@@ -126,18 +129,6 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[tupl
                             max_tokens_param="sampling_params.max_new_tokens"))
             inputs.append(wanted)
     return jobs, batch, inputs
-
-
-async def _input_logprobs(client: EngineClient, wanted: tuple, with_text: bool) -> dict[str, list]:
-    """SGLang's ``input_token_logprobs`` / ``input_top_logprobs`` of one prompt, from its
-    ``logprob_start_len`` on (teacher-forced through the radix cache, see ``Engine.prompt_logprobs``)."""
-    prompt, start, top = wanted
-    engine = client.engine
-    try:
-        ids, values, tops = await asyncio.to_thread(engine.prompt_logprobs, prompt, top)
-    except ValueError as err:
-        raise APIError(400, str(err), param="text") from None
-    return native_input_logprobs(engine.tokenizer, ids[start:], values[start:], tops[start:], with_text)
 
 
 class _Result:

@@ -21,7 +21,7 @@ from ..request import RequestOutput
 from ..sampling_params import SamplingParams
 from .engine_client import DisconnectWatch, EngineClient, Job, collect
 from .errors import APIError
-from .logprobs import chat_logprobs, completion_logprobs, joined_logprobs, prompt_logprobs
+from .logprobs import chat_logprobs, completion_logprobs, joined_logprobs
 from .openai_stream import chat_stream, completion_stream, finish_reason, usage
 from .protocol import ChatCompletionRequest, CompletionRequest, OrjsonResponse, _OpenAISampling
 from .tool_parser import ToolOutput, merge_events
@@ -167,7 +167,8 @@ async def completions(body: CompletionRequest, request: Request):
             for job in _jobs(p, params, body.n, max_tokens=body.max_tokens, default_max_tokens=COMPLETION_MAX_TOKENS)]
     echo_lps = [None] * len(prompts)
     if body.echo and wants_logprobs:  # the prompt's own logprobs, as OpenAI's legacy API gives them
-        echo_lps = [await _echo_logprobs(engine, p, body.logprobs or 0) for p in prompts]
+        echo_lps = [completion_logprobs(engine.tokenizer, await client.prompt_logprobs(p, body.logprobs, "prompt"))
+                    for p in prompts]
     echo_lps = [lp for lp in echo_lps for _ in range(body.n)]
     gen = await client.submit(jobs)
     echoes = [_prompt_text(engine, p) if body.echo else "" for p in prompts for _ in range(body.n)]
@@ -205,14 +206,6 @@ def _prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str 
     if all(isinstance(p, int) for p in prompt):
         return [list(prompt)]
     return list(prompt)
-
-
-async def _echo_logprobs(engine: Any, prompt: str | list[int], top: int) -> dict[str, Any]:
-    try:
-        ids, values, tops = await asyncio.to_thread(engine.prompt_logprobs, prompt, top)
-    except ValueError as err:
-        raise APIError(400, str(err), param="prompt") from None
-    return prompt_logprobs(engine.tokenizer, ids, values, tops)
 
 
 def _prompt_text(engine: Any, prompt: str | list[int]) -> str:
