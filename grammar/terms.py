@@ -68,7 +68,6 @@ class TermStore:
         self.nullable: list[bool] = [False, True]
         self._big: list[bool] = [False, False]  # holds a counter >= clip_bound
         self._ids: dict[tuple, int] = {}
-        self._cats: dict[int, int] = {}
         self._derivs: dict[int, int] = {}
         self._clips: dict[tuple[int, int], int] = {}
         self._firsts: dict[int, int] = {}
@@ -112,7 +111,7 @@ class TermStore:
             head = self._ids.get((K_SET, mask))
             if head is None:
                 return None
-            term = head if term == EPS else self._cats.get((head << 32) | term)
+            term = head if term == EPS else self._ids.get((K_CAT, (head, term)))
             if term is None:
                 return None
         return term
@@ -121,17 +120,14 @@ class TermStore:
         return self.seq([self.byteset(1 << b) for b in data])
 
     def cat(self, a: int, b: int) -> int:
-        if a <= EPS or b <= EPS:
-            if a == EMPTY or b == EMPTY:
-                return EMPTY
-            return b if a == EPS else a
-        key = (a << 32) | b  # the hot constructor: an int key, not (K_CAT, (a, b))
-        term = self._cats.get(key)
-        if term is None:
-            n, big = self.nullable, self._big
-            term = self._make(K_CAT, (a, b), n[a] and n[b], big[a] or big[b])
-            self._cats[key] = term
-        return term
+        if a == EMPTY or b == EMPTY:
+            return EMPTY
+        if a == EPS:
+            return b
+        if b == EPS:
+            return a
+        n = self.nullable
+        return self._make(K_CAT, (a, b), n[a] and n[b], self._big[a] or self._big[b])
 
     def seq(self, items: list[int]) -> int:
         """Concatenation of ``items``, nested to the right."""

@@ -66,6 +66,8 @@ class TokenTable:
     eos_token_ids: tuple[int, ...]
     token_bytes: list = field(repr=False, compare=False, default_factory=list)  # bytes or None
     _memo: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
+    _pair_lists: dict[int, list[int]] = field(default_factory=dict, repr=False, compare=False)
+    _pair_thirds: dict[int, list] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def max_len(self) -> int:
@@ -128,25 +130,23 @@ class TokenTable:
 
     def pair_list(self, key: int) -> list[int]:
         """Ids of pair group ``key`` (b0*257 + b1) as a list, longest first. Cached."""
-        cache = self._memo.setdefault("pair lists", {})
-        ids = cache.get(key)
+        ids = self._pair_lists.get(key)
         if ids is None:
             ids = self.ids_by_pair[self.pair_starts[key] : self.pair_starts[key + 1]].tolist()
-            cache[key] = ids
+            self._pair_lists[key] = ids
         return ids
 
     def pair_thirds(self, key: int) -> list[tuple[int, list[int]]]:
         """Pair group ``key`` split by third byte: (b2, ids) with b2 = 256 for the two-byte
         token, so a walk skips every token behind a dead third byte at once. Cached."""
-        cache = self._memo.setdefault("pair thirds", {})
-        groups = cache.get(key)
+        groups = self._pair_thirds.get(key)
         if groups is None:
             by_third: dict[int, list[int]] = {}
             for token in self.pair_list(key):
                 third = int(self.byte_cols[2][token]) if self.lengths[token] > 2 else 256
                 by_third.setdefault(third, []).append(token)
             groups = list(by_third.items())
-            cache[key] = groups
+            self._pair_thirds[key] = groups
         return groups
 
     @functools.cached_property
@@ -260,19 +260,18 @@ class TokenTable:
 
     def _remember(self, key: tuple, value: object) -> object:
         if len(self._memo) >= 256:  # entries are up to ~100 KB
-            oldest = next(k for k in self._memo if not isinstance(k, str))
-            self._memo.pop(oldest)
+            self._memo.pop(next(iter(self._memo)))
         self._memo[key] = value
         return value
 
     def pack(self, ids: np.ndarray | list[int], extra: np.ndarray | None = None) -> np.ndarray:
         """int32 [num_words] bitmask row allowing ``ids`` and the tokens set in ``extra``
         (bool [V] or None). Bit j of word w = token 32w + j."""
-        if isinstance(ids, list):  # a few ids (narrow states): set their bits one by one
-            words = np.zeros(self.num_words, dtype=np.uint32)
-            for i in ids:
-                words[i >> 5] |= 1 << (i & 31)
-            if extra is None:
+        if isinstance(ids, list):
+            if extra is None:  # a few ids (narrow states): set their bits one by one
+                words = np.zeros(self.num_words, dtype=np.uint32)
+                for i in ids:
+                    words[i >> 5] |= 1 << (i & 31)
                 return words.view(np.int32)
             ids = np.array(ids, dtype=np.int64)
         if extra is not None:
