@@ -28,3 +28,8 @@ def use_triton(backend: str, *tensors: torch.Tensor) -> bool:
     if backend == "triton":
         return True
     return all(t.is_cuda for t in tensors)
+
+
+def forced_torch() -> bool:
+    """True when ``RADIXGEN_KERNEL_BACKEND=torch`` asks for the plain-torch references everywhere."""
+    return os.environ.get("RADIXGEN_KERNEL_BACKEND", "") == "torch"

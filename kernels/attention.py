@@ -15,6 +15,13 @@ New token ``j`` (0-based within the extend) sees key positions ``0 .. prefix_len
 
 from __future__ import annotations
 
+from .cpu_decode import (
+    CpuDecodePlan,
+    SharedPrefix,
+    cascade_decode_attention,
+    plan_cpu_decode,
+    plan_shared_prefixes,
+)
 from .decode_attention import decode_attention, decode_attention_ref, decode_attention_triton
 from .extend_attention import extend_attention, extend_attention_ref, extend_attention_triton
 from .run_attention import DecodeRuns, decode_attention_runs, plan_decode_runs
@@ -23,4 +30,5 @@ __all__ = [
     "decode_attention", "decode_attention_ref", "decode_attention_triton",
     "extend_attention", "extend_attention_ref", "extend_attention_triton",
     "DecodeRuns", "plan_decode_runs", "decode_attention_runs",
+    "CpuDecodePlan", "SharedPrefix", "plan_cpu_decode", "plan_shared_prefixes", "cascade_decode_attention",
 ]

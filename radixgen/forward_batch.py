@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .kernels.attention import DecodeRuns
+from .kernels.attention import CpuDecodePlan, DecodeRuns
 from .mem_cache.memory_pool import KVPool
 
 
@@ -35,6 +35,7 @@ class ForwardBatch:
     req_to_token: torch.Tensor  # [R, max_context] int32
     attention_backend: str = "auto"
     decode_runs: DecodeRuns | None = None  # the decode rows' keys as pool runs (CPU torch path)
+    decode_plan: CpuDecodePlan | None = None  # decode rows and the prefixes they share (CPU compiled kernel)
 
     @property
     def num_tokens(self) -> int:

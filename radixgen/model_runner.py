@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from .forward_batch import ForwardBatch
-from .kernels._dispatch import use_triton
-from .kernels.attention import plan_decode_runs
+from .kernels._dispatch import forced_torch, use_triton
+from .kernels.attention import plan_cpu_decode, plan_decode_runs
+from .kernels.native import native_decode_available
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool
 from .models.llama import LlamaModel
 from .request import Req
@@ -20,6 +21,11 @@ class ModelRunner:
         self.req_to_token_pool = req_to_token_pool
         self.device = model.device
         self.attention_backend = attention_backend
+
+    def _native_decode(self, k_pool: torch.Tensor) -> bool:
+        """Whether decode attention runs the compiled CPU kernel (then no slot-run plan is needed)."""
+        return (self.attention_backend == "auto" and not forced_torch() and k_pool.dtype == torch.float32
+                and native_decode_available())
 
     def forward(self, reqs: list[Req], sampling: list[bool]) -> torch.Tensor:
         """Run one step for ``reqs`` (decode rows, i.e. ``extend_len == 1``, first).
@@ -49,11 +55,13 @@ class ModelRunner:
         extend_t = torch.tensor(extend_lens, dtype=torch.int64)
         out_slots = torch.cat([table[r, s : s + n] for r, s, n in zip(rows, prefix_lens, extend_lens)]).long()
         seq_t = prefix_t + extend_t
-        runs = None
+        runs = cpu_plan = None
         k_pool = self.kv_pool.k_buffers[0]
         if num_decode and k_pool.device.type == "cpu" and not use_triton(self.attention_backend, k_pool):
-            # The CPU torch path reads contiguous slot runs as pool views (kernels/run_attention.py).
-            runs = plan_decode_runs(table[rows_t[:num_decode], : int(seq_t[:num_decode].max())], seq_t[:num_decode])
+            if self._native_decode(k_pool):  # the compiled kernel (kernels/cpu_decode.py)
+                cpu_plan = plan_cpu_decode(table, rows_t[:num_decode], seq_t[:num_decode])
+            else:  # the torch path reads contiguous slot runs as pool views (kernels/run_attention.py)
+                runs = plan_decode_runs(table[rows_t[:num_decode], : int(seq_t[:num_decode].max())], seq_t[:num_decode])
         dev = self.device
         return ForwardBatch(
             input_ids=torch.tensor(input_ids, dtype=torch.int64).to(dev, non_blocking=True),
@@ -69,4 +77,5 @@ class ModelRunner:
             req_to_token=table,
             attention_backend=self.attention_backend,
             decode_runs=runs,
+            decode_plan=cpu_plan,
         )

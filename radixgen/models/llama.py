@@ -110,6 +110,7 @@ class LlamaModel:
             parts.append(decode_attention(
                 q[:nd], k_buffer, v_buffer, batch.req_to_token, batch.req_pool_indices[:nd],
                 batch.seq_lens[:nd], self.sm_scale, backend=batch.attention_backend, runs=batch.decode_runs,
+                cpu_plan=batch.decode_plan,
             ))
         if nd < batch.req_pool_indices.shape[0]:
             parts.append(extend_attention(

@@ -4,10 +4,7 @@ every kernel forced to Triton (interpreted on CPU) and forced to the torch refer
 
 from __future__ import annotations
 
-import json
-
 import pytest
-import torch
 
 from radixgen import Engine, SamplingParams
 
@@ -15,21 +12,6 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("triton")
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
-
-
-@pytest.fixture(scope="module")
-def tiny_model_folder(tmp_path_factory, tokenizer):
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
-    )
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    transformers.LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
-    tokenizer.backend.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"chat_template": tokenizer.chat_template, "eos_token": "<|im_end|>", "bos_token": "<|im_start|>"}))
-    return folder
 
 
 def _run(folder, monkeypatch, backend: str) -> list[list[int]]:

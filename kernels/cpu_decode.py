@@ -1,0 +1,137 @@
+"""CPU decode attention with the compiled kernel, reading a shared prefix once per step.
+
+The C kernel (``native.py``) reads every request's keys through its ``req_to_token`` row, so
+64 requests behind one 1,024-token system prompt read those 1,024 keys 64 times. When
+requests share a prefix (same slots from position 0: a radix-cache hit), the prefix is
+attended once for all of them by one SDPA call whose query rows are every member's query
+heads ("cascade"), the kernel covers each request's own keys after it, and the two partial
+softmaxes merge exactly by their log-sum-exps::
+
+    out = (exp(lse_a - m) out_a + exp(lse_b - m) out_b) / (exp(lse_a - m) + exp(lse_b - m)),  m = max
+
+``plan_shared_prefixes`` finds the groups once per step; ``cascade_decode_attention`` runs one
+layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .native import native_decode_attention
+
+# A shared prefix gets its own SDPA call when that saves the kernel at least this many key reads,
+# (members - 1) * length: one call plus the merge costs about what the kernel spends on ~2k keys.
+MIN_SAVED_KEYS = 2048
+
+
+@dataclass
+class SharedPrefix:
+    """Requests ``members`` (batch indices) share their first ``length`` keys ``slots``."""
+
+    members: torch.Tensor  # [U] int64
+    length: int
+    slots: torch.Tensor  # [length] int64
+    first_slot: int | None  # the slots are first_slot, first_slot + 1, ... (a view of the pool); else None
+
+
+@dataclass
+class CpuDecodePlan:
+    """One decode step's request rows, lengths and shared prefixes, checked once for all layers."""
+
+    rows: torch.Tensor  # [B] int64, row of each request in req_to_token
+    seq_lens: torch.Tensor  # [B] int64
+    prefixes: list[SharedPrefix]
+    starts: torch.Tensor | None  # [B] int64, keys before it that a shared prefix covers; None: no prefixes
+
+
+def plan_cpu_decode(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
+                    share: bool = True) -> CpuDecodePlan:
+    """Check the batch against ``req_to_token`` and find shared prefixes (``share=False``: none)."""
+    rows = req_pool_indices.to(torch.int64).contiguous()
+    lens = seq_lens.to(torch.int64).contiguous()
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= req_to_token.shape[0]
+                         or int(lens.min()) < 0 or int(lens.max()) > req_to_token.shape[1]):
+        raise ValueError("decode attention: a request row or length lies outside req_to_token")
+    prefixes = []
+    if share and rows.numel() > 1:
+        prefixes = plan_shared_prefixes(req_to_token[rows, : int(lens.max())], lens)
+    starts = None
+    if prefixes:
+        starts = torch.zeros(rows.numel(), dtype=torch.int64)
+        for p in prefixes:
+            starts[p.members] = p.length
+    return CpuDecodePlan(rows, lens, prefixes, starts)
+
+
+def plan_shared_prefixes(slot_rows: torch.Tensor, seq_lens: torch.Tensor) -> list[SharedPrefix]:
+    """Group requests by a common leading run of slots (``slot_rows [B, L]``, ``seq_lens [B]``, CPU).
+
+    Requests are grouped by their first slot; a group's prefix is what all its members share,
+    kept when it saves at least ``MIN_SAVED_KEYS`` key reads.
+    """
+    if slot_rows.shape[0] < 2 or slot_rows.shape[1] == 0:
+        return []
+    rows = slot_rows.numpy()
+    lens = seq_lens.numpy()
+    _, group, counts = np.unique(rows[:, 0], return_inverse=True, return_counts=True)
+    prefixes = []
+    for g in np.nonzero(counts >= 2)[0]:
+        members = np.nonzero(group == g)[0]
+        limit = int(lens[members].min())
+        block = rows[members, :limit]
+        same = (block == block[0]).all(axis=0)
+        length = limit if same.all() else int(np.argmin(same))
+        if (len(members) - 1) * length < MIN_SAVED_KEYS:
+            continue
+        slots = block[0, :length].astype(np.int64)
+        contiguous = bool((np.diff(slots) == 1).all())
+        prefixes.append(SharedPrefix(torch.from_numpy(members.astype(np.int64)), length, torch.from_numpy(slots),
+                                     int(slots[0]) if contiguous else None))
+    return prefixes
+
+
+def cascade_decode_attention(
+    q: torch.Tensor,  # [B, Hq, D]
+    k_buffer: torch.Tensor,  # [S, Hkv, D]
+    v_buffer: torch.Tensor,  # [S, Hkv, D]
+    req_to_token: torch.Tensor,
+    plan: CpuDecodePlan,
+    sm_scale: float,
+) -> torch.Tensor | None:  # [B, Hq, D]; None when the compiled kernel is unavailable
+    """Decode attention: each shared prefix by one SDPA call, every request's remaining keys by
+    the compiled kernel, merged. Does not mutate its inputs."""
+    if not plan.prefixes:
+        return native_decode_attention(q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale,
+                                       checked=True)
+    result = native_decode_attention(q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale,
+                                     starts=plan.starts, with_lse=True, checked=True)
+    if result is None:
+        return None
+    out, lse = result  # [B, Hq, D], [B, Hq]
+    batch, num_q_heads, head_dim = q.shape
+    num_kv_heads = k_buffer.shape[1]
+    group = num_q_heads // num_kv_heads
+    for p in plan.prefixes:
+        users = p.members.numel()
+        if p.first_slot is not None:
+            k = k_buffer[p.first_slot : p.first_slot + p.length]  # [n, Hkv, D], a view of the pool
+            v = v_buffer[p.first_slot : p.first_slot + p.length]
+        else:
+            k, v = k_buffer.index_select(0, p.slots), v_buffer.index_select(0, p.slots)
+        # Every member's query heads of one KV head become query rows of one attention call.
+        qp = q.index_select(0, p.members).view(users, num_kv_heads, group, head_dim)
+        qp = qp.transpose(0, 1).reshape(1, num_kv_heads, users * group, head_dim)
+        po, pl = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            qp, k.transpose(0, 1)[None], v.transpose(0, 1)[None], scale=sm_scale
+        )[:2]  # [1, Hkv, U*G, D], [1, Hkv, U*G]
+        po = po[0].view(num_kv_heads, users, group, head_dim).transpose(0, 1).reshape(users, num_q_heads, head_dim)
+        pl = pl[0].view(num_kv_heads, users, group).transpose(0, 1).reshape(users, num_q_heads)
+        own_out, own_lse = out.index_select(0, p.members), lse.index_select(0, p.members)
+        peak = torch.maximum(own_lse, pl)
+        w_own, w_pre = torch.exp(own_lse - peak), torch.exp(pl - peak)  # own_lse may be -inf: weight 0
+        merged = (own_out * w_own[..., None] + po * w_pre[..., None]) / (w_own + w_pre)[..., None]
+        out.index_copy_(0, p.members, merged)
+    return out

@@ -1,0 +1,139 @@
+/* Decode attention over the token pool, float32, one query token per request (CPU).
+ *
+ * Reads each request's keys straight from the pool through its req_to_token row: no gather,
+ * no padding, no per-request calls from Python. One task per request computes all its query
+ * heads (each key row is read whole, once) in two passes over the keys:
+ *
+ *   scores[j][t] = sm_scale * <q_j, k_t[j / G]>        pass 1 reads K once (G = Hq / Hkv, GQA)
+ *   p = exp(scores - max_t), l = sum_t p              per query head j
+ *   out_j = sum_t p[j][t] * v_t[j / G] / l_j           pass 2 reads V once
+ *
+ * Tasks are spread over OpenMP threads. Built with -fopenmp it links libgomp.so.1 by soname,
+ * which resolves to the copy torch already loaded: the kernel shares torch's thread pool
+ * and its thread count (torch.set_num_threads).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+static inline float dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* exp(x) for x <= 0 (scores minus their max) in a form the compiler vectorizes: 2^(x log2 e)
+ * split into an integer power (built in the exponent bits) and 2^f, |f| <= 1/2, by Cephes'
+ * exp2f polynomial (relative error ~2e-7). Below -87 the result flushes to ~1e-38; NaN stays NaN. */
+static inline float exp_nonpositive(float x) {
+    const float xc = x < -87.0f ? -87.0f : (x > 0.0f ? 0.0f : x);
+    const float t = xc * 1.44269504088896341f;
+    const int32_t i = (int32_t)(t - 0.5f); /* round to nearest for t <= 0 */
+    const float f = t - (float)i;
+    float p = 1.535336188319500e-4f;
+    p = p * f + 1.339887440266574e-3f;
+    p = p * f + 9.618437357674640e-3f;
+    p = p * f + 5.550332471162809e-2f;
+    p = p * f + 2.402264791363012e-1f;
+    p = p * f + 6.931472028550421e-1f;
+    p = p * f + 1.0f;
+    union { int32_t i; float f; } scale = {.i = (i + 127) << 23};
+    return x != x ? x : p * scale.f;
+}
+
+static inline int64_t slot_at(const void *row, int table_is_i64, int64_t t) {
+    return table_is_i64 ? ((const int64_t *)row)[t] : (int64_t)((const int32_t *)row)[t];
+}
+
+/* One request: returns 0, 1 when scratch allocation failed, 2 when a slot lies outside the pool. */
+static int attend_one(const float *qb, const float *k_buffer, const float *v_buffer, const void *row,
+                      int table_is_i64, int64_t len, int64_t num_slots, int num_q_heads,
+                      int num_kv_heads, int head_dim, float sm_scale, float *ob, float *lse) {
+    const int group = num_q_heads / num_kv_heads;
+    const int64_t row_stride = (int64_t)num_kv_heads * head_dim; /* floats per pool slot */
+    for (int64_t i = 0; i < (int64_t)num_q_heads * head_dim; i++) ob[i] = 0.0f;
+    if (len <= 0) { /* no keys: output 0, log-sum-exp -inf (weight 0 when merged) */
+        if (lse)
+            for (int j = 0; j < num_q_heads; j++) lse[j] = -INFINITY;
+        return 0;
+    }
+    float *scores = malloc(sizeof(float) * (size_t)len * num_q_heads); /* [Hq][len] */
+    int64_t *slots = malloc(sizeof(int64_t) * (size_t)len);
+    if (!scores || !slots) {
+        free(scores); free(slots);
+        return 1;
+    }
+    for (int64_t t = 0; t < len; t++) {
+        slots[t] = slot_at(row, table_is_i64, t);
+        if (slots[t] < 0 || slots[t] >= num_slots) {
+            free(scores); free(slots);
+            return 2;
+        }
+    }
+    for (int64_t t = 0; t < len; t++) {
+        const float *kt = k_buffer + slots[t] * row_stride;
+        for (int j = 0; j < num_q_heads; j++)
+            scores[j * len + t] = sm_scale * dot(qb + (int64_t)j * head_dim, kt + (int64_t)(j / group) * head_dim, head_dim);
+    }
+    for (int j = 0; j < num_q_heads; j++) {
+        float *s = scores + j * len;
+        float peak = -INFINITY, total = 0.0f;
+        for (int64_t t = 0; t < len; t++) peak = s[t] > peak ? s[t] : peak;
+#pragma omp simd reduction(+ : total)
+        for (int64_t t = 0; t < len; t++) {
+            s[t] = exp_nonpositive(s[t] - peak);
+            total += s[t];
+        }
+        const float inv = 1.0f / total;
+#pragma omp simd
+        for (int64_t t = 0; t < len; t++) s[t] *= inv;
+        if (lse) lse[j] = peak + logf(total);
+    }
+    for (int64_t t = 0; t < len; t++) {
+        const float *vt = v_buffer + slots[t] * row_stride;
+        for (int j = 0; j < num_q_heads; j++) {
+            const float p = scores[j * len + t];
+            const float *v = vt + (int64_t)(j / group) * head_dim;
+            float *o = ob + (int64_t)j * head_dim;
+#pragma omp simd
+            for (int d = 0; d < head_dim; d++) o[d] += p * v[d];
+        }
+    }
+    free(scores); free(slots);
+    return 0;
+}
+
+/* Attention of request b over its keys starts[b] .. seq_lens[b] - 1 (all of them when starts is
+ * NULL). lse (may be NULL) receives each query head's natural log-sum-exp of the scaled scores,
+ * so partial results over disjoint key sets merge exactly. Returns 0; 1 when a scratch
+ * allocation failed, 2 when a slot lies outside the pool (out is then incomplete). */
+int decode_attention_f32(
+    const float *q,           /* [B, Hq, D] contiguous */
+    const float *k_buffer,    /* [S, Hkv, D] contiguous */
+    const float *v_buffer,    /* [S, Hkv, D] contiguous */
+    const void *table,        /* [R, table_stride] int32 or int64 */
+    int table_is_i64,
+    int64_t table_stride,
+    const int64_t *rows,      /* [B] row of each request in table */
+    const int64_t *seq_lens,  /* [B] keys per request */
+    const int64_t *starts,    /* [B] first key to attend to, or NULL for 0 */
+    int64_t num_slots,        /* S */
+    int batch, int num_q_heads, int num_kv_heads, int head_dim,
+    float sm_scale,
+    float *out,               /* [B, Hq, D] */
+    float *lse)               /* [B, Hq], or NULL */
+{
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(max : failed)
+    for (int b = 0; b < batch; b++) {
+        const int64_t start = starts ? starts[b] : 0;
+        const char *row = (const char *)table + (rows[b] * table_stride + start) * (table_is_i64 ? 8 : 4);
+        const int64_t offset = (int64_t)b * num_q_heads * head_dim;
+        int status = attend_one(q + offset, k_buffer, v_buffer, row, table_is_i64, seq_lens[b] - start,
+                                num_slots, num_q_heads, num_kv_heads, head_dim, sm_scale, out + offset,
+                                lse ? lse + (int64_t)b * num_q_heads : NULL);
+        if (status > failed) failed = status;
+    }
+    return failed;
+}
