@@ -1,10 +1,14 @@
-"""Kernels for the GPU path, each paired with its plain-torch reference (the CPU path).
+"""Kernels: Triton for the GPU path, small C kernels for the CPU path, each with a plain-torch
+reference.
 
 Every public function takes ``backend="auto" | "triton" | "torch"``: ``auto`` launches Triton
-when the tensors are on CUDA and runs the reference otherwise (see ``_dispatch.use_triton``).
-Triton itself is imported lazily, so this package imports without it.
+when the tensors are on CUDA; on a float32 CPU batch it runs the compiled C kernel where one
+exists and built (``native.py``), else the reference; ``torch`` always runs the reference (see
+``_dispatch``). Triton is imported lazily and the C kernels are built on first use, so this
+package imports without either.
 """
 
+from .activation import silu_mul
 from .attention import decode_attention, extend_attention
 from .bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, bitmask_to_bool
 from .kv_store import store_kv
@@ -21,6 +25,7 @@ __all__ = [
     "decode_attention",
     "extend_attention",
     "rms_norm",
+    "silu_mul",
     "store_kv",
     "top_k_top_p_sample",
 ]

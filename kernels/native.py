@@ -4,13 +4,15 @@ Why: on a CPU the torch path of decode attention must gather every request's key
 token pool (or make one call per contiguous slot run) before SDPA can read them. At batch 32
 that gather and the many small calls took ~40 % of a decode step of SmolLM2-135M, more than
 transformers' whole attention. ``csrc/decode_attention.c`` reads the keys through the
-``req_to_token`` rows directly, one OpenMP task per (request, KV head).
+``req_to_token`` rows directly, one OpenMP task per request. ``csrc/layer_ops.c`` does a
+layer's elementwise work (RMSNorm with its residual add, SiLU x up, rotary) in one pass each,
+where torch spends most of a decode-sized call on dispatch.
 
-The build is cached in ``$RADIXGEN_CACHE/native`` under a hash of the source, the compiler,
-the flags and the CPU, so it happens once per machine (well under a second). Without a working
-compiler, or with ``RADIXGEN_NATIVE_KERNELS=0``, :func:`native_decode_attention` reports
-unavailable and callers keep the torch path. A loaded library must reproduce the torch
-reference on a small probe before it is used.
+The build is cached in ``$RADIXGEN_CACHE/native`` under a hash of the sources, the compiler,
+the flags and the CPU, so it happens once per machine (about a second). Without a working
+compiler, or with ``RADIXGEN_NATIVE_KERNELS=0``, every ``native_*`` function returns ``None``
+and callers keep the torch path. A loaded library must reproduce the torch references on
+small probes before it is used.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-_SOURCE = Path(__file__).with_name("csrc") / "decode_attention.c"
+_CSRC = Path(__file__).with_name("csrc")
+_SOURCES = ("decode_attention.c", "layer_ops.c")
+_HEADERS = ("common.h",)
 # Tried in order; the first that compiles wins. OpenMP shares torch's pool (see the C file);
 # without it the kernel runs on the calling thread.
 _FLAG_SETS = (
@@ -69,7 +73,7 @@ def _build(compiler: str, flags: list[str], target: Path) -> str | None:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         out = Path(tmp) / target.name
-        cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(out), str(_SOURCE), "-lm"]
+        cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(out), *(str(_CSRC / f) for f in _SOURCES), "-lm"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as e:
@@ -85,33 +89,68 @@ def _load() -> ctypes.CDLL | None:
     if compiler is None:
         logger.info("no C compiler found: CPU decode attention uses the torch path")
         return None
-    source = _SOURCE.read_bytes()
+    source = b"\0".join((_CSRC / f).read_bytes() for f in _SOURCES + _HEADERS)
     errors = []
     for flags in _FLAG_SETS:
         key = hashlib.sha256(b"\0".join([source, compiler.encode(), " ".join(flags).encode(),
                                          _cpu_signature().encode(), torch.__version__.encode()])).hexdigest()[:16]
-        target = _cache_dir() / f"decode_attention-{key}.so"
+        target = _cache_dir() / f"cpu_kernels-{key}.so"
         if not target.exists():
             started = time.monotonic()
             error = _build(compiler, flags, target)
             if error is not None:
                 errors.append(f"{' '.join(flags)}: {error}")
                 continue
-            logger.info("built the native CPU decode attention (%s) in %.1fs", " ".join(flags),
-                        time.monotonic() - started)
+            logger.info("built the native CPU kernels (%s) in %.1fs", " ".join(flags), time.monotonic() - started)
         try:
             lib = ctypes.CDLL(str(target))
         except OSError as e:
             errors.append(f"{' '.join(flags)}: {e}")
             continue
-        fn = lib.decode_attention_f32
-        fn.restype = ctypes.c_int
-        fn.argtypes = ([ctypes.c_void_p] * 4 + [ctypes.c_int, ctypes.c_int64] + [ctypes.c_void_p] * 3
-                       + [ctypes.c_int64] + [ctypes.c_int] * 4 + [ctypes.c_float] + [ctypes.c_void_p] * 2)
+        _declare(lib)
         return lib
-    logger.warning("could not build the native CPU decode attention; using the torch path. %s",
+    logger.warning("could not build the native CPU kernels; using the torch paths. %s",
                    " | ".join(errors)[-800:])
     return None
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    p, i32, i64, f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
+    signatures = {
+        "decode_attention_f32": (i32, [p, p, p, p, i32, i64, p, p, p, i64, i32, i32, i32, i32, f32, p, p]),
+        "add_rms_norm_f32": (None, [p, i64, p, i64, p, p, p, i64, i64, f32]),
+        "silu_mul_f32": (None, [p, i64, p, i64, i64]),
+        "rotary_f32": (i32, [p, i64, i64, p, i64, i64, p, p, i64, p, p, i64, i32, i32, i64]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+
+
+def _probe_layer_ops(lib: ctypes.CDLL) -> bool:
+    """The elementwise kernels must match their torch references (float32, decode and prefill sizes)."""
+    from .norm import rms_norm_ref
+    from .rotary import apply_rotary_ref, build_cos_sin_cache
+
+    g = torch.Generator().manual_seed(0)
+    for rows in (3, 100):
+        x, r, w = torch.randn(rows, 40, generator=g), torch.randn(rows, 40, generator=g), torch.randn(40, generator=g)
+        want_out, want_h = rms_norm_ref(x, w, 1e-5, r)
+        out, h = _add_rms_norm(lib, x, w, 1e-5, r)
+        if not (torch.allclose(out, want_out, rtol=1e-5, atol=1e-5) and torch.equal(h, want_h)
+                and torch.allclose(_add_rms_norm(lib, x, w, 1e-5), rms_norm_ref(x, w, 1e-5), rtol=1e-5, atol=1e-5)):
+            return False
+        gate_up = torch.randn(rows, 2 * 24, generator=g) * 8
+        gate, up = gate_up.chunk(2, dim=-1)
+        if not torch.allclose(_silu_mul(lib, gate_up), torch.nn.functional.silu(gate) * up, rtol=1e-5, atol=1e-5):
+            return False
+        q, k = torch.randn(rows, 6, 16, generator=g), torch.randn(rows, 2, 16, generator=g)
+        positions = torch.randint(0, 50, (rows,), generator=g)
+        cache = build_cos_sin_cache(16, 50, 10000.0)
+        got, want = _rotary(lib, q, k, positions, cache), apply_rotary_ref(q, k, positions, cache)
+        if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(got, want)):
+            return False
+    return True
 
 
 def _probe(fn) -> bool:
@@ -175,16 +214,78 @@ def _library() -> ctypes.CDLL | None:
         with _lock:
             if "lib" not in _state:
                 lib = _load() if _enabled() else None
-                if lib is not None and not _probe(lambda *a: _call(lib, *a)):
-                    logger.warning("the native CPU decode attention disagrees with the torch reference; not using it")
+                if lib is not None and not (_probe(lambda *a: _call(lib, *a)) and _probe_layer_ops(lib)):
+                    logger.warning("the native CPU kernels disagree with the torch references; not using them")
                     lib = None
                 _state["lib"] = lib
     return _state["lib"]  # type: ignore[return-value]
 
 
 def native_decode_available() -> bool:
-    """True when the compiled kernel is loaded (builds it on the first call)."""
+    """True when the compiled kernels are loaded (builds them on the first call)."""
     return _enabled() and _library() is not None
+
+
+def _ready(*tensors: torch.Tensor) -> ctypes.CDLL | None:
+    """The library when every tensor is a float32 CPU tensor and the kernels are loaded."""
+    if not all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors):
+        return None
+    return _library() if _enabled() else None
+
+
+def _add_rms_norm(lib, x, weight, eps, residual=None):
+    rows, hidden = x.shape
+    out = torch.empty(rows, hidden)
+    h = None if residual is None else torch.empty(rows, hidden)
+    lib.add_rms_norm_f32(x.data_ptr(), x.stride(0), None if residual is None else residual.data_ptr(),
+                         0 if residual is None else residual.stride(0), weight.data_ptr(), out.data_ptr(),
+                         None if h is None else h.data_ptr(), rows, hidden, float(eps))
+    return out if residual is None else (out, h)
+
+
+def native_rms_norm(x, weight, eps, residual=None):
+    """``rms_norm_ref`` for 2-D float32 CPU rows (unit last stride); ``None`` when unavailable."""
+    tensors = (x, weight) if residual is None else (x, weight, residual)
+    lib = _ready(*tensors)
+    if lib is None or x.dim() != 2 or weight.shape != (x.shape[1],) or not weight.is_contiguous() or any(
+            t.stride(-1) != 1 for t in tensors) or (residual is not None and residual.shape != x.shape):
+        return None
+    return _add_rms_norm(lib, x, weight, eps, residual)
+
+
+def _silu_mul(lib, gate_up):
+    rows, width = gate_up.shape
+    out = torch.empty(rows, width // 2)
+    lib.silu_mul_f32(gate_up.data_ptr(), gate_up.stride(0), out.data_ptr(), rows, width // 2)
+    return out
+
+
+def native_silu_mul(gate_up):
+    """``silu(gate) * up`` of ``gate_up [N, 2I]`` (float32 CPU, unit last stride); ``None`` when unavailable."""
+    lib = _ready(gate_up)
+    if lib is None or gate_up.dim() != 2 or gate_up.shape[1] % 2 or gate_up.stride(1) != 1:
+        return None
+    return _silu_mul(lib, gate_up)
+
+
+def _rotary(lib, q, k, positions, cos_sin_cache):
+    tokens, num_q_heads, head_dim = q.shape
+    positions = positions.to(torch.int64).contiguous()
+    q_out, k_out = torch.empty(q.shape), torch.empty(k.shape)
+    bad = lib.rotary_f32(q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), k.stride(0), k.stride(1),
+                         positions.data_ptr(), cos_sin_cache.data_ptr(), cos_sin_cache.shape[0], q_out.data_ptr(),
+                         k_out.data_ptr(), tokens, num_q_heads, k.shape[1], head_dim)
+    if bad:
+        raise ValueError("apply_rotary: a position lies outside the cos/sin cache")
+    return q_out, k_out
+
+
+def native_rotary(q, k, positions, cos_sin_cache):
+    """``apply_rotary_ref`` for float32 CPU ``q``/``k`` with unit last stride; ``None`` when unavailable."""
+    lib = _ready(q, k, cos_sin_cache)
+    if lib is None or q.stride(2) != 1 or k.stride(2) != 1 or not cos_sin_cache.is_contiguous():
+        return None
+    return _rotary(lib, q, k, positions, cos_sin_cache)
 
 
 def supports(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, req_to_token: torch.Tensor) -> bool:

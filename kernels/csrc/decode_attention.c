@@ -16,30 +16,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "common.h"
+
 static inline float dot(const float *a, const float *b, int n) {
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
     for (int i = 0; i < n; i++) s += a[i] * b[i];
     return s;
-}
-
-/* exp(x) for x <= 0 (scores minus their max) in a form the compiler vectorizes: 2^(x log2 e)
- * split into an integer power (built in the exponent bits) and 2^f, |f| <= 1/2, by Cephes'
- * exp2f polynomial (relative error ~2e-7). Below -87 the result flushes to ~1e-38; NaN stays NaN. */
-static inline float exp_nonpositive(float x) {
-    const float xc = x < -87.0f ? -87.0f : (x > 0.0f ? 0.0f : x);
-    const float t = xc * 1.44269504088896341f;
-    const int32_t i = (int32_t)(t - 0.5f); /* round to nearest for t <= 0 */
-    const float f = t - (float)i;
-    float p = 1.535336188319500e-4f;
-    p = p * f + 1.339887440266574e-3f;
-    p = p * f + 9.618437357674640e-3f;
-    p = p * f + 5.550332471162809e-2f;
-    p = p * f + 2.402264791363012e-1f;
-    p = p * f + 6.931472028550421e-1f;
-    p = p * f + 1.0f;
-    union { int32_t i; float f; } scale = {.i = (i + 127) << 23};
-    return x != x ? x : p * scale.f;
 }
 
 static inline int64_t slot_at(const void *row, int table_is_i64, int64_t t) {

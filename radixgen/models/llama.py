@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from ..config import ModelConfig
 from ..forward_batch import ForwardBatch
+from ..kernels.activation import silu_mul
 from ..kernels.attention import decode_attention, extend_attention
 from ..kernels.kv_store import store_kv
 from ..kernels.linear import PackedLinear
@@ -81,8 +82,7 @@ class LlamaModel:
             hidden, residual = rms_norm(hidden, layer.input_norm, eps, residual)
         hidden = self._attention(layer_id, layer, hidden, batch)
         hidden, residual = rms_norm(hidden, layer.post_norm, eps, residual)
-        gate, up = layer.gate_up(hidden).chunk(2, dim=-1)  # [N, I] each
-        return layer.down(F.silu(gate) * up), residual
+        return layer.down(silu_mul(layer.gate_up(hidden))), residual  # gate_up [N, 2I] -> [N, I]
 
     def _attention(self, layer_id: int, layer: LayerWeights, hidden: torch.Tensor, batch: ForwardBatch):
         cfg = self.config

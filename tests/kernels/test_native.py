@@ -1,5 +1,6 @@
-"""The compiled CPU decode attention (kernels/native.py) and the shared-prefix cascade around it
-(kernels/cpu_decode.py), against ``decode_attention_ref`` on the slot layouts the engine makes.
+"""The compiled CPU kernels (kernels/native.py): decode attention and the shared-prefix cascade
+around it (kernels/cpu_decode.py), against ``decode_attention_ref`` on the slot layouts the
+engine makes; RMSNorm, SiLU x up and rotary against their torch references.
 
 Where a C compiler exists the kernel must build: these tests fail, rather than skip, when it
 does not, so a broken build cannot hide behind the torch fallback.
@@ -171,7 +172,7 @@ def test_the_build_is_cached_per_machine(monkeypatch, tmp_path):
     monkeypatch.setattr(native, "_state", {})
     monkeypatch.setenv("RADIXGEN_CACHE", str(tmp_path))
     assert native.native_decode_available()
-    built = list((tmp_path / "native").glob("decode_attention-*.so"))
+    built = list((tmp_path / "native").glob("cpu_kernels-*.so"))
     assert len(built) == 1
     stamp = built[0].stat().st_mtime_ns
     monkeypatch.setattr(native, "_state", {})
@@ -205,3 +206,53 @@ def test_engine_outputs_equal_with_and_without_the_kernel(tiny_model_folder, mon
             engine.shutdown()
 
     assert generate(True) == generate(False)
+
+
+# ------------------------------------------------------------------ the layer's elementwise kernels
+
+
+@pytest.mark.parametrize("rows", [1, 32, 300])  # 300 rows of 576 spread over threads
+def test_rms_norm_matches_reference(rows):
+    from radixgen.kernels.norm import rms_norm, rms_norm_ref
+
+    x, residual, weight = torch.randn(rows, 576), torch.randn(rows, 576), torch.randn(576)
+    out, h = native.native_rms_norm(x, weight, 1e-6, residual)
+    want_out, want_h = rms_norm_ref(x, weight, 1e-6, residual)
+    torch.testing.assert_close(out, want_out, atol=1e-5, rtol=1e-5)
+    assert torch.equal(h, want_h)
+    torch.testing.assert_close(rms_norm(x, weight, 1e-6), rms_norm_ref(x, weight, 1e-6), atol=1e-5, rtol=1e-5)
+    strided = torch.randn(rows, 1000)[:, 100:676]  # rows of a wider tensor (unit last stride)
+    torch.testing.assert_close(native.native_rms_norm(strided, weight, 1e-6), rms_norm_ref(strided, weight, 1e-6),
+                               atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 32, 300])
+def test_silu_mul_matches_reference(rows):
+    from radixgen.kernels.activation import silu_mul, silu_mul_ref
+
+    gate_up = torch.randn(rows, 2 * 1536) * 6  # includes large |gate| where exp saturates
+    gate_up[0, :4] = torch.tensor([0.0, -0.0, 90.0, -90.0])
+    torch.testing.assert_close(silu_mul(gate_up), silu_mul_ref(gate_up), atol=1e-5, rtol=1e-5)
+    wide = torch.randn(rows, 4000)[:, : 2 * 1536]  # gate_up as a column slice
+    torch.testing.assert_close(native.native_silu_mul(wide), silu_mul_ref(wide), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("tokens", [1, 32, 200])
+def test_rotary_matches_reference(tokens):
+    from radixgen.kernels.rotary import apply_rotary, apply_rotary_ref, build_cos_sin_cache
+
+    cache = build_cos_sin_cache(64, 4096, 100000.0, {"rope_type": "llama3", "factor": 8.0})
+    qkv = torch.randn(tokens, (9 + 2 * 3) * 64)
+    q, k, _ = qkv.split([9 * 64, 3 * 64, 3 * 64], dim=-1)  # views of a fused projection, as in the model
+    q, k = q.view(tokens, 9, 64), k.view(tokens, 3, 64)
+    positions = torch.randint(0, 4096, (tokens,))
+    for got, want in zip(apply_rotary(q, k, positions, cache), apply_rotary_ref(q, k, positions, cache)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="outside the cos/sin cache"):
+        native.native_rotary(q, k, positions + 4096, cache)
+
+
+def test_layer_ops_leave_other_dtypes_and_devices_to_torch():
+    x = torch.randn(4, 64, dtype=torch.bfloat16)
+    assert native.native_rms_norm(x, torch.ones(64, dtype=torch.bfloat16), 1e-6) is None
+    assert native.native_silu_mul(torch.randn(4, 64, dtype=torch.float64)) is None

@@ -1,0 +1,88 @@
+/* Elementwise parts of a decoder layer, float32, CPU: RMSNorm (with the residual add that
+ * precedes it), SiLU(gate) * up, and rotary embedding. Each replaces several torch ops whose
+ * per-call cost, at decode sizes (tens of rows), is mostly dispatch and thread wake-ups.
+ * Work is spread over OpenMP threads only when there is enough of it to pay for waking them.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "common.h"
+
+/* Below this many floats a call stays on the calling thread (waking the pool costs more). */
+#define PARALLEL_MIN_ELEMENTS 32768
+
+/* h = x + residual (when residual is not NULL, else h = x); out = h * rsqrt(mean(h^2) + eps) * w.
+ * h_out may be NULL when residual is NULL. */
+void add_rms_norm_f32(const float *x, int64_t stride_x, const float *residual, int64_t stride_r,
+                      const float *weight, float *out, float *h_out, int64_t rows, int64_t hidden, float eps) {
+#pragma omp parallel for schedule(static) if (rows * hidden >= PARALLEL_MIN_ELEMENTS)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * stride_x;
+        float *o = out + r * hidden;
+        const float *h = xr;
+        if (residual) {
+            float *hr = h_out + r * hidden;
+            const float *rr = residual + r * stride_r;
+#pragma omp simd
+            for (int64_t i = 0; i < hidden; i++) hr[i] = xr[i] + rr[i];
+            h = hr;
+        }
+        float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+        for (int64_t i = 0; i < hidden; i++) sum += h[i] * h[i];
+        const float inv = 1.0f / sqrtf(sum / (float)hidden + eps);
+#pragma omp simd
+        for (int64_t i = 0; i < hidden; i++) o[i] = h[i] * inv * weight[i];
+    }
+}
+
+/* out[r] = silu(gate_up[r, :inter]) * gate_up[r, inter:], silu(g) = g / (1 + exp(-g)). */
+void silu_mul_f32(const float *gate_up, int64_t stride, float *out, int64_t rows, int64_t inter) {
+#pragma omp parallel for schedule(static) if (rows * inter >= PARALLEL_MIN_ELEMENTS)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = gate_up + r * stride;
+        const float *u = g + inter;
+        float *o = out + r * inter;
+#pragma omp simd
+        for (int64_t i = 0; i < inter; i++) {
+            const float gi = g[i];
+            const float e = exp_nonpositive(-fabsf(gi)); /* exp(-|g|): never overflows */
+            const float positive = (float)(gi > 0.0f);     /* no float select: keeps the loop vectorized */
+            o[i] = gi * (e + (1.0f - e) * positive) / (1.0f + e) * u[i]; /* sigmoid(g) = 1/(1+e) or e/(1+e) */
+        }
+    }
+}
+
+/* Rotate-half (NeoX) rotary of one head vector x [D] into y with cos/sin rows [D/2]. */
+static inline void rotate(const float *x, float *y, const float *cos, const float *sin, int64_t half) {
+#pragma omp simd
+    for (int64_t i = 0; i < half; i++) {
+        const float x1 = x[i], x2 = x[i + half];
+        y[i] = x1 * cos[i] - x2 * sin[i];
+        y[i + half] = x2 * cos[i] + x1 * sin[i];
+    }
+}
+
+/* q_out [N, Hq, D] and k_out [N, Hkv, D] (contiguous) from q, k (any token/head strides, unit
+ * last stride) at positions [N]; cos_sin [max_pos, D] = cat(cos, sin). Returns 1 when a
+ * position lies outside [0, max_pos). */
+int rotary_f32(const float *q, int64_t stride_qt, int64_t stride_qh, const float *k, int64_t stride_kt,
+               int64_t stride_kh, const int64_t *positions, const float *cos_sin, int64_t max_pos,
+               float *q_out, float *k_out, int64_t tokens, int num_q_heads, int num_kv_heads, int64_t head_dim) {
+    const int64_t half = head_dim / 2;
+    int bad = 0;
+#pragma omp parallel for schedule(static) if (tokens * (num_q_heads + num_kv_heads) * head_dim >= PARALLEL_MIN_ELEMENTS) reduction(| : bad)
+    for (int64_t t = 0; t < tokens; t++) {
+        const int64_t pos = positions[t];
+        if (pos < 0 || pos >= max_pos) {
+            bad = 1;
+            continue;
+        }
+        const float *cos = cos_sin + pos * head_dim, *sin = cos + half;
+        for (int h = 0; h < num_q_heads; h++)
+            rotate(q + t * stride_qt + h * stride_qh, q_out + (t * num_q_heads + h) * head_dim, cos, sin, half);
+        for (int h = 0; h < num_kv_heads; h++)
+            rotate(k + t * stride_kt + h * stride_kh, k_out + (t * num_kv_heads + h) * head_dim, cos, sin, half);
+    }
+    return bad;
+}
