@@ -69,18 +69,18 @@ def _cpu_signature() -> str:
 
 
 def _build(compiler: str, flags: list[str], target: Path) -> str | None:
-    """Compile the source into ``target``; the compiler's complaint on failure."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        out = Path(tmp) / target.name
-        cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(out), *(str(_CSRC / f) for f in _SOURCES), "-lm"]
-        try:
+    """Compile the sources into ``target``; the complaint (compiler's or file system's) on failure."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            out = Path(tmp) / target.name
+            cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(out), *(str(_CSRC / f) for f in _SOURCES), "-lm"]
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            return str(e)
-        if done.returncode != 0:
-            return done.stderr.strip()[-400:] or f"exit status {done.returncode}"
-        os.replace(out, target)  # atomic: a concurrent process sees no half-written library
+            if done.returncode != 0:
+                return done.stderr.strip()[-400:] or f"exit status {done.returncode}"
+            os.replace(out, target)  # atomic: a concurrent process sees no half-written library
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
     return None
 
 

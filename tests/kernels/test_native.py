@@ -157,10 +157,15 @@ def test_disabled_by_environment(monkeypatch, assert_close):
     assert_close(decode_attention(*args), decode_attention_ref(*args))  # the torch path
 
 
-def test_a_failed_build_falls_back_with_a_warning(monkeypatch, tmp_path, caplog, assert_close):
+@pytest.mark.parametrize("failure", ["compiler fails", "cache folder unwritable"])
+def test_a_failed_build_falls_back_with_a_warning(failure, monkeypatch, tmp_path, caplog, assert_close):
     monkeypatch.setattr(native, "_state", {})
-    monkeypatch.setenv("RADIXGEN_CACHE", str(tmp_path))
-    monkeypatch.setenv("CC", shutil.which("false") or "/bin/false")
+    if failure == "compiler fails":
+        monkeypatch.setenv("RADIXGEN_CACHE", str(tmp_path))
+        monkeypatch.setenv("CC", shutil.which("false") or "/bin/false")
+    else:
+        (tmp_path / "a-file").write_text("")
+        monkeypatch.setenv("RADIXGEN_CACHE", str(tmp_path / "a-file"))  # no folder can be made under it
     args = make_inputs(layouts()["one run each"], 4, 2)
     with caplog.at_level(logging.WARNING, logger="radixgen.kernels.native"):
         assert native.native_decode_attention(*args) is None
