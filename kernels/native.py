@@ -87,7 +87,7 @@ def _build(compiler: str, flags: list[str], target: Path) -> str | None:
 def _load() -> ctypes.CDLL | None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
-        logger.info("no C compiler found: CPU decode attention uses the torch path")
+        logger.info("no C compiler found: the CPU kernels use their torch paths")
         return None
     source = b"\0".join((_CSRC / f).read_bytes() for f in _SOURCES + _HEADERS)
     errors = []
@@ -104,10 +104,10 @@ def _load() -> ctypes.CDLL | None:
             logger.info("built the native CPU kernels (%s) in %.1fs", " ".join(flags), time.monotonic() - started)
         try:
             lib = ctypes.CDLL(str(target))
-        except OSError as e:
+            _declare(lib)
+        except (OSError, AttributeError) as e:  # unloadable, or a symbol missing
             errors.append(f"{' '.join(flags)}: {e}")
             continue
-        _declare(lib)
         return lib
     logger.warning("could not build the native CPU kernels; using the torch paths. %s",
                    " | ".join(errors)[-800:])
