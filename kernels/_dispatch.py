@@ -30,6 +30,8 @@ def use_triton(backend: str, *tensors: torch.Tensor) -> bool:
     return all(t.is_cuda for t in tensors)
 
 
-def forced_torch() -> bool:
-    """True when ``RADIXGEN_KERNEL_BACKEND=torch`` asks for the plain-torch references everywhere."""
-    return os.environ.get("RADIXGEN_KERNEL_BACKEND", "") == "torch"
+def use_native(backend: str) -> bool:
+    """Whether a CPU call may take its compiled C kernel (``native.py``): only under ``auto``, and
+    not when ``RADIXGEN_KERNEL_BACKEND=torch`` asks for the plain-torch references everywhere.
+    The kernel itself still declines tensors it does not handle (then the reference runs)."""
+    return backend == "auto" and os.environ.get("RADIXGEN_KERNEL_BACKEND", "") != "torch"

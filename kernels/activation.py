@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._dispatch import BACKENDS, forced_torch
+from ._dispatch import BACKENDS, use_native
 from .native import native_silu_mul
 
 
@@ -20,7 +20,7 @@ def silu_mul(gate_up: torch.Tensor, backend: str = "auto") -> torch.Tensor:
     Never mutates its input."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "auto" and not forced_torch():
+    if use_native(backend):
         out = native_silu_mul(gate_up)
         if out is not None:
             return out

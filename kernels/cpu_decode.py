@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .native import native_decode_attention
+from .native import check_decode_rows, run_decode_attention
 
 # A shared prefix gets its own SDPA call when that saves the kernel at least this many key reads,
 # (members - 1) * length: one call plus the merge costs about what the kernel spends on ~2k keys.
@@ -47,16 +47,13 @@ class CpuDecodePlan:
     starts: torch.Tensor | None  # [B] int64, keys before it that a shared prefix covers; None: no prefixes
 
 
-def plan_cpu_decode(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor,
-                    share: bool = True) -> CpuDecodePlan:
-    """Check the batch against ``req_to_token`` and find shared prefixes (``share=False``: none)."""
+def plan_cpu_decode(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor) -> CpuDecodePlan:
+    """Check the batch against ``req_to_token`` and find the prefixes its requests share."""
     rows = req_pool_indices.to(torch.int64).contiguous()
     lens = seq_lens.to(torch.int64).contiguous()
-    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= req_to_token.shape[0]
-                         or int(lens.min()) < 0 or int(lens.max()) > req_to_token.shape[1]):
-        raise ValueError("decode attention: a request row or length lies outside req_to_token")
+    check_decode_rows(req_to_token, rows, lens)
     prefixes = []
-    if share and rows.numel() > 1:
+    if rows.numel() > 1:
         prefixes = plan_shared_prefixes(req_to_token[rows, : int(lens.max())], lens)
     starts = None
     if prefixes:
@@ -100,17 +97,14 @@ def cascade_decode_attention(
     req_to_token: torch.Tensor,
     plan: CpuDecodePlan,
     sm_scale: float,
-) -> torch.Tensor | None:  # [B, Hq, D]; None when the compiled kernel is unavailable
+) -> torch.Tensor:  # [B, Hq, D]
     """Decode attention: each shared prefix by one SDPA call, every request's remaining keys by
-    the compiled kernel, merged. Does not mutate its inputs."""
+    the compiled kernel, merged. The caller checked ``native.supports`` and that the kernels are
+    available. Does not mutate its inputs."""
     if not plan.prefixes:
-        return native_decode_attention(q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale,
-                                       checked=True)
-    result = native_decode_attention(q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale,
-                                     starts=plan.starts, with_lse=True, checked=True)
-    if result is None:
-        return None
-    out, lse = result  # [B, Hq, D], [B, Hq]
+        return run_decode_attention(q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale)
+    out, lse = run_decode_attention(q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale,
+                                    starts=plan.starts, with_lse=True)  # [B, Hq, D], [B, Hq]
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
     group = num_q_heads // num_kv_heads

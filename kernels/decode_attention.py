@@ -17,7 +17,7 @@ from ._attention_common import (
     _dot_precision,
     _gather,
 )
-from ._dispatch import forced_torch, use_triton
+from ._dispatch import use_native, use_triton
 from ._triton import dot_upcast, lazy_jit, next_power_of_2
 from .cpu_decode import CpuDecodePlan, cascade_decode_attention, plan_cpu_decode
 from .native import native_decode_available, supports
@@ -72,20 +72,17 @@ def decode_attention(
     Shapes as in :func:`decode_attention_ref`. Does not mutate its inputs. On CPU, ``auto``
     runs the compiled C kernel when it is available (``native.py``), attending each prefix
     that ``cpu_plan`` (from :func:`plan_cpu_decode`, built here when not given) finds shared
-    once for all its members (``cpu_decode.py``); otherwise ``runs`` (from :func:`plan_decode_runs` on the same slots)
-    lets the torch path read contiguous slot runs as views of the pool instead of gathering
-    them. The Triton kernel ignores both.
+    once for all its members (``cpu_decode.py``); otherwise ``runs`` (from
+    :func:`plan_decode_runs` on the same slots) lets the torch path read contiguous slot runs
+    as views of the pool instead of gathering them. The Triton kernel ignores both.
     """
     if use_triton(backend, q, k_buffer):
         return decode_attention_triton(
             q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale
         )
-    if (backend == "auto" and not forced_torch() and supports(q, k_buffer, v_buffer, req_to_token)
-            and native_decode_available()):
+    if use_native(backend) and supports(q, k_buffer, v_buffer, req_to_token) and native_decode_available():
         plan = cpu_plan or plan_cpu_decode(req_to_token, req_pool_indices, seq_lens)
-        out = cascade_decode_attention(q, k_buffer, v_buffer, req_to_token, plan, sm_scale)
-        if out is not None:
-            return out
+        return cascade_decode_attention(q, k_buffer, v_buffer, req_to_token, plan, sm_scale)
     if runs is not None:
         return decode_attention_runs(q, k_buffer, v_buffer, runs, sm_scale)
     return decode_attention_ref(

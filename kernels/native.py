@@ -181,19 +181,14 @@ def _probe(fn) -> bool:
 
 
 def _call(lib: ctypes.CDLL, q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-          starts=None, with_lse=False, checked=False):
+          starts=None, with_lse=False):
+    """Run the kernel; rows, lengths and starts must already be in range (slots are checked inside)."""
     batch, num_q_heads, head_dim = q.shape
     q = q.contiguous()
     rows = req_pool_indices.to(torch.int64).contiguous()
     lens = seq_lens.to(torch.int64).contiguous()
     if starts is not None:
         starts = starts.to(torch.int64).contiguous()
-    if not checked and batch and (
-            int(rows.min()) < 0 or int(rows.max()) >= req_to_token.shape[0]
-            or int(lens.min()) < 0 or int(lens.max()) > req_to_token.shape[1]):
-        raise ValueError("native decode attention: a request row or length lies outside req_to_token")
-    if not checked and starts is not None and batch and (int(starts.min()) < 0 or bool((starts > lens).any())):
-        raise ValueError("native decode attention: a start lies outside its request's keys")
     out = torch.empty_like(q)
     lse = torch.empty(batch, num_q_heads) if with_lse else None
     failed = lib.decode_attention_f32(
@@ -230,7 +225,7 @@ def _ready(*tensors: torch.Tensor) -> ctypes.CDLL | None:
     """The library when every tensor is a float32 CPU tensor and the kernels are loaded."""
     if not all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors):
         return None
-    return _library() if _enabled() else None
+    return _library() if native_decode_available() else None
 
 
 def _add_rms_norm(lib, x, weight, eps, residual=None):
@@ -300,18 +295,36 @@ def supports(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, re
     )
 
 
+def check_decode_rows(req_to_token, req_pool_indices, seq_lens, starts=None) -> None:
+    """ValueError unless every request's row, length (and start) lies inside ``req_to_token``."""
+    rows, lens = req_pool_indices, seq_lens
+    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= req_to_token.shape[0]
+                         or int(lens.min()) < 0 or int(lens.max()) > req_to_token.shape[1]):
+        raise ValueError("decode attention: a request row or length lies outside req_to_token")
+    if starts is not None and starts.numel() and (int(starts.min()) < 0 or bool((starts > lens).any())):
+        raise ValueError("decode attention: a start lies outside its request's keys")
+
+
+def run_decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
+                         starts=None, with_lse=False):
+    """:func:`native_decode_attention` without its checks, for a caller that made them once for
+    many calls (``supports``, ``native_decode_available``, ``check_decode_rows``)."""
+    return _call(_library(), q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
+                 starts, with_lse)
+
+
 def native_decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                            starts=None, with_lse=False, checked=False):
+                            starts=None, with_lse=False):
     """Decode attention by the C kernel; ``None`` when it is unavailable for these inputs.
 
     Shapes as in ``decode_attention_ref``; request ``b`` attends to the keys in
     ``req_to_token[req_pool_indices[b], starts[b] : seq_lens[b]]`` (``starts`` defaults to 0).
     ``with_lse=True`` returns ``(out, lse [B, Hq])``, lse being the natural log-sum-exp of the
     scaled scores (``-inf`` where a request has no keys), for merging with other partials.
-    ``checked=True`` skips re-checking rows, lengths and starts (the caller did);
-    slots themselves are always checked against the pool inside the kernel.
+    Rows, lengths and starts are checked here, every slot against the pool inside the kernel.
     """
     if not supports(q, k_buffer, v_buffer, req_to_token) or not native_decode_available():
         return None
-    return _call(_library(), q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                 starts, with_lse, checked)
+    check_decode_rows(req_to_token, req_pool_indices, seq_lens, starts)
+    return run_decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
+                                starts, with_lse)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ._dispatch import forced_torch, use_triton
+from ._dispatch import use_native, use_triton
 from ._triton import lazy_jit, next_power_of_2
 from .native import native_rms_norm
 
@@ -116,7 +116,7 @@ def rms_norm(
     _check(x, weight, residual)
     if use_triton(backend, x, weight):
         return rms_norm_triton(x, weight, eps, residual)
-    if backend == "auto" and not forced_torch() and x.dim() == 2:
+    if use_native(backend) and x.dim() == 2:
         result = native_rms_norm(x, weight, eps, residual)  # float32 CPU: one C pass (native.py)
         if result is not None:
             return result

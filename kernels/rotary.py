@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._dispatch import forced_torch, use_triton
+from ._dispatch import use_native, use_triton
 from ._triton import lazy_jit, next_power_of_2
 from .native import native_rotary
 
@@ -166,7 +166,7 @@ def apply_rotary(
     _check(q, k, positions, cos_sin_cache)
     if use_triton(backend, q, k):
         return apply_rotary_triton(q, k, positions, cos_sin_cache)
-    if backend == "auto" and not forced_torch():
+    if use_native(backend):
         result = native_rotary(q, k, positions, cos_sin_cache)  # float32 CPU: one C pass (native.py)
         if result is not None:
             return result

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .forward_batch import ForwardBatch
-from .kernels._dispatch import forced_torch, use_triton
+from .kernels._dispatch import use_native, use_triton
 from .kernels.attention import plan_cpu_decode, plan_decode_runs
 from .kernels.native import native_decode_available
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool
@@ -24,8 +24,7 @@ class ModelRunner:
 
     def _native_decode(self, k_pool: torch.Tensor) -> bool:
         """Whether decode attention runs the compiled CPU kernel (then no slot-run plan is needed)."""
-        return (self.attention_backend == "auto" and not forced_torch() and k_pool.dtype == torch.float32
-                and native_decode_available())
+        return use_native(self.attention_backend) and k_pool.dtype == torch.float32 and native_decode_available()
 
     def forward(self, reqs: list[Req], sampling: list[bool]) -> torch.Tensor:
         """Run one step for ``reqs`` (decode rows, i.e. ``extend_len == 1``, first).
