@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -261,3 +262,16 @@ def test_layer_ops_leave_other_dtypes_and_devices_to_torch():
     x = torch.randn(4, 64, dtype=torch.bfloat16)
     assert native.native_rms_norm(x, torch.ones(64, dtype=torch.bfloat16), 1e-6) is None
     assert native.native_silu_mul(torch.randn(4, 64, dtype=torch.float64)) is None
+
+
+def test_every_c_file_ships_with_the_package():
+    """An installed (non-editable) package must carry the sources and headers it compiles."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    pyproject = Path(__file__).parents[2] / "pyproject.toml"
+    patterns = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]["radixgen.kernels"]
+    kernels_dir = Path(native.__file__).parent
+    shipped = {path.name for pattern in patterns for path in kernels_dir.glob(pattern)}
+    on_disk = {path.name for path in (kernels_dir / "csrc").iterdir() if path.suffix in (".c", ".h")}
+    assert on_disk == set(native._SOURCES) | set(native._HEADERS)
+    assert on_disk <= shipped
