@@ -60,6 +60,29 @@ def test_shared_prefix_outputs_equal_cache_on_off_and_chunked(engine, engine_no_
         eng.check_integrity()
 
 
+def test_requests_wait_for_a_shared_prefix_still_in_chunked_prefill(default_model_path, tokenizer):
+    """A chunk that ends inside a prompt publishes part of it; a request sharing that prompt waits
+    until the rest reaches the tree instead of matching the partial chunk and recomputing the rest."""
+    from radixgen.scheduler.scheduler import SHARED_PREFIX_DEFER
+
+    systems = [SYSTEM, SYSTEM.replace("library", "museum")]
+    groups = [[tokenizer.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": q}])
+               for q in QUESTIONS[:3]] for system in systems]
+    prompt_len = len(tokenizer.encode(groups[0][0]))
+    # the second group's first prompt is split across two steps
+    eng = Engine(str(default_model_path), chunked_prefill_size=prompt_len * 3 // 2, max_total_tokens=8192)
+    try:
+        outputs = eng.generate(groups[0] + groups[1], GREEDY)
+        eng.check_integrity()
+    finally:
+        eng.shutdown()
+    for group, outs in zip(groups, (outputs[:3], outputs[3:])):
+        ids = [tokenizer.encode(p) for p in group]
+        shared = min(next(i for i, (a, b) in enumerate(zip(ids[0], other)) if a != b) for other in ids[1:])
+        cached = sorted(o.cached_tokens for o in outs)
+        assert all(c >= shared - SHARED_PREFIX_DEFER for c in cached[1:]), (shared, cached)
+
+
 def test_three_turn_chat_equal_and_reused(engine, engine_no_cache, engine_small_chunks):
     engine.flush_cache()
     cached = three_turn_chat(engine)

@@ -97,10 +97,12 @@ class Scheduler:
     # ------------------------------------------------------------------ admission
     def _admit(self, budget: int) -> None:
         admitted: list[Req] = []
+        # a prompt computed this step reaches the tree only after the step
+        prefilling = [r for r in self.running if r.extend_len > 1]
         for req in order_waiting(self.waiting, self.policy, self.cache):
             if budget <= 0 or len(self.running) >= self.config.max_running_requests:
                 break
-            if self._defer_for_shared_prefix(req, admitted):
+            if self._defer_for_shared_prefix(req, prefilling + admitted):
                 continue
             taken = self._try_admit(req, budget)
             if taken == 0:
@@ -110,12 +112,14 @@ class Scheduler:
         for req in admitted:
             self.waiting.remove(req)
 
-    def _defer_for_shared_prefix(self, req: Req, admitted: list[Req]) -> bool:
+    def _defer_for_shared_prefix(self, req: Req, computing: list[Req]) -> bool:
+        """Wait while a request admitted this round, or one still in chunked prefill, is computing
+        a long stretch of ``req``'s uncached prompt: once it is in the tree, ``req`` matches it."""
         if not self.shares_prefixes:
             return False
         ids = req.fill_ids
         return any(common_prefix_len(other.fill_ids, ids, 0) >= req.prefix_hint + SHARED_PREFIX_DEFER
-                   for other in admitted)
+                   for other in computing)
 
     def _try_admit(self, req: Req, budget: int) -> int:
         """Admit ``req`` if memory allows; returns tokens scheduled (0 = not admitted)."""
