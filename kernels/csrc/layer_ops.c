@@ -36,7 +36,20 @@ void add_rms_norm_f32(const float *x, int64_t stride_x, const float *residual, i
     }
 }
 
-/* out[r] = silu(gate_up[r, :inter]) * gate_up[r, inter:], silu(g) = g / (1 + exp(-g)). */
+/* |x| capped at 88 (exp(-88) is below the smallest normal float, so exp_nonpositive gives 0);
+ * inf and NaN come out as 88 too. Integer select only, so the loop stays vectorized. */
+static inline float abs_capped(float x) {
+    const int32_t cap_bits = 0x42b00000; /* 88.0f */
+    int32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    bits &= 0x7fffffff;
+    bits = bits < cap_bits ? bits : cap_bits;
+    memcpy(&x, &bits, sizeof x);
+    return x;
+}
+
+/* out[r] = silu(gate_up[r, :inter]) * gate_up[r, inter:], silu(g) = g / (1 + exp(-g)).
+ * As in torch, silu(+inf) = inf and silu(-inf) = silu(NaN) = NaN (g carries them through). */
 void silu_mul_f32(const float *gate_up, int64_t stride, float *out, int64_t rows, int64_t inter) {
 #pragma omp parallel for schedule(static) if (rows * inter >= PARALLEL_MIN_ELEMENTS)
     for (int64_t r = 0; r < rows; r++) {
@@ -46,7 +59,7 @@ void silu_mul_f32(const float *gate_up, int64_t stride, float *out, int64_t rows
 #pragma omp simd
         for (int64_t i = 0; i < inter; i++) {
             const float gi = g[i];
-            const float e = exp_nonpositive(-fabsf(gi)); /* exp(-|g|): never overflows */
+            const float e = exp_nonpositive(-abs_capped(gi)); /* exp(-|g|): never overflows */
             const float positive = (float)(gi > 0.0f);     /* no float select: keeps the loop vectorized */
             o[i] = gi * (e + (1.0f - e) * positive) / (1.0f + e) * u[i]; /* sigmoid(g) = 1/(1+e) or e/(1+e) */
         }

@@ -239,6 +239,9 @@ def test_silu_mul_matches_reference(rows):
     gate_up = torch.randn(rows, 2 * 1536) * 6  # includes large |gate| where exp saturates
     gate_up[0, :4] = torch.tensor([0.0, -0.0, 90.0, -90.0])
     torch.testing.assert_close(silu_mul(gate_up), silu_mul_ref(gate_up), atol=1e-5, rtol=1e-5)
+    gate_up[0, :3] = torch.tensor([math.inf, -math.inf, math.nan])  # torch: inf, NaN, NaN
+    gate_up[0, 1536:1539] = 1.0
+    torch.testing.assert_close(silu_mul(gate_up), silu_mul_ref(gate_up), atol=1e-5, rtol=1e-5, equal_nan=True)
     wide = torch.randn(rows, 4000)[:, : 2 * 1536]  # gate_up as a column slice
     torch.testing.assert_close(native.native_silu_mul(wide), silu_mul_ref(wide), atol=1e-5, rtol=1e-5)
 
