@@ -121,6 +121,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         "add_rms_norm_f32": (None, [p, i64, p, i64, p, p, p, i64, i64, f32]),
         "silu_mul_f32": (None, [p, i64, p, i64, i64]),
         "rotary_f32": (i32, [p, i64, i64, p, i64, i64, p, p, i64, p, p, i64, i32, i32, i64]),
+        "rotary_store_f32": (i32, [p, i64, p, p, i64, p, p, p, i64, p, i64, i32, i32, i64]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -149,6 +150,13 @@ def _probe_layer_ops(lib: ctypes.CDLL) -> bool:
         cache = build_cos_sin_cache(16, 50, 10000.0)
         got, want = _rotary(lib, q, k, positions, cache), apply_rotary_ref(q, k, positions, cache)
         if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(got, want)):
+            return False
+        qkv = torch.cat([q.flatten(1), k.flatten(1), torch.randn(rows, 2 * 16, generator=g)], dim=1)
+        k_buffer, v_buffer, slots = torch.zeros(rows + 5, 2, 16), torch.zeros(rows + 5, 2, 16), torch.randperm(rows + 5, generator=g)[:rows]
+        q_out = _rotary_store(lib, qkv, positions, cache, k_buffer, v_buffer, slots, 6, 2, 16)
+        if not (torch.allclose(q_out, want[0], rtol=1e-5, atol=1e-5)
+                and torch.allclose(k_buffer[slots], want[1], rtol=1e-5, atol=1e-5)
+                and torch.equal(v_buffer[slots].flatten(1), qkv[:, -32:])):
             return False
     return True
 
@@ -273,6 +281,57 @@ def _rotary(lib, q, k, positions, cos_sin_cache):
     if bad:
         raise ValueError("apply_rotary: a position lies outside the cos/sin cache")
     return q_out, k_out
+
+
+def _rotary_store(lib, qkv, positions, cos_sin_cache, k_buffer, v_buffer, slots, num_q_heads, num_kv_heads,
+                  head_dim):
+    q_out = torch.empty(qkv.shape[0], num_q_heads, head_dim)
+    bad = lib.rotary_store_f32(qkv.data_ptr(), qkv.stride(0), positions.data_ptr(), cos_sin_cache.data_ptr(),
+                               cos_sin_cache.shape[0], slots.data_ptr(), k_buffer.data_ptr(), v_buffer.data_ptr(),
+                               k_buffer.shape[0], q_out.data_ptr(), qkv.shape[0], num_q_heads, num_kv_heads, head_dim)
+    if bad == 1:
+        raise ValueError("apply_rotary: a position lies outside the cos/sin cache")
+    if bad:
+        raise ValueError("store_kv: a slot lies outside the KV pool")
+    return q_out
+
+
+class CpuLayerOps:
+    """The C layer ops for a caller that settled its tensors' kinds once, not per call: float32
+    CPU tensors with unit last stride, shapes from one model config (``LlamaModel`` on CPU).
+    Positions and slots are still checked inside the kernels (a ValueError, never a bad write).
+    Each call costs a few microseconds where the checked entry points cost tens: a decode step
+    makes ~5 of them per layer."""
+
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib
+
+    def add_rms_norm(self, x, weight, eps, residual=None):
+        """``(rms_norm(h) * weight, h)`` with ``h = x + residual`` (``h = x`` without a residual)."""
+        if residual is None:
+            return _add_rms_norm(self.lib, x, weight, eps), x
+        return _add_rms_norm(self.lib, x, weight, eps, residual)
+
+    def silu_mul(self, gate_up):
+        return _silu_mul(self.lib, gate_up)
+
+    def rotary_store(self, qkv, positions, cos_sin_cache, k_buffer, v_buffer, slots, num_q_heads, num_kv_heads,
+                     head_dim):
+        """Rotary q ``[N, Hq, D]`` from the fused projection ``qkv``; rotary k and v go straight
+        into their pool slots (``positions``, ``slots``: int64, contiguous)."""
+        return _rotary_store(self.lib, qkv, positions, cos_sin_cache, k_buffer, v_buffer, slots, num_q_heads,
+                             num_kv_heads, head_dim)
+
+
+def cpu_layer_ops() -> CpuLayerOps | None:
+    """The unchecked layer ops when the kernels are enabled and loaded (builds them on first use)."""
+    lib = _library() if _enabled() else None
+    if lib is None:
+        return None
+    ops = _state.get("ops")
+    if ops is None or ops.lib is not lib:
+        ops = _state["ops"] = CpuLayerOps(lib)
+    return ops
 
 
 def native_rotary(q, k, positions, cos_sin_cache):

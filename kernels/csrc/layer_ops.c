@@ -99,3 +99,29 @@ int rotary_f32(const float *q, int64_t stride_qt, int64_t stride_qh, const float
     }
     return bad;
 }
+
+/* The step after the qkv projection, for tokens t < N: q_out[t] = rotary(q_t) [Hq, D]
+ * (contiguous), and into the KV pool k_buffer[slots[t]] = rotary(k_t), v_buffer[slots[t]] = v_t
+ * ([S, Hkv, D], contiguous). qkv rows [N, (Hq + 2 Hkv) D] are q | k | v with row stride
+ * stride_t. Every position and slot is checked before anything is written: returns 1 when a
+ * position lies outside [0, max_pos), 2 when a slot lies outside [0, num_slots). */
+int rotary_store_f32(const float *qkv, int64_t stride_t, const int64_t *positions, const float *cos_sin,
+                     int64_t max_pos, const int64_t *slots, float *k_buffer, float *v_buffer, int64_t num_slots,
+                     float *q_out, int64_t tokens, int num_q_heads, int num_kv_heads, int64_t head_dim) {
+    for (int64_t t = 0; t < tokens; t++) {
+        if (positions[t] < 0 || positions[t] >= max_pos) return 1;
+        if (slots[t] < 0 || slots[t] >= num_slots) return 2;
+    }
+    const int64_t half = head_dim / 2, kv_row = (int64_t)num_kv_heads * head_dim;
+#pragma omp parallel for schedule(static) if (tokens * (num_q_heads + 2 * num_kv_heads) * head_dim >= PARALLEL_MIN_ELEMENTS)
+    for (int64_t t = 0; t < tokens; t++) {
+        const float *cos = cos_sin + positions[t] * head_dim, *sin = cos + half;
+        const float *q = qkv + t * stride_t, *k = q + (int64_t)num_q_heads * head_dim, *v = k + kv_row;
+        float *k_dst = k_buffer + slots[t] * kv_row, *v_dst = v_buffer + slots[t] * kv_row;
+        for (int h = 0; h < num_q_heads; h++)
+            rotate(q + h * head_dim, q_out + (t * num_q_heads + h) * head_dim, cos, sin, half);
+        for (int h = 0; h < num_kv_heads; h++) rotate(k + h * head_dim, k_dst + h * head_dim, cos, sin, half);
+        memcpy(v_dst, v, sizeof(float) * (size_t)kv_row);
+    }
+    return 0;
+}

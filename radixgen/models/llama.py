@@ -15,10 +15,13 @@ import torch.nn.functional as F
 
 from ..config import ModelConfig
 from ..forward_batch import ForwardBatch
+from ..kernels._dispatch import use_native
 from ..kernels.activation import silu_mul
 from ..kernels.attention import decode_attention, extend_attention
+from ..kernels.cpu_decode import cascade_decode_attention
 from ..kernels.kv_store import store_kv
 from ..kernels.linear import PackedLinear
+from ..kernels.native import CpuLayerOps, cpu_layer_ops
 from ..kernels.norm import rms_norm
 from ..kernels.rotary import apply_rotary, build_cos_sin_cache
 
@@ -67,8 +70,13 @@ class LlamaModel:
         w = self.weights
         hidden = F.embedding(batch.input_ids, w.embed)  # [N, H]
         residual = None
-        for layer_id, layer in enumerate(w.layers):
-            hidden, residual = self._layer(layer_id, layer, hidden, residual, batch)
+        ops = self._cpu_ops(batch)
+        if ops is not None:
+            for layer_id, layer in enumerate(w.layers):
+                hidden, residual = self._layer_cpu(ops, layer_id, layer, hidden, residual, batch)
+        else:
+            for layer_id, layer in enumerate(w.layers):
+                hidden, residual = self._layer(layer_id, layer, hidden, residual, batch)
         hidden, _ = rms_norm(hidden, w.norm, self.config.rms_norm_eps, residual)
         hidden = hidden[batch.logits_indices]  # [M, H]
         return self.lm_head(hidden).float()  # [M, V]
@@ -83,6 +91,29 @@ class LlamaModel:
         hidden = self._attention(layer_id, layer, hidden, batch)
         hidden, residual = rms_norm(hidden, layer.post_norm, eps, residual)
         return layer.down(silu_mul(layer.gate_up(hidden))), residual  # gate_up [N, 2I] -> [N, I]
+
+    def _cpu_ops(self, batch: ForwardBatch) -> CpuLayerOps | None:
+        """The C layer ops, settled once per forward instead of checked per call: float32 on CPU
+        with the compiled kernels (``kernels/native.py``), the default backend, no q/k norms."""
+        pool = batch.kv_pool
+        if (batch.attention_backend != "auto" or self.device.type != "cpu" or self.dtype != torch.float32
+                or pool.k_buffers[0].dtype != torch.float32 or self.weights.layers[0].q_norm is not None
+                or not use_native("auto")):
+            return None
+        return cpu_layer_ops()
+
+    def _layer_cpu(self, ops: CpuLayerOps, layer_id, layer: LayerWeights, hidden, residual, batch: ForwardBatch):
+        """``_layer`` on the C ops: the same arithmetic, rotary k/v written straight to the pool."""
+        cfg = self.config
+        eps = cfg.rms_norm_eps
+        hidden, residual = ops.add_rms_norm(hidden, layer.input_norm, eps, residual)
+        k_buffer, v_buffer = batch.kv_pool.k_buffers[layer_id], batch.kv_pool.v_buffers[layer_id]
+        q = ops.rotary_store(layer.qkv(hidden), batch.positions, self.cos_sin_cache, k_buffer, v_buffer,
+                             batch.out_slots, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)  # [N, Hq, D]
+        out = self._attend(q, k_buffer, v_buffer, batch)
+        hidden = layer.o_proj(out.view(q.shape[0], cfg.num_heads * cfg.head_dim))
+        hidden, residual = ops.add_rms_norm(hidden, layer.post_norm, eps, residual)
+        return layer.down(ops.silu_mul(layer.gate_up(hidden))), residual
 
     def _attention(self, layer_id: int, layer: LayerWeights, hidden: torch.Tensor, batch: ForwardBatch):
         cfg = self.config
@@ -106,7 +137,10 @@ class LlamaModel:
     def _attend(self, q, k_buffer, v_buffer, batch: ForwardBatch) -> torch.Tensor:
         nd = batch.num_decode
         parts = []
-        if nd:
+        if nd and batch.decode_plan is not None:  # the compiled kernel, rows checked once for the step
+            parts.append(cascade_decode_attention(q[:nd], k_buffer, v_buffer, batch.req_to_token, batch.decode_plan,
+                                                  self.sm_scale))
+        elif nd:
             parts.append(decode_attention(
                 q[:nd], k_buffer, v_buffer, batch.req_to_token, batch.req_pool_indices[:nd],
                 batch.seq_lens[:nd], self.sm_scale, backend=batch.attention_backend, runs=batch.decode_runs,

@@ -203,10 +203,12 @@ def test_engine_outputs_equal_with_and_without_the_kernel(tiny_model_folder, mon
             if native_on:
                 plans = []
                 forward = engine.model_runner.model.forward
-                engine.model_runner.model.forward = lambda batch: plans.append(batch.decode_plan) or forward(batch)
+                model = engine.model_runner.model
+                model.forward = lambda batch: plans.append((batch.decode_plan, model._cpu_ops(batch))) or forward(batch)
             outs = [o.token_ids for o in engine.generate(prompts, params)]
             if native_on:
-                assert any(p is not None and p.prefixes for p in plans), "no decode step shared a prefix"
+                assert any(p is not None and p.prefixes for p, _ in plans), "no decode step shared a prefix"
+                assert all(ops is not None for _, ops in plans), "a step did not run the model's C layer path"
             return outs
         finally:
             engine.shutdown()
@@ -278,3 +280,43 @@ def test_every_c_file_ships_with_the_package():
     on_disk = {path.name for path in (kernels_dir / "csrc").iterdir() if path.suffix in (".c", ".h")}
     assert on_disk == set(native._SOURCES) | set(native._HEADERS)
     assert on_disk <= shipped
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 200])
+def test_rotary_store_matches_rotary_then_store(tokens, assert_close):
+    """The model's CPU step after the qkv projection: rotary q out, rotary k and v into their slots."""
+    from radixgen.kernels.kv_store import store_kv_ref
+    from radixgen.kernels.rotary import apply_rotary_ref, build_cos_sin_cache
+
+    ops = native.cpu_layer_ops()
+    cache = build_cos_sin_cache(64, 4096, 100000.0)
+    qkv = torch.randn(tokens, (9 + 2 * 3) * 64 + 8)[:, :-8]  # a row stride wider than the row
+    q, k, v = (t.reshape(tokens, -1, 64) for t in qkv.split([9 * 64, 3 * 64, 3 * 64], dim=-1))
+    positions = torch.randint(0, 4096, (tokens,))
+    slots = torch.randperm(tokens + 50)[:tokens]
+    k_buffer, v_buffer = torch.randn(tokens + 50, 3, 64), torch.randn(tokens + 50, 3, 64)
+    want_k, want_v = k_buffer.clone(), v_buffer.clone()
+    want_q, k_rot = apply_rotary_ref(q, k, positions, cache)
+    store_kv_ref(want_k, want_v, slots, k_rot, v)
+    got_q = ops.rotary_store(qkv, positions, cache, k_buffer, v_buffer, slots, 9, 3, 64)
+    assert_close(got_q, want_q)
+    assert_close(k_buffer, want_k)
+    assert torch.equal(v_buffer, want_v)
+
+
+@pytest.mark.parametrize("bad", ["position", "slot"])
+def test_rotary_store_checks_before_writing(bad):
+    from radixgen.kernels.rotary import build_cos_sin_cache
+
+    ops = native.cpu_layer_ops()
+    cache = build_cos_sin_cache(16, 64, 10000.0)
+    qkv = torch.randn(4, (2 + 2) * 16)
+    positions, slots = torch.arange(4), torch.arange(4)
+    if bad == "position":
+        positions[3] = 64
+    else:
+        slots[3] = 10
+    k_buffer, v_buffer = torch.zeros(10, 1, 16), torch.zeros(10, 1, 16)
+    with pytest.raises(ValueError, match="cos/sin cache" if bad == "position" else "outside the KV pool"):
+        ops.rotary_store(qkv, positions, cache, k_buffer, v_buffer, slots, 2, 1, 16)
+    assert not k_buffer.any() and not v_buffer.any()  # nothing written
