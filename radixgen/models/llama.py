@@ -100,6 +100,8 @@ class LlamaModel:
                 or pool.k_buffers[0].dtype != torch.float32 or self.weights.layers[0].q_norm is not None
                 or not use_native("auto")):
             return None
+        if not all(t.dtype == torch.int64 and t.is_contiguous() for t in (batch.positions, batch.out_slots)):
+            return None  # the kernels read them as int64 arrays
         return cpu_layer_ops()
 
     def _layer_cpu(self, ops: CpuLayerOps, layer_id, layer: LayerWeights, hidden, residual, batch: ForwardBatch):
