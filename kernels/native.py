@@ -329,7 +329,7 @@ def cpu_layer_ops() -> CpuLayerOps | None:
     if lib is None:
         return None
     ops = _state.get("ops")
-    if ops is None or ops.lib is not lib:
+    if ops is None:
         ops = _state["ops"] = CpuLayerOps(lib)
     return ops
 

@@ -97,18 +97,19 @@ class Scheduler:
     # ------------------------------------------------------------------ admission
     def _admit(self, budget: int) -> None:
         admitted: list[Req] = []
-        # a prompt computed this step reaches the tree only after the step
-        prefilling = [r for r in self.running if r.extend_len > 1]
+        # prompts computed this step (running chunks and this round's admissions) reach the tree after it
+        computing = [r for r in self.running if r.extend_len > 1]
         for req in order_waiting(self.waiting, self.policy, self.cache):
             if budget <= 0 or len(self.running) >= self.config.max_running_requests:
                 break
-            if self._defer_for_shared_prefix(req, prefilling + admitted):
+            if self._defer_for_shared_prefix(req, computing):
                 continue
             taken = self._try_admit(req, budget)
             if taken == 0:
                 break  # out of memory: keep the order, wait for memory to come back
             budget -= taken
             admitted.append(req)
+            computing.append(req)
         for req in admitted:
             self.waiting.remove(req)
 
