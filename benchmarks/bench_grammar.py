@@ -38,7 +38,14 @@ import numpy as np
 import torch
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench"
-ENGINES = ("radixgen", "radixgen[strict]", "radixgen[oc-regex]", "outlines-core", "xgrammar", "llguidance")
+ENGINES = (
+    "radixgen",
+    "radixgen[strict]",
+    "radixgen[oc-regex]",
+    "outlines-core",
+    "xgrammar",
+    "llguidance",
+)
 
 
 # --------------------------------------------------------------------------- engines
@@ -125,7 +132,9 @@ class XgrammarEngine:
         self.bitmask = xgr.allocate_token_bitmask(1, vocab.vocab_size)
 
     def compile(self, schema: dict) -> Any:
-        return self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, separators=(",", ":"))
+        return self.compiler.compile_json_schema(
+            json.dumps(schema), any_whitespace=False, separators=(",", ":")
+        )
 
     def walk(self, grammar: Any, ids: list[int], eos: int) -> tuple[list[float], bool]:
         matcher, times = self.xgr.GrammarMatcher(grammar), []
@@ -302,7 +311,9 @@ def main() -> None:
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per schema per engine")
     parser.add_argument("--data", type=Path, default=DATA)
-    parser.add_argument("--e2e", action="store_true", help="also measure end-to-end decode throughput")
+    parser.add_argument(
+        "--e2e", action="store_true", help="also measure end-to-end decode throughput"
+    )
     parser.add_argument("--e2e-only", action="store_true", help="only the end-to-end part")
     args = parser.parse_args()
     if args.e2e_only:
@@ -345,9 +356,12 @@ def main() -> None:
 
 E2E_SCHEMA = {
     "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 48}, "age": {"type": "integer", "minimum": 0},
-                   "city": {"type": "string", "maxLength": 48},
-                   "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 24}, "maxItems": 4}},
+    "properties": {
+        "name": {"type": "string", "maxLength": 48},
+        "age": {"type": "integer", "minimum": 0},
+        "city": {"type": "string", "maxLength": 48},
+        "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 24}, "maxItems": 4},
+    },
     "required": ["name", "age", "city", "hobbies"],
     "additionalProperties": False,
 }
@@ -367,36 +381,73 @@ def end_to_end(batches: tuple[int, ...] = (1, 16), new_tokens: int = 64, repeats
     rows = []
     for jump_forward in (True, False):
         engine = Engine(jump_forward=jump_forward)
-        prompts = [engine.tokenizer.apply_chat_template(
-            [{"role": "user", "content": f"Invent person number {i} and describe them as JSON."}]) for i in range(max(batches))]
-        engine.generate(prompts[:2], SamplingParams(max_new_tokens=4, json_schema=E2E_SCHEMA))  # compile + warm up
-        constrained = SamplingParams(max_new_tokens=new_tokens, temperature=0.0, json_schema=E2E_SCHEMA)
+        prompts = [
+            engine.tokenizer.apply_chat_template(
+                [
+                    {
+                        "role": "user",
+                        "content": f"Invent person number {i} and describe them as JSON.",
+                    }
+                ]
+            )
+            for i in range(max(batches))
+        ]
+        engine.generate(
+            prompts[:2], SamplingParams(max_new_tokens=4, json_schema=E2E_SCHEMA)
+        )  # compile + warm up
+        constrained = SamplingParams(
+            max_new_tokens=new_tokens, temperature=0.0, json_schema=E2E_SCHEMA
+        )
         for batch in batches:
             timings: dict[str, list[float]] = {"json_schema": [], "unconstrained": []}
             lengths: list[int] = []
             for _ in range(repeats):
                 for label in ("json_schema", "unconstrained"):
-                    params = constrained if label == "json_schema" else [
-                        SamplingParams(max_new_tokens=n, temperature=0.0, ignore_eos=True) for n in lengths]
+                    params = (
+                        constrained
+                        if label == "json_schema"
+                        else [
+                            SamplingParams(max_new_tokens=n, temperature=0.0, ignore_eos=True)
+                            for n in lengths
+                        ]
+                    )
                     engine.flush_cache()
                     start = time.perf_counter()
                     outs = engine.generate(prompts[:batch], params)
                     timings[label].append(time.perf_counter() - start)
                     got = [o.completion_tokens for o in outs]
                     if label == "json_schema":
-                        assert not lengths or got == lengths, "greedy constrained outputs changed between runs"
+                        assert not lengths or got == lengths, (
+                            "greedy constrained outputs changed between runs"
+                        )
                         lengths = got
                     else:
                         assert got == lengths
             tokens = sum(lengths)
-            rows.append((batch, jump_forward, tokens, tokens / statistics.median(timings["json_schema"]),
-                         tokens / statistics.median(timings["unconstrained"])))
+            rows.append(
+                (
+                    batch,
+                    jump_forward,
+                    tokens,
+                    tokens / statistics.median(timings["json_schema"]),
+                    tokens / statistics.median(timings["unconstrained"]),
+                )
+            )
         engine.shutdown()
-    print("\nEnd to end on the default model (greedy; the unconstrained baseline generates the same number")
-    print("of tokens per request as the constrained run; tokens/s = completion tokens / wall time):")
-    print(f"{'batch':>5} {'jump-fwd':>8} {'tokens':>7} {'constrained tok/s':>18} {'unconstrained tok/s':>20} {'ratio':>6}")
+    print(
+        "\nEnd to end on the default model (greedy; the unconstrained baseline generates the same number"
+    )
+    print(
+        "of tokens per request as the constrained run; tokens/s = completion tokens / wall time):"
+    )
+    print(
+        f"{'batch':>5} {'jump-fwd':>8} {'tokens':>7} {'constrained tok/s':>18} {'unconstrained tok/s':>20} {'ratio':>6}"
+    )
     for batch, jf, tokens, ours, base in rows:
-        print(f"{batch:>5} {'on' if jf else 'off':>8} {tokens:>7} {ours:18.1f} {base:20.1f} {ours / base:5.2f}x")
+        print(
+            f"{batch:>5} {'on' if jf else 'off':>8} {tokens:>7} {ours:18.1f} {base:20.1f} {ours / base:5.2f}x"
+        )
+
 
 if __name__ == "__main__":
     main()

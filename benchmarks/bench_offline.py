@@ -18,8 +18,10 @@ from tqdm import tqdm
 
 from radixgen import Engine, SamplingParams
 
-WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge "
-         "boxing matches in distant mountain villages under bright stars").split()
+WORDS = (
+    "the quick brown fox jumps over a lazy dog while seven wizards quietly judge "
+    "boxing matches in distant mountain villages under bright stars"
+).split()
 
 
 def make_prompts(n: int, seed: int = 0) -> list[str]:
@@ -41,8 +43,13 @@ def bench_hf(model, tokenizer, prompts: list[str], new_tokens: int) -> float:
     batch = tokenizer(prompts, return_tensors="pt", padding=True)
     start = time.perf_counter()
     with torch.no_grad():
-        out = model.generate(**batch, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                             pad_token_id=tokenizer.pad_token_id)
+        out = model.generate(
+            **batch,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+        )
     elapsed = time.perf_counter() - start
     assert out.shape[1] - batch["input_ids"].shape[1] == new_tokens
     return len(prompts) * new_tokens / elapsed
@@ -54,19 +61,31 @@ def load_hf(path):
     tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     tok.padding_side = "left"
     tok.pad_token = tok.pad_token or tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32
+    ).eval()
     return model, tok
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", default=None)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--new-tokens", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=1, help="runs per configuration (median reported)")
-    ap.add_argument("--skip-hf", action="store_true", help="only radixgen (no transformers baseline)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="torch CPU threads for both sides (1 keeps ratios stable on a busy machine)")
+    ap.add_argument(
+        "--repeats", type=int, default=1, help="runs per configuration (median reported)"
+    )
+    ap.add_argument(
+        "--skip-hf", action="store_true", help="only radixgen (no transformers baseline)"
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads for both sides (1 keeps ratios stable on a busy machine)",
+    )
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -77,13 +96,21 @@ def main() -> None:
     rows = []
     for batch in tqdm(args.batches, desc="batch sizes"):
         prompts = make_prompts(batch, seed=batch)
-        ours = statistics.median(bench_radixgen(engine, prompts, args.new_tokens) for _ in range(args.repeats))
-        ref = statistics.median(bench_hf(*hf, prompts, args.new_tokens) for _ in range(args.repeats)) if hf else None
+        ours = statistics.median(
+            bench_radixgen(engine, prompts, args.new_tokens) for _ in range(args.repeats)
+        )
+        ref = (
+            statistics.median(bench_hf(*hf, prompts, args.new_tokens) for _ in range(args.repeats))
+            if hf
+            else None
+        )
         rows.append((batch, ours, ref))
     engine.shutdown()
 
-    print(f"\nOffline greedy generation, {args.new_tokens} new tokens, mixed prompt lengths (8-200 words), "
-          f"{torch.get_num_threads()} threads")
+    print(
+        f"\nOffline greedy generation, {args.new_tokens} new tokens, mixed prompt lengths (8-200 words), "
+        f"{torch.get_num_threads()} threads"
+    )
     print(f"{'batch':>5} | {'radixgen tok/s':>14} | {'transformers tok/s':>18} | {'ratio':>6}")
     print("-" * 54)
     for batch, ours, ref in rows:

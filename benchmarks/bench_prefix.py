@@ -28,8 +28,10 @@ from tqdm import tqdm
 from radixgen import Engine, SamplingParams
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-WORDS = ("alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma "
-         "tau upsilon phi chi psi omega river mountain forest cloud stone harbor lantern meadow").split()
+WORDS = (
+    "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma "
+    "tau upsilon phi chi psi omega river mountain forest cloud stone harbor lantern meadow"
+).split()
 
 
 @dataclass
@@ -69,6 +71,7 @@ def run_batch(engine: Engine, prompts: list, params: SamplingParams, result: Res
                 result.prompt_tokens += delta.prompt_tokens
                 result.cached_tokens += delta.cached_tokens
                 done.release()
+
         return sink
 
     for i, prompt in enumerate(prompts):
@@ -90,17 +93,25 @@ def chat_prompt(engine: Engine, messages: list[dict]) -> str:
 def workload_gsm8k(engine: Engine, quick: bool) -> dict[str, Result]:
     path = DATA / "gsm8k" / "train.jsonl"
     if path.is_file():
-        rows = [json.loads(line) for line in path.read_text().splitlines()[:8 + 64]]
+        rows = [json.loads(line) for line in path.read_text().splitlines()[: 8 + 64]]
         shots, questions = rows[:8], [r["question"] for r in rows[8:]]
     else:
         print(f"  note: {path} absent; using generated arithmetic questions")
-        shots = [{"question": f"What is {i} + {i * 3}?", "answer": f"{i} + {i * 3} = {i * 4}\n#### {i * 4}"} for i in range(8)]
+        shots = [
+            {
+                "question": f"What is {i} + {i * 3}?",
+                "answer": f"{i} + {i * 3} = {i * 4}\n#### {i * 4}",
+            }
+            for i in range(8)
+        ]
         questions = [f"What is {i} times {i + 7}?" for i in range(64)]
     prefix = "".join(f"Question: {s['question']}\nAnswer: {s['answer']}\n\n" for s in shots)
     n = 16 if quick else 64
     prompts = [f"{prefix}Question: {q}\nAnswer:" for q in questions[:n]]
     result = Result()
-    run_batch(engine, prompts, SamplingParams(max_new_tokens=16 if quick else 32, temperature=0.0), result)
+    run_batch(
+        engine, prompts, SamplingParams(max_new_tokens=16 if quick else 32, temperature=0.0), result
+    )
     return {"all": result}
 
 
@@ -123,7 +134,9 @@ def workload_generated(engine: Engine, quick: bool) -> dict[str, Result]:
     params = SamplingParams(max_new_tokens=32, temperature=0.0, ignore_eos=True)
     rounds = {}
     for name in ("round 1, cold", "round 2, warm"):
-        prompts = [system + "\nQuestion: " + text_of(64) for system in systems for _ in range(per_group)]
+        prompts = [
+            system + "\nQuestion: " + text_of(64) for system in systems for _ in range(per_group)
+        ]
         rng.shuffle(prompts)
         rounds[name] = Result()
         run_batch(engine, prompts, params, rounds[name])
@@ -136,7 +149,9 @@ def workload_multiturn(engine: Engine, quick: bool) -> dict[str, Result]:
         convs = [json.loads(line)["turns"][:2] for line in path.read_text().splitlines()[:16]]
     else:
         print(f"  note: {path} absent; using generated two-turn conversations")
-        convs = [[f"Tell me about topic {i}.", "Summarize that in one sentence."] for i in range(16)]
+        convs = [
+            [f"Tell me about topic {i}.", "Summarize that in one sentence."] for i in range(16)
+        ]
     convs = convs[:8] if quick else convs
     params = SamplingParams(max_new_tokens=32 if quick else 64, temperature=0.0)
     turn1, turn2 = Result(), Result()
@@ -148,13 +163,17 @@ def workload_multiturn(engine: Engine, quick: bool) -> dict[str, Result]:
     return {"turn 1": turn1, "turn 2": turn2}
 
 
-WORKLOADS = {"a": ("few-shot GSM8K (8-shot prefix)", workload_gsm8k),
-             "b": ("generated shared prefix (1024-token system prompts)", workload_generated),
-             "c": ("multi-turn MT-bench (2 turns)", workload_multiturn)}
+WORKLOADS = {
+    "a": ("few-shot GSM8K (8-shot prefix)", workload_gsm8k),
+    "b": ("generated shared prefix (1024-token system prompts)", workload_generated),
+    "c": ("multi-turn MT-bench (2 turns)", workload_multiturn),
+}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", default=None)
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--quick", action="store_true", help="smaller workloads (a smoke test)")
@@ -168,7 +187,9 @@ def main() -> None:
     configs = {"cache on": dict(), "cache off": dict(disable_radix_cache=True)}
     results: dict[str, dict[str, dict[str, Result]]] = {}
     for name, options in configs.items():
-        engine = Engine(args.model, max_total_tokens=args.max_total_tokens, num_threads=args.threads, **options)
+        engine = Engine(
+            args.model, max_total_tokens=args.max_total_tokens, num_threads=args.threads, **options
+        )
         engine.generate("warm up", SamplingParams(max_new_tokens=2))
         for key in tqdm(args.workloads, desc=f"workloads ({name})"):
             engine.flush_cache()
@@ -182,21 +203,35 @@ def report(results) -> None:
     for key, per_config in results.items():
         for config, parts in per_config.items():
             for part, r in parts.items():
-                rows.append((WORKLOADS[key][0] + ("" if part == "all" else f" [{part}]"), config, r))
+                rows.append(
+                    (WORKLOADS[key][0] + ("" if part == "all" else f" [{part}]"), config, r)
+                )
     width = max(len(label) for label, _, _ in rows)
-    header = (f"{'workload':<{width}} {'config':<10} {'req/s':>7} {'gen tok/s':>9} {'mean TTFT s':>11} "
-              f"{'computed':>9} {'hit rate':>8}")
+    header = (
+        f"{'workload':<{width}} {'config':<10} {'req/s':>7} {'gen tok/s':>9} {'mean TTFT s':>11} "
+        f"{'computed':>9} {'hit rate':>8}"
+    )
     print("\n" + header + "\n" + "-" * len(header))
     for label, config, r in rows:
-        print(f"{label:<{width}} {config:<10} {r.requests / r.seconds:7.2f} {r.generated / r.seconds:9.1f} "
-              f"{r.mean_ttft:11.3f} {r.prompt_tokens - r.cached_tokens:9d} {r.hit_rate:8.1%}")
+        print(
+            f"{label:<{width}} {config:<10} {r.requests / r.seconds:7.2f} {r.generated / r.seconds:9.1f} "
+            f"{r.mean_ttft:11.3f} {r.prompt_tokens - r.cached_tokens:9d} {r.hit_rate:8.1%}"
+        )
     for key, per_config in results.items():
         on, off = per_config.get("cache on"), per_config.get("cache off")
         if on and off:
             for part in on:
-                speedup = (on[part].requests / on[part].seconds) / (off[part].requests / off[part].seconds)
-                ttft = on[part].mean_ttft / off[part].mean_ttft if off[part].mean_ttft else float("nan")
-                print(f"  -> {WORKLOADS[key][0]} [{part}]: throughput {speedup:.2f}x, TTFT ratio on/off {ttft:.2f}")
+                speedup = (on[part].requests / on[part].seconds) / (
+                    off[part].requests / off[part].seconds
+                )
+                ttft = (
+                    on[part].mean_ttft / off[part].mean_ttft
+                    if off[part].mean_ttft
+                    else float("nan")
+                )
+                print(
+                    f"  -> {WORKLOADS[key][0]} [{part}]: throughput {speedup:.2f}x, TTFT ratio on/off {ttft:.2f}"
+                )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,14 @@ HEADLINES = [
     "Oil prices dropped after producers agreed to raise output.",
     "The parliament approved a new constitution in a narrow vote.",
 ]
-QUESTIONS = ["How can I sleep better?", "How do I learn a new language?", "How can I save money?",
-             "How do I start running?", "How can I focus while studying?", "How do I make new friends?"]
+QUESTIONS = [
+    "How can I sleep better?",
+    "How do I learn a new language?",
+    "How can I save money?",
+    "How do I start running?",
+    "How can I focus while studying?",
+    "How do I make new friends?",
+]
 
 
 @rg.function
@@ -73,7 +79,9 @@ def run_workload(program: rg.lang.Program, batch: list[dict], engine, threads: i
     program.run(**batch[0], backend=engine, temperature=0)  # warm-up (tokenizer, markers, kernels)
     engine.flush_cache()
     started = time.perf_counter()
-    states = program.run_batch(batch, backend=engine, num_threads=threads, progress_bar=True, temperature=0)
+    states = program.run_batch(
+        batch, backend=engine, num_threads=threads, progress_bar=True, temperature=0
+    )
     elapsed = time.perf_counter() - started
     metas = [s.meta for s in states]
     prompt = sum(m["prompt_tokens"] for m in metas)
@@ -94,20 +102,38 @@ def main() -> None:
 
     engines = {
         "cache on": rg.Engine(args.model, max_total_tokens=args.max_total_tokens),
-        "cache off": rg.Engine(args.model, max_total_tokens=args.max_total_tokens, disable_radix_cache=True),
+        "cache off": rg.Engine(
+            args.model, max_total_tokens=args.max_total_tokens, disable_radix_cache=True
+        ),
     }
     n = args.num_programs
     workloads = {
         f"few-shot select ({args.num_shots} shots)": (
-            few_shot_select, [{"headline": HEADLINES[i % len(HEADLINES)], "num_shots": args.num_shots} for i in range(n)]),
+            few_shot_select,
+            [
+                {"headline": HEADLINES[i % len(HEADLINES)], "num_shots": args.num_shots}
+                for i in range(n)
+            ],
+        ),
         f"fork x{args.branches} ({args.max_tokens} tok)": (
-            fork_ideas, [{"question": QUESTIONS[i % len(QUESTIONS)], "branches": args.branches,
-                          "max_tokens": args.max_tokens} for i in range(n)]),
+            fork_ideas,
+            [
+                {
+                    "question": QUESTIONS[i % len(QUESTIONS)],
+                    "branches": args.branches,
+                    "max_tokens": args.max_tokens,
+                }
+                for i in range(n)
+            ],
+        ),
     }
     rows = []
     try:
         for name, (program, batch) in workloads.items():
-            results = {label: run_workload(program, batch, eng, args.threads) for label, eng in engines.items()}
+            results = {
+                label: run_workload(program, batch, eng, args.threads)
+                for label, eng in engines.items()
+            }
             rows.append((name, results["cache on"], results["cache off"]))
     finally:
         for eng in engines.values():
@@ -116,13 +142,17 @@ def main() -> None:
 
 
 def print_table(rows: list[tuple[str, Result, Result]], num_programs: int) -> None:
-    print(f"\n{num_programs} programs per workload; programs/s (share of prompt tokens from the cache)")
+    print(
+        f"\n{num_programs} programs per workload; programs/s (share of prompt tokens from the cache)"
+    )
     header = f"{'workload':<28} {'cache on':>18} {'cache off':>18} {'speed-up':>9}"
     print(header)
     print("-" * len(header))
     for name, on, off in rows:
-        print(f"{name:<28} {on.programs_per_s:>8.2f} ({on.cache_share:>5.0%})   "
-              f"{off.programs_per_s:>8.2f} ({off.cache_share:>5.0%})   {on.programs_per_s / off.programs_per_s:>7.2f}x")
+        print(
+            f"{name:<28} {on.programs_per_s:>8.2f} ({on.cache_share:>5.0%})   "
+            f"{off.programs_per_s:>8.2f} ({off.cache_share:>5.0%})   {on.programs_per_s / off.programs_per_s:>7.2f}x"
+        )
 
 
 if __name__ == "__main__":

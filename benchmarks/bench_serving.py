@@ -26,11 +26,19 @@ from pathlib import Path
 import httpx
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-SYSTEM = ("You are the support assistant of an online bookshop. You know the return policy (30 days, "
-          "receipt required), shipping times (2-5 days), and store hours (9-18 on weekdays). ") * 6
-SCHEMA = {"type": "object", "properties": {"title": {"type": "string", "maxLength": 40},
-                                           "year": {"type": "integer", "minimum": 1000, "maximum": 2100}},
-          "required": ["title", "year"], "additionalProperties": False}
+SYSTEM = (
+    "You are the support assistant of an online bookshop. You know the return policy (30 days, "
+    "receipt required), shipping times (2-5 days), and store hours (9-18 on weekdays). "
+) * 6
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string", "maxLength": 40},
+        "year": {"type": "integer", "minimum": 1000, "maximum": 2100},
+    },
+    "required": ["title", "year"],
+    "additionalProperties": False,
+}
 REGEX = r"(yes|no), because [a-z ]{1,40}\."
 
 
@@ -46,7 +54,11 @@ class Record:
 
     @property
     def tpot(self) -> float:
-        return (self.e2e - self.ttft) / (self.completion_tokens - 1) if self.completion_tokens > 1 else 0.0
+        return (
+            (self.e2e - self.ttft) / (self.completion_tokens - 1)
+            if self.completion_tokens > 1
+            else 0.0
+        )
 
 
 def sharegpt_prompts(n: int = 500) -> list[str]:
@@ -60,25 +72,51 @@ def sharegpt_prompts(n: int = 500) -> list[str]:
     prompts = []
     for conv in convs:
         turns = conv.get("conversations") or conv.get("items") or []
-        first = next((t.get("value") or t.get("content") for t in turns if t.get("from", t.get("role")) in ("human", "user")), None)
+        first = next(
+            (
+                t.get("value") or t.get("content")
+                for t in turns
+                if t.get("from", t.get("role")) in ("human", "user")
+            ),
+            None,
+        )
         if first and 10 < len(first) < 2000:
             prompts.append(first)
     return prompts[:n]
 
 
-def make_request(kind: str, rng: random.Random, prompts: list[str], model: str, max_tokens: int) -> dict:
-    body = {"model": model, "stream": True, "max_tokens": max_tokens, "temperature": 0.7,
-            "stream_options": {"include_usage": True}}
+def make_request(
+    kind: str, rng: random.Random, prompts: list[str], model: str, max_tokens: int
+) -> dict:
+    body = {
+        "model": model,
+        "stream": True,
+        "max_tokens": max_tokens,
+        "temperature": 0.7,
+        "stream_options": {"include_usage": True},
+    }
     if kind == "plain":
         body["messages"] = [{"role": "user", "content": rng.choice(prompts)}]
     elif kind == "shared-prefix":
-        body["messages"] = [{"role": "system", "content": SYSTEM},
-                            {"role": "user", "content": f"Question {rng.randint(0, 999)}: {rng.choice(prompts)[:200]}"}]
+        body["messages"] = [
+            {"role": "system", "content": SYSTEM},
+            {
+                "role": "user",
+                "content": f"Question {rng.randint(0, 999)}: {rng.choice(prompts)[:200]}",
+            },
+        ]
     elif kind == "json-schema":
-        body["messages"] = [{"role": "user", "content": "Name a classic novel as JSON with title and year."}]
-        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "book", "schema": SCHEMA}}
+        body["messages"] = [
+            {"role": "user", "content": "Name a classic novel as JSON with title and year."}
+        ]
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "book", "schema": SCHEMA},
+        }
     else:
-        body["messages"] = [{"role": "user", "content": "Is the sky blue? Answer yes or no with a reason."}]
+        body["messages"] = [
+            {"role": "user", "content": "Is the sky blue? Answer yes or no with a reason."}
+        ]
         body["regex"] = REGEX
     return body
 
@@ -117,7 +155,11 @@ async def one_request(client: httpx.AsyncClient, body: dict, kind: str) -> Recor
 async def client_loop(client, deadline, rng, kinds, prompts, args, records) -> None:
     while time.perf_counter() < deadline:
         kind = rng.choice(kinds)
-        records.append(await one_request(client, make_request(kind, rng, prompts, args.model, args.max_tokens), kind))
+        records.append(
+            await one_request(
+                client, make_request(kind, rng, prompts, args.model, args.max_tokens), kind
+            )
+        )
 
 
 async def run(args) -> tuple[list[Record], float]:
@@ -126,11 +168,17 @@ async def run(args) -> tuple[list[Record], float]:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     limits = httpx.Limits(max_connections=args.clients + 4)
     records: list[Record] = []
-    async with httpx.AsyncClient(base_url=args.base_url, headers=headers, timeout=args.timeout, limits=limits) as client:
+    async with httpx.AsyncClient(
+        base_url=args.base_url, headers=headers, timeout=args.timeout, limits=limits
+    ) as client:
         start = time.perf_counter()
         deadline = start + args.duration
-        await asyncio.gather(*(client_loop(client, deadline, random.Random(i), kinds, prompts, args, records)
-                               for i in range(args.clients)))
+        await asyncio.gather(
+            *(
+                client_loop(client, deadline, random.Random(i), kinds, prompts, args, records)
+                for i in range(args.clients)
+            )
+        )
         elapsed = time.perf_counter() - start
     return records, elapsed
 
@@ -147,20 +195,36 @@ def report(records: list[Record], elapsed: float, args) -> None:
     failed = [r for r in records if not r.ok]
     tokens = sum(r.completion_tokens for r in ok)
     good = [r for r in ok if r.ttft <= args.sla_ttft and r.tpot <= args.sla_tpot]
-    print(f"\n{len(records)} requests in {elapsed:.1f}s with {args.clients} clients; failed: {len(failed)}")
+    print(
+        f"\n{len(records)} requests in {elapsed:.1f}s with {args.clients} clients; failed: {len(failed)}"
+    )
     for r in failed[:5]:
         print(f"  failed ({r.kind}): {r.error}")
     print(f"request throughput {len(ok) / elapsed:.2f} req/s, output {tokens / elapsed:.1f} tok/s")
-    print(f"goodput (TTFT <= {args.sla_ttft}s and TPOT <= {args.sla_tpot}s): {len(good) / elapsed:.2f} req/s "
-          f"({len(good)}/{len(ok)} requests)")
-    metrics = {"TTFT": [r.ttft for r in ok], "TPOT": [r.tpot for r in ok if r.completion_tokens > 1],
-               "ITL": [x for r in ok for x in r.itls], "E2E": [r.e2e for r in ok]}
+    print(
+        f"goodput (TTFT <= {args.sla_ttft}s and TPOT <= {args.sla_tpot}s): {len(good) / elapsed:.2f} req/s "
+        f"({len(good)}/{len(ok)} requests)"
+    )
+    metrics = {
+        "TTFT": [r.ttft for r in ok],
+        "TPOT": [r.tpot for r in ok if r.completion_tokens > 1],
+        "ITL": [x for r in ok for x in r.itls],
+        "E2E": [r.e2e for r in ok],
+    }
     print(f"{'metric':<6} {'p50 ms':>9} {'p95 ms':>9} {'p99 ms':>9} {'mean ms':>9}")
     for name, values in metrics.items():
         mean = statistics.fmean(values) if values else float("nan")
-        print(f"{name:<6} {pct(values, 50) * 1e3:9.1f} {pct(values, 95) * 1e3:9.1f} {pct(values, 99) * 1e3:9.1f} {mean * 1e3:9.1f}")
+        print(
+            f"{name:<6} {pct(values, 50) * 1e3:9.1f} {pct(values, 95) * 1e3:9.1f} {pct(values, 99) * 1e3:9.1f} {mean * 1e3:9.1f}"
+        )
     kinds = sorted({r.kind for r in records})
-    print("per kind (ok/total):", ", ".join(f"{k} {sum(r.ok for r in records if r.kind == k)}/{sum(r.kind == k for r in records)}" for k in kinds))
+    print(
+        "per kind (ok/total):",
+        ", ".join(
+            f"{k} {sum(r.ok for r in records if r.kind == k)}/{sum(r.kind == k for r in records)}"
+            for k in kinds
+        ),
+    )
     if args.plot:
         plot(metrics, args.plot, args)
 
@@ -168,6 +232,7 @@ def report(records: list[Record], elapsed: float, args) -> None:
 def plot(metrics: dict[str, list[float]], path: str, args) -> None:
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -176,7 +241,9 @@ def plot(metrics: dict[str, list[float]], path: str, args) -> None:
     fig, axes = plt.subplots(1, 4, figsize=(16, 3.6))
     for ax, (name, values) in zip(axes, metrics.items()):
         ax.hist([v * 1e3 for v in values], bins=40, color="#3b7dd8")
-        ax.set_title(f"{name} (ms), p50 {pct(values, 50) * 1e3:.0f}, p99 {pct(values, 99) * 1e3:.0f}")
+        ax.set_title(
+            f"{name} (ms), p50 {pct(values, 50) * 1e3:.0f}, p99 {pct(values, 99) * 1e3:.0f}"
+        )
         ax.set_xlabel("ms")
     fig.suptitle(f"{args.base_url}: {args.clients} streaming clients, {args.duration:.0f}s")
     fig.tight_layout()
@@ -198,13 +265,17 @@ def check_no_leak(args) -> None:
         return
     total = stats["free_tokens"] + stats["tokens_in_tree"]
     verdict = "no leak" if total == stats["max_total_tokens"] and stats["running"] == 0 else "LEAK"
-    print(f"after drain: free {stats['free_tokens']} + tree {stats['tokens_in_tree']} = {total} of "
-          f"{stats['max_total_tokens']} slots, running {stats['running']}: {verdict}; "
-          f"cache hit rate {stats.get('cache_hit_rate')}")
+    print(
+        f"after drain: free {stats['free_tokens']} + tree {stats['tokens_in_tree']} = {total} of "
+        f"{stats['max_total_tokens']} slots, running {stats['running']}: {verdict}; "
+        f"cache hit rate {stats.get('cache_hit_rate')}"
+    )
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--base-url", default="http://127.0.0.1:30000")
     ap.add_argument("--api-key", default=None)
     ap.add_argument("--model", default="default", help="model name sent in requests")
@@ -212,17 +283,25 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=60.0, help="seconds to keep issuing requests")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--timeout", type=float, default=600.0)
-    ap.add_argument("--no-regex", action="store_true", help="skip regex requests (server lacks the extension)")
+    ap.add_argument(
+        "--no-regex", action="store_true", help="skip regex requests (server lacks the extension)"
+    )
     ap.add_argument("--sla-ttft", type=float, default=10.0, help="goodput SLA: max TTFT seconds")
-    ap.add_argument("--sla-tpot", type=float, default=0.5, help="goodput SLA: max seconds per output token")
-    ap.add_argument("--plot", default="benchmarks/out/serving_latency.png", help="PNG path ('' to skip)")
+    ap.add_argument(
+        "--sla-tpot", type=float, default=0.5, help="goodput SLA: max seconds per output token"
+    )
+    ap.add_argument(
+        "--plot", default="benchmarks/out/serving_latency.png", help="PNG path ('' to skip)"
+    )
     args = ap.parse_args()
     if args.plot:
         Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
     if args.model == "default":
         try:
             headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-            args.model = httpx.get(f"{args.base_url}/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
+            args.model = httpx.get(
+                f"{args.base_url}/v1/models", headers=headers, timeout=10
+            ).json()["data"][0]["id"]
         except (httpx.HTTPError, KeyError, IndexError, ValueError):
             pass
     records, elapsed = asyncio.run(run(args))

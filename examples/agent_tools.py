@@ -18,18 +18,32 @@ import json
 from openai import OpenAI
 
 TOOLS = [
-    {"type": "function", "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]}},
-                       "required": ["city"], "additionalProperties": False},
-    }},
-    {"type": "function", "function": {
-        "name": "convert_temperature",
-        "description": "Convert a temperature in Celsius to Fahrenheit.",
-        "parameters": {"type": "object", "properties": {"celsius": {"type": "number"}},
-                       "required": ["celsius"], "additionalProperties": False},
-    }},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string", "enum": ["Paris", "London", "Tokyo"]}},
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "convert_temperature",
+            "description": "Convert a temperature in Celsius to Fahrenheit.",
+            "parameters": {
+                "type": "object",
+                "properties": {"celsius": {"type": "number"}},
+                "required": ["celsius"],
+                "additionalProperties": False,
+            },
+        },
+    },
 ]
 FIRST_CHOICE = {"type": "function", "function": {"name": "get_weather"}}
 WEATHER = {"Paris": (18, "sunny"), "London": (12, "rainy"), "Tokyo": (24, "cloudy")}
@@ -53,26 +67,44 @@ def main() -> None:
     args = parser.parse_args()
     client = OpenAI(base_url=args.base_url, api_key=args.api_key)
     model = client.models.list().data[0].id
-    messages = [{"role": "system", "content": "You answer weather questions using the tools."},
-                {"role": "user", "content": "What is the weather like in Paris right now?"}]
+    messages = [
+        {"role": "system", "content": "You answer weather questions using the tools."},
+        {"role": "user", "content": "What is the weather like in Paris right now?"},
+    ]
     for turn in range(args.max_turns):
         response = client.chat.completions.create(
-            model=model, messages=messages, tools=TOOLS, tool_choice=FIRST_CHOICE if turn == 0 else "auto",
-            max_tokens=args.max_tokens, temperature=0)
+            model=model,
+            messages=messages,
+            tools=TOOLS,
+            tool_choice=FIRST_CHOICE if turn == 0 else "auto",
+            max_tokens=args.max_tokens,
+            temperature=0,
+        )
         message = response.choices[0].message
         if not message.tool_calls:
             print(f"assistant: {message.content}")
             break
-        messages.append({"role": "assistant", "content": message.content,
-                         "tool_calls": [c.model_dump() for c in message.tool_calls]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": message.content,
+                "tool_calls": [c.model_dump() for c in message.tool_calls],
+            }
+        )
         for call in message.tool_calls:
             arguments = json.loads(call.function.arguments)
             result = run_tool(call.function.name, arguments)
             print(f"tool call: {call.function.name}({arguments}) -> {result}")
             messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
     usage = response.usage
-    cached = getattr(usage.prompt_tokens_details, "cached_tokens", 0) if usage.prompt_tokens_details else 0
-    print(f"last turn: {usage.prompt_tokens} prompt tokens ({cached} cached), {usage.completion_tokens} generated")
+    cached = (
+        getattr(usage.prompt_tokens_details, "cached_tokens", 0)
+        if usage.prompt_tokens_details
+        else 0
+    )
+    print(
+        f"last turn: {usage.prompt_tokens} prompt tokens ({cached} cached), {usage.completion_tokens} generated"
+    )
 
 
 if __name__ == "__main__":

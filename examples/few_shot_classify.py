@@ -37,8 +37,12 @@ def classify(s, review):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-tokens", type=int, default=8, help="accepted for symmetry; select needs none")
-    parser.add_argument("--url", default=None, help="a radixgen/SGLang server (default: an in-process Engine)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=8, help="accepted for symmetry; select needs none"
+    )
+    parser.add_argument(
+        "--url", default=None, help="a radixgen/SGLang server (default: an in-process Engine)"
+    )
     args = parser.parse_args()
     backend = rg.RuntimeEndpoint(args.url) if args.url else rg.Engine()
     classify.run(review=REVIEWS[0][0], backend=backend)  # computes the few-shot prefix once
@@ -49,7 +53,9 @@ def main() -> None:
         correct += state["label"] == truth
         scores = meta.get("normalized_logprobs")
         shown = f" scores {[round(x, 2) for x in scores]}" if scores else ""
-        print(f"{state['label']:>8}  (expected {truth}) {text}{shown}  [{meta['cached_tokens']} cached]")
+        print(
+            f"{state['label']:>8}  (expected {truth}) {text}{shown}  [{meta['cached_tokens']} cached]"
+        )
     print(f"accuracy {correct}/{len(REVIEWS)}")
 
 

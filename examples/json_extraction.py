@@ -41,18 +41,23 @@ def extract(s, text, max_tokens):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--url", default=None, help="a radixgen/SGLang server (default: an in-process Engine)")
+    parser.add_argument(
+        "--url", default=None, help="a radixgen/SGLang server (default: an in-process Engine)"
+    )
     args = parser.parse_args()
     backend = rg.RuntimeEndpoint(args.url) if args.url else rg.Engine()
-    states = extract.run_batch([{"text": t, "max_tokens": args.max_tokens} for t in TEXTS], backend=backend,
-                               temperature=0)
+    states = extract.run_batch(
+        [{"text": t, "max_tokens": args.max_tokens} for t in TEXTS], backend=backend, temperature=0
+    )
     for text, state in zip(TEXTS, states):
         meta = state.get_meta_info("record")
         try:
             record = json.loads(state["record"])
         except json.JSONDecodeError:
             record = f"(cut at --max-tokens {args.max_tokens}) {state['record']}"
-        print(f"{text}\n  -> {record}  [{meta['completion_tokens']} tokens, {meta['cached_tokens']} cached]")
+        print(
+            f"{text}\n  -> {record}  [{meta['completion_tokens']} tokens, {meta['cached_tokens']} cached]"
+        )
 
 
 if __name__ == "__main__":

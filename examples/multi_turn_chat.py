@@ -10,8 +10,11 @@ import argparse
 
 import radixgen as rg
 
-QUESTIONS = ["What is the largest planet in the solar system?", "How many moons does it have?",
-             "Name one of them."]
+QUESTIONS = [
+    "What is the largest planet in the solar system?",
+    "How many moons does it have?",
+    "Name one of them.",
+]
 
 
 @rg.function
@@ -25,18 +28,26 @@ def conversation(s, questions, max_tokens):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--url", default=None, help="a radixgen/SGLang server (default: an in-process Engine)")
+    parser.add_argument(
+        "--url", default=None, help="a radixgen/SGLang server (default: an in-process Engine)"
+    )
     args = parser.parse_args()
     backend = rg.RuntimeEndpoint(args.url) if args.url else rg.Engine()
-    state = conversation.run(questions=QUESTIONS, max_tokens=args.max_tokens, backend=backend, temperature=0)
+    state = conversation.run(
+        questions=QUESTIONS, max_tokens=args.max_tokens, backend=backend, temperature=0
+    )
     for i, message in enumerate(m for m in state.messages() if m["role"] != "system"):
         print(f"{message['role']:>9}: {message['content']}")
         if message["role"] == "assistant":
             meta = state.get_meta_info(f"answer_{i // 2}")
-            print(f"{'':>11}[prompt {meta['prompt_tokens']} tokens, {meta['cached_tokens']} from the cache]")
+            print(
+                f"{'':>11}[prompt {meta['prompt_tokens']} tokens, {meta['cached_tokens']} from the cache]"
+            )
     totals = state.meta
-    print(f"total: {totals['prompt_tokens']} prompt tokens, {totals['cached_tokens']} cached, "
-          f"{totals['completion_tokens']} generated")
+    print(
+        f"total: {totals['prompt_tokens']} prompt tokens, {totals['cached_tokens']} cached, "
+        f"{totals['completion_tokens']} generated"
+    )
 
 
 if __name__ == "__main__":

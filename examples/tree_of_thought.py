@@ -21,7 +21,10 @@ def tree_of_thought(s, question, branches, max_tokens):
     s += assistant_begin() + "Idea:"
     ideas = s.fork(branches)  # every branch continues the open assistant turn
     for i, branch in enumerate(ideas):
-        branch += rg.gen("idea", max_tokens=max_tokens, temperature=0.8, seed=i, stop="\n") + assistant_end()
+        branch += (
+            rg.gen("idea", max_tokens=max_tokens, temperature=0.8, seed=i, stop="\n")
+            + assistant_end()
+        )
         branch += rg.user("Is this idea realistic? Answer yes or no.")
         branch += rg.assistant(rg.select("realistic", choices=["yes", "no"]))
     ideas.join()  # s["idea"] and s["realistic"] are now lists, one entry per branch
@@ -36,20 +39,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--branches", type=int, default=3)
-    parser.add_argument("--url", default=None, help="a radixgen/SGLang server (default: an in-process Engine)")
+    parser.add_argument(
+        "--url", default=None, help="a radixgen/SGLang server (default: an in-process Engine)"
+    )
     args = parser.parse_args()
     backend = rg.RuntimeEndpoint(args.url) if args.url else rg.Engine()
-    state = tree_of_thought.run(question=QUESTION, branches=args.branches, max_tokens=args.max_tokens,
-                                backend=backend, temperature=0)
+    state = tree_of_thought.run(
+        question=QUESTION,
+        branches=args.branches,
+        max_tokens=args.max_tokens,
+        backend=backend,
+        temperature=0,
+    )
     ideas, best = state.ret_value
     print(QUESTION)
     for i in range(args.branches):
         meta = ideas[i].get_meta_info("idea")
         mark = "*" if i == best else " "
-        print(f" {mark} idea {i}: {ideas[i]['idea'].strip()!r}  realistic: {ideas[i]['realistic']}  "
-              f"[{meta['cached_tokens']}/{meta['prompt_tokens']} prompt tokens cached]")
+        print(
+            f" {mark} idea {i}: {ideas[i]['idea'].strip()!r}  realistic: {ideas[i]['realistic']}  "
+            f"[{meta['cached_tokens']}/{meta['prompt_tokens']} prompt tokens cached]"
+        )
     print(f"plan: {state['plan'].strip()}")
-    print(f"tokens: {state.meta['completion_tokens']} generated, {state.meta['cached_tokens']} cached")
+    print(
+        f"tokens: {state.meta['completion_tokens']} generated, {state.meta['cached_tokens']} cached"
+    )
 
 
 if __name__ == "__main__":

@@ -86,9 +86,7 @@ class MaskIndex:
         with self.dfa.lock:
             return self._row(state)[1]
 
-    def precompute(
-        self, budget_s: float, max_rows: int | None = None, *, rare: bool = True
-    ) -> int:
+    def precompute(self, budget_s: float, max_rows: int | None = None, *, rare: bool = True) -> int:
         """Compute masks breadth-first from the start state for up to ``budget_s`` seconds.
 
         Likely states come first: a state whose every continuation starts inside a tagged
@@ -159,9 +157,7 @@ class MaskIndex:
         ok, final = self._walk_vector(state, ids)
         return ok, safe, successors | set(np.unique(final).tolist())
 
-    def _narrow(
-        self, state: int, first: int
-    ) -> tuple[np.ndarray | list[int], None, set[int]]:
+    def _narrow(self, state: int, first: int) -> tuple[np.ndarray | list[int], None, set[int]]:
         """Few live first bytes (bit mask ``first``): prune by the first two bytes, then walk
         the rest — in plain Python while the candidates are few (most states of a JSON
         schema: keys, numbers, formats), else in numpy.

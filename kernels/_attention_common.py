@@ -9,7 +9,9 @@ import torch
 from ._triton import interpreting
 
 
-def _gather(buffer: torch.Tensor, slots: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+def _gather(
+    buffer: torch.Tensor, slots: torch.Tensor, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """``buffer[slots]`` for ``buffer [S, H, D]`` and int64 ``slots [...]`` -> ``[..., H, D]``.
 
     ``index_select`` on the flattened slots: several times faster than advanced indexing on CPU.
@@ -17,7 +19,6 @@ def _gather(buffer: torch.Tensor, slots: torch.Tensor, out: torch.Tensor | None 
     """
     rows = torch.index_select(buffer, 0, slots.reshape(-1), out=out)
     return rows.view(*slots.shape, *buffer.shape[1:])
-
 
 
 _LOG2E = math.log2(math.e)

@@ -27,8 +27,18 @@ from .extend_attention import extend_attention, extend_attention_ref, extend_att
 from .run_attention import DecodeRuns, decode_attention_runs, plan_decode_runs
 
 __all__ = [
-    "decode_attention", "decode_attention_ref", "decode_attention_triton",
-    "extend_attention", "extend_attention_ref", "extend_attention_triton",
-    "DecodeRuns", "plan_decode_runs", "decode_attention_runs",
-    "CpuDecodePlan", "SharedPrefix", "plan_cpu_decode", "plan_shared_prefixes", "cascade_decode_attention",
+    "decode_attention",
+    "decode_attention_ref",
+    "decode_attention_triton",
+    "extend_attention",
+    "extend_attention_ref",
+    "extend_attention_triton",
+    "DecodeRuns",
+    "plan_decode_runs",
+    "decode_attention_runs",
+    "CpuDecodePlan",
+    "SharedPrefix",
+    "plan_cpu_decode",
+    "plan_shared_prefixes",
+    "cascade_decode_attention",
 ]

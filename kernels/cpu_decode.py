@@ -34,7 +34,9 @@ class SharedPrefix:
     members: torch.Tensor  # [U] int64
     length: int
     slots: torch.Tensor  # [length] int64
-    first_slot: int | None  # the slots are first_slot, first_slot + 1, ... (a view of the pool); else None
+    first_slot: (
+        int | None
+    )  # the slots are first_slot, first_slot + 1, ... (a view of the pool); else None
 
 
 @dataclass
@@ -44,10 +46,14 @@ class CpuDecodePlan:
     rows: torch.Tensor  # [B] int64, row of each request in req_to_token
     seq_lens: torch.Tensor  # [B] int64
     prefixes: list[SharedPrefix]
-    starts: torch.Tensor | None  # [B] int64, keys before it that a shared prefix covers; None: no prefixes
+    starts: (
+        torch.Tensor | None
+    )  # [B] int64, keys before it that a shared prefix covers; None: no prefixes
 
 
-def plan_cpu_decode(req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor) -> CpuDecodePlan:
+def plan_cpu_decode(
+    req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor
+) -> CpuDecodePlan:
     """Check the batch against ``req_to_token`` and find the prefixes its requests share."""
     rows = req_pool_indices.to(torch.int64).contiguous()
     lens = seq_lens.to(torch.int64).contiguous()
@@ -85,8 +91,14 @@ def plan_shared_prefixes(slot_rows: torch.Tensor, seq_lens: torch.Tensor) -> lis
             continue
         slots = block[0, :length].astype(np.int64)
         contiguous = bool((np.diff(slots) == 1).all())
-        prefixes.append(SharedPrefix(torch.from_numpy(members.astype(np.int64)), length, torch.from_numpy(slots),
-                                     int(slots[0]) if contiguous else None))
+        prefixes.append(
+            SharedPrefix(
+                torch.from_numpy(members.astype(np.int64)),
+                length,
+                torch.from_numpy(slots),
+                int(slots[0]) if contiguous else None,
+            )
+        )
     return prefixes
 
 
@@ -102,9 +114,20 @@ def cascade_decode_attention(
     the compiled kernel, merged. The caller checked ``native.supports`` and that the kernels are
     available. Does not mutate its inputs."""
     if not plan.prefixes:
-        return run_decode_attention(q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale)
-    out, lse = run_decode_attention(q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale,
-                                    starts=plan.starts, with_lse=True)  # [B, Hq, D], [B, Hq]
+        return run_decode_attention(
+            q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale
+        )
+    out, lse = run_decode_attention(
+        q,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        plan.rows,
+        plan.seq_lens,
+        sm_scale,
+        starts=plan.starts,
+        with_lse=True,
+    )  # [B, Hq, D], [B, Hq]
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
     group = num_q_heads // num_kv_heads
@@ -121,11 +144,19 @@ def cascade_decode_attention(
         po, pl = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             qp, k.transpose(0, 1)[None], v.transpose(0, 1)[None], scale=sm_scale
         )[:2]  # [1, Hkv, U*G, D], [1, Hkv, U*G]
-        po = po[0].view(num_kv_heads, users, group, head_dim).transpose(0, 1).reshape(users, num_q_heads, head_dim)
+        po = (
+            po[0]
+            .view(num_kv_heads, users, group, head_dim)
+            .transpose(0, 1)
+            .reshape(users, num_q_heads, head_dim)
+        )
         pl = pl[0].view(num_kv_heads, users, group).transpose(0, 1).reshape(users, num_q_heads)
         own_out, own_lse = out.index_select(0, p.members), lse.index_select(0, p.members)
         peak = torch.maximum(own_lse, pl)
-        w_own, w_pre = torch.exp(own_lse - peak), torch.exp(pl - peak)  # own_lse may be -inf: weight 0
+        w_own, w_pre = (
+            torch.exp(own_lse - peak),
+            torch.exp(pl - peak),
+        )  # own_lse may be -inf: weight 0
         merged = (own_out * w_own[..., None] + po * w_pre[..., None]) / (w_own + w_pre)[..., None]
         out.index_copy_(0, p.members, merged)
     return out

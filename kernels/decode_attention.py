@@ -47,12 +47,18 @@ def decode_attention_ref(
     slots = req_to_token[req_pool_indices.long(), :max_len].long()  # [B, L]
     k = _gather(k_buffer, slots).transpose(1, 2).float()  # [B, Hkv, L, D]
     v = _gather(v_buffer, slots).transpose(1, 2).float()  # [B, Hkv, L, D]
-    valid = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None].to(q.device)  # [B, L]
+    valid = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None].to(
+        q.device
+    )  # [B, L]
     out = F.scaled_dot_product_attention(
-        q.float()[:, :, None, :], k, v, attn_mask=valid[:, None, None, :], scale=sm_scale, enable_gqa=True
+        q.float()[:, :, None, :],
+        k,
+        v,
+        attn_mask=valid[:, None, None, :],
+        scale=sm_scale,
+        enable_gqa=True,
     )  # [B, Hq, 1, D]
     return out[:, :, 0, :].to(q.dtype)
-
 
 
 def decode_attention(
@@ -80,7 +86,11 @@ def decode_attention(
         return decode_attention_triton(
             q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale
         )
-    if use_native(backend) and supports(q, k_buffer, v_buffer, req_to_token) and native_decode_available():
+    if (
+        use_native(backend)
+        and supports(q, k_buffer, v_buffer, req_to_token)
+        and native_decode_available()
+    ):
         plan = cpu_plan or plan_cpu_decode(req_to_token, req_pool_indices, seq_lens)
         return cascade_decode_attention(q, k_buffer, v_buffer, req_to_token, plan, sm_scale)
     if runs is not None:
@@ -88,8 +98,6 @@ def decode_attention(
     return decode_attention_ref(
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale
     )
-
-
 
 
 # ---------------------------------------------------------------------------------------------

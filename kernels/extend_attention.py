@@ -47,7 +47,9 @@ def extend_attention_ref(
         v = _gather(v_buffer, slots).transpose(0, 1)[None].to(q.dtype)  # [1, Hkv, T, D]
         qi = q[start : start + extend_len].transpose(0, 1)[None]  # [1, Hq, E, D]
         if prefix_len == 0:
-            oi = F.scaled_dot_product_attention(qi, k, v, is_causal=True, scale=sm_scale, enable_gqa=True)
+            oi = F.scaled_dot_product_attention(
+                qi, k, v, is_causal=True, scale=sm_scale, enable_gqa=True
+            )
         else:
             key_pos = torch.arange(total, device=q.device)
             query_pos = torch.arange(prefix_len, total, device=q.device)
@@ -58,7 +60,6 @@ def extend_attention_ref(
         out[start : start + extend_len] = oi[0].transpose(0, 1)
         start += extend_len
     return out
-
 
 
 def extend_attention(
@@ -87,7 +88,6 @@ def extend_attention(
     return extend_attention_ref(
         q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale
     )
-
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,8 +20,14 @@ class PackedLinear:
     looked up); otherwise only the packed copy stays alive after a successful pack.
     """
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, batch_hint: int = 32,
-                 keep_weight: bool = False) -> None:
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        *,
+        batch_hint: int = 32,
+        keep_weight: bool = False,
+    ) -> None:
         self.bias = bias
         self.out_features = weight.shape[0]
         self.packed = _pack(weight, bias, batch_hint)
@@ -36,7 +42,11 @@ class PackedLinear:
 
 
 def _pack(weight: torch.Tensor, bias: torch.Tensor | None, batch_hint: int) -> torch.Tensor | None:
-    if weight.device.type != "cpu" or weight.dtype != torch.float32 or not torch.backends.mkldnn.is_available():
+    if (
+        weight.device.type != "cpu"
+        or weight.dtype != torch.float32
+        or not torch.backends.mkldnn.is_available()
+    ):
         return None
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(weight, batch_hint)
@@ -45,4 +55,6 @@ def _pack(weight: torch.Tensor, bias: torch.Tensor | None, batch_hint: int) -> t
     except (AttributeError, RuntimeError):  # a torch build without these private ops
         return None
     # Trust the packed weight only if it computes the same product (guards private-op drift).
-    return packed if torch.allclose(got, F.linear(probe, weight, bias), rtol=1e-4, atol=1e-4) else None
+    return (
+        packed if torch.allclose(got, F.linear(probe, weight, bias), rtol=1e-4, atol=1e-4) else None
+    )

@@ -74,7 +74,16 @@ def _build(compiler: str, flags: list[str], target: Path) -> str | None:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             out = Path(tmp) / target.name
-            cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(out), *(str(_CSRC / f) for f in _SOURCES), "-lm"]
+            cmd = [
+                compiler,
+                *flags,
+                "-shared",
+                "-fPIC",
+                "-o",
+                str(out),
+                *(str(_CSRC / f) for f in _SOURCES),
+                "-lm",
+            ]
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
             if done.returncode != 0:
                 return done.stderr.strip()[-400:] or f"exit status {done.returncode}"
@@ -85,15 +94,26 @@ def _build(compiler: str, flags: list[str], target: Path) -> str | None:
 
 
 def _load() -> ctypes.CDLL | None:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    compiler = (
+        os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    )
     if compiler is None:
         logger.info("no C compiler found: the CPU kernels use their torch paths")
         return None
     source = b"\0".join((_CSRC / f).read_bytes() for f in _SOURCES + _HEADERS)
     errors = []
     for flags in _FLAG_SETS:
-        key = hashlib.sha256(b"\0".join([source, compiler.encode(), " ".join(flags).encode(),
-                                         _cpu_signature().encode(), torch.__version__.encode()])).hexdigest()[:16]
+        key = hashlib.sha256(
+            b"\0".join(
+                [
+                    source,
+                    compiler.encode(),
+                    " ".join(flags).encode(),
+                    _cpu_signature().encode(),
+                    torch.__version__.encode(),
+                ]
+            )
+        ).hexdigest()[:16]
         target = _cache_dir() / f"cpu_kernels-{key}.so"
         if not target.exists():
             started = time.monotonic()
@@ -101,7 +121,11 @@ def _load() -> ctypes.CDLL | None:
             if error is not None:
                 errors.append(f"{' '.join(flags)}: {error}")
                 continue
-            logger.info("built the native CPU kernels (%s) in %.1fs", " ".join(flags), time.monotonic() - started)
+            logger.info(
+                "built the native CPU kernels (%s) in %.1fs",
+                " ".join(flags),
+                time.monotonic() - started,
+            )
         try:
             lib = ctypes.CDLL(str(target))
             _declare(lib)
@@ -109,15 +133,20 @@ def _load() -> ctypes.CDLL | None:
             errors.append(f"{' '.join(flags)}: {e}")
             continue
         return lib
-    logger.warning("could not build the native CPU kernels; using the torch paths. %s",
-                   " | ".join(errors)[-800:])
+    logger.warning(
+        "could not build the native CPU kernels; using the torch paths. %s",
+        " | ".join(errors)[-800:],
+    )
     return None
 
 
 def _declare(lib: ctypes.CDLL) -> None:
     p, i32, i64, f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
     signatures = {
-        "decode_attention_f32": (i32, [p, p, p, p, i32, i64, p, p, p, i64, i32, i32, i32, i32, f32, p, p]),
+        "decode_attention_f32": (
+            i32,
+            [p, p, p, p, i32, i64, p, p, p, i64, i32, i32, i32, i32, f32, p, p],
+        ),
         "add_rms_norm_f32": (None, [p, i64, p, i64, p, p, p, i64, i64, f32]),
         "silu_mul_f32": (None, [p, i64, p, i64, i64]),
         "rotary_f32": (i32, [p, i64, i64, p, i64, i64, p, p, i64, p, p, i64, i32, i32, i64]),
@@ -135,15 +164,26 @@ def _probe_layer_ops(lib: ctypes.CDLL) -> bool:
 
     g = torch.Generator().manual_seed(0)
     for rows in (3, 100):
-        x, r, w = torch.randn(rows, 40, generator=g), torch.randn(rows, 40, generator=g), torch.randn(40, generator=g)
+        x, r, w = (
+            torch.randn(rows, 40, generator=g),
+            torch.randn(rows, 40, generator=g),
+            torch.randn(40, generator=g),
+        )
         want_out, want_h = rms_norm_ref(x, w, 1e-5, r)
         out, h = _add_rms_norm(lib, x, w, 1e-5, r)
-        if not (torch.allclose(out, want_out, rtol=1e-5, atol=1e-5) and torch.equal(h, want_h)
-                and torch.allclose(_add_rms_norm(lib, x, w, 1e-5), rms_norm_ref(x, w, 1e-5), rtol=1e-5, atol=1e-5)):
+        if not (
+            torch.allclose(out, want_out, rtol=1e-5, atol=1e-5)
+            and torch.equal(h, want_h)
+            and torch.allclose(
+                _add_rms_norm(lib, x, w, 1e-5), rms_norm_ref(x, w, 1e-5), rtol=1e-5, atol=1e-5
+            )
+        ):
             return False
         gate_up = torch.randn(rows, 2 * 24, generator=g) * 8
         gate, up = gate_up.chunk(2, dim=-1)
-        if not torch.allclose(_silu_mul(lib, gate_up), torch.nn.functional.silu(gate) * up, rtol=1e-5, atol=1e-5):
+        if not torch.allclose(
+            _silu_mul(lib, gate_up), torch.nn.functional.silu(gate) * up, rtol=1e-5, atol=1e-5
+        ):
             return False
         q, k = torch.randn(rows, 6, 16, generator=g), torch.randn(rows, 2, 16, generator=g)
         positions = torch.randint(0, 50, (rows,), generator=g)
@@ -152,11 +192,17 @@ def _probe_layer_ops(lib: ctypes.CDLL) -> bool:
         if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(got, want)):
             return False
         qkv = torch.cat([q.flatten(1), k.flatten(1), torch.randn(rows, 2 * 16, generator=g)], dim=1)
-        k_buffer, v_buffer, slots = torch.zeros(rows + 5, 2, 16), torch.zeros(rows + 5, 2, 16), torch.randperm(rows + 5, generator=g)[:rows]
+        k_buffer, v_buffer, slots = (
+            torch.zeros(rows + 5, 2, 16),
+            torch.zeros(rows + 5, 2, 16),
+            torch.randperm(rows + 5, generator=g)[:rows],
+        )
         q_out = _rotary_store(lib, qkv, positions, cache, k_buffer, v_buffer, slots, 6, 2, 16)
-        if not (torch.allclose(q_out, want[0], rtol=1e-5, atol=1e-5)
-                and torch.allclose(k_buffer[slots], want[1], rtol=1e-5, atol=1e-5)
-                and torch.equal(v_buffer[slots].flatten(1), qkv[:, -32:])):
+        if not (
+            torch.allclose(q_out, want[0], rtol=1e-5, atol=1e-5)
+            and torch.allclose(k_buffer[slots], want[1], rtol=1e-5, atol=1e-5)
+            and torch.equal(v_buffer[slots].flatten(1), qkv[:, -32:])
+        ):
             return False
     return True
 
@@ -175,21 +221,37 @@ def _probe(fn) -> bool:
         slots = table[rows[b], starts[b] : lens[b]]
         if slots.numel():
             scores = torch.einsum("jd,tjd->jt", q[b], k[slots].repeat_interleave(3, dim=1)) * 0.25
-            want_out[b] = torch.einsum("jt,tjd->jd", scores.softmax(-1), v[slots].repeat_interleave(3, dim=1))
+            want_out[b] = torch.einsum(
+                "jt,tjd->jd", scores.softmax(-1), v[slots].repeat_interleave(3, dim=1)
+            )
             want_lse[b] = scores.logsumexp(-1)
     for tab in (table.int(), table.long()):
         whole = fn(q, k, v, tab, rows, lens, 0.25)
         part, lse = fn(q, k, v, tab, rows, lens, 0.25, starts, True)
         full_out = fn(q, k, v, tab, rows, lens, 0.25, torch.zeros(3, dtype=torch.int64), False)
-        if not (torch.allclose(part, want_out, rtol=1e-4, atol=1e-5) and torch.equal(lse.isinf(), want_lse.isinf())
-                and torch.allclose(lse[~lse.isinf()], want_lse[~want_lse.isinf()], rtol=1e-4, atol=1e-5)
-                and torch.allclose(whole, full_out) and torch.allclose(whole[1], want_out[1], rtol=1e-4, atol=1e-5)):
+        if not (
+            torch.allclose(part, want_out, rtol=1e-4, atol=1e-5)
+            and torch.equal(lse.isinf(), want_lse.isinf())
+            and torch.allclose(lse[~lse.isinf()], want_lse[~want_lse.isinf()], rtol=1e-4, atol=1e-5)
+            and torch.allclose(whole, full_out)
+            and torch.allclose(whole[1], want_out[1], rtol=1e-4, atol=1e-5)
+        ):
             return False
     return True
 
 
-def _call(lib: ctypes.CDLL, q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-          starts=None, with_lse=False):
+def _call(
+    lib: ctypes.CDLL,
+    q,
+    k_buffer,
+    v_buffer,
+    req_to_token,
+    req_pool_indices,
+    seq_lens,
+    sm_scale,
+    starts=None,
+    with_lse=False,
+):
     """Run the kernel; rows, lengths and starts must already be in range (slots are checked inside)."""
     batch, num_q_heads, head_dim = q.shape
     q = q.contiguous()
@@ -200,10 +262,23 @@ def _call(lib: ctypes.CDLL, q, k_buffer, v_buffer, req_to_token, req_pool_indice
     out = torch.empty_like(q)
     lse = torch.empty(batch, num_q_heads) if with_lse else None
     failed = lib.decode_attention_f32(
-        q.data_ptr(), k_buffer.data_ptr(), v_buffer.data_ptr(), req_to_token.data_ptr(),
-        int(req_to_token.dtype == torch.int64), req_to_token.stride(0), rows.data_ptr(), lens.data_ptr(),
-        None if starts is None else starts.data_ptr(), k_buffer.shape[0], batch, num_q_heads,
-        k_buffer.shape[1], head_dim, float(sm_scale), out.data_ptr(), None if lse is None else lse.data_ptr(),
+        q.data_ptr(),
+        k_buffer.data_ptr(),
+        v_buffer.data_ptr(),
+        req_to_token.data_ptr(),
+        int(req_to_token.dtype == torch.int64),
+        req_to_token.stride(0),
+        rows.data_ptr(),
+        lens.data_ptr(),
+        None if starts is None else starts.data_ptr(),
+        k_buffer.shape[0],
+        batch,
+        num_q_heads,
+        k_buffer.shape[1],
+        head_dim,
+        float(sm_scale),
+        out.data_ptr(),
+        None if lse is None else lse.data_ptr(),
     )
     if failed == 1:
         raise MemoryError("native decode attention: out of memory for its score buffers")
@@ -217,8 +292,12 @@ def _library() -> ctypes.CDLL | None:
         with _lock:
             if "lib" not in _state:
                 lib = _load() if _enabled() else None
-                if lib is not None and not (_probe(lambda *a: _call(lib, *a)) and _probe_layer_ops(lib)):
-                    logger.warning("the native CPU kernels disagree with the torch references; not using them")
+                if lib is not None and not (
+                    _probe(lambda *a: _call(lib, *a)) and _probe_layer_ops(lib)
+                ):
+                    logger.warning(
+                        "the native CPU kernels disagree with the torch references; not using them"
+                    )
                     lib = None
                 _state["lib"] = lib
     return _state["lib"]  # type: ignore[return-value]
@@ -240,9 +319,18 @@ def _add_rms_norm(lib, x, weight, eps, residual=None):
     rows, hidden = x.shape
     out = torch.empty(rows, hidden)
     h = None if residual is None else torch.empty(rows, hidden)
-    lib.add_rms_norm_f32(x.data_ptr(), x.stride(0), None if residual is None else residual.data_ptr(),
-                         0 if residual is None else residual.stride(0), weight.data_ptr(), out.data_ptr(),
-                         None if h is None else h.data_ptr(), rows, hidden, float(eps))
+    lib.add_rms_norm_f32(
+        x.data_ptr(),
+        x.stride(0),
+        None if residual is None else residual.data_ptr(),
+        0 if residual is None else residual.stride(0),
+        weight.data_ptr(),
+        out.data_ptr(),
+        None if h is None else h.data_ptr(),
+        rows,
+        hidden,
+        float(eps),
+    )
     return out if residual is None else (out, h)
 
 
@@ -250,8 +338,14 @@ def native_rms_norm(x, weight, eps, residual=None):
     """``rms_norm_ref`` for 2-D float32 CPU rows (unit last stride); ``None`` when unavailable."""
     tensors = (x, weight) if residual is None else (x, weight, residual)
     lib = _ready(*tensors)
-    if lib is None or x.dim() != 2 or weight.shape != (x.shape[1],) or not weight.is_contiguous() or any(
-            t.stride(-1) != 1 for t in tensors) or (residual is not None and residual.shape != x.shape):
+    if (
+        lib is None
+        or x.dim() != 2
+        or weight.shape != (x.shape[1],)
+        or not weight.is_contiguous()
+        or any(t.stride(-1) != 1 for t in tensors)
+        or (residual is not None and residual.shape != x.shape)
+    ):
         return None
     return _add_rms_norm(lib, x, weight, eps, residual)
 
@@ -275,20 +369,57 @@ def _rotary(lib, q, k, positions, cos_sin_cache):
     tokens, num_q_heads, head_dim = q.shape
     positions = positions.to(torch.int64).contiguous()
     q_out, k_out = torch.empty(q.shape), torch.empty(k.shape)
-    bad = lib.rotary_f32(q.data_ptr(), q.stride(0), q.stride(1), k.data_ptr(), k.stride(0), k.stride(1),
-                         positions.data_ptr(), cos_sin_cache.data_ptr(), cos_sin_cache.shape[0], q_out.data_ptr(),
-                         k_out.data_ptr(), tokens, num_q_heads, k.shape[1], head_dim)
+    bad = lib.rotary_f32(
+        q.data_ptr(),
+        q.stride(0),
+        q.stride(1),
+        k.data_ptr(),
+        k.stride(0),
+        k.stride(1),
+        positions.data_ptr(),
+        cos_sin_cache.data_ptr(),
+        cos_sin_cache.shape[0],
+        q_out.data_ptr(),
+        k_out.data_ptr(),
+        tokens,
+        num_q_heads,
+        k.shape[1],
+        head_dim,
+    )
     if bad:
         raise ValueError("apply_rotary: a position lies outside the cos/sin cache")
     return q_out, k_out
 
 
-def _rotary_store(lib, qkv, positions, cos_sin_cache, k_buffer, v_buffer, slots, num_q_heads, num_kv_heads,
-                  head_dim):
+def _rotary_store(
+    lib,
+    qkv,
+    positions,
+    cos_sin_cache,
+    k_buffer,
+    v_buffer,
+    slots,
+    num_q_heads,
+    num_kv_heads,
+    head_dim,
+):
     q_out = torch.empty(qkv.shape[0], num_q_heads, head_dim)
-    bad = lib.rotary_store_f32(qkv.data_ptr(), qkv.stride(0), positions.data_ptr(), cos_sin_cache.data_ptr(),
-                               cos_sin_cache.shape[0], slots.data_ptr(), k_buffer.data_ptr(), v_buffer.data_ptr(),
-                               k_buffer.shape[0], q_out.data_ptr(), qkv.shape[0], num_q_heads, num_kv_heads, head_dim)
+    bad = lib.rotary_store_f32(
+        qkv.data_ptr(),
+        qkv.stride(0),
+        positions.data_ptr(),
+        cos_sin_cache.data_ptr(),
+        cos_sin_cache.shape[0],
+        slots.data_ptr(),
+        k_buffer.data_ptr(),
+        v_buffer.data_ptr(),
+        k_buffer.shape[0],
+        q_out.data_ptr(),
+        qkv.shape[0],
+        num_q_heads,
+        num_kv_heads,
+        head_dim,
+    )
     if bad == 1:
         raise ValueError("apply_rotary: a position lies outside the cos/sin cache")
     if bad:
@@ -315,12 +446,32 @@ class CpuLayerOps:
     def silu_mul(self, gate_up):
         return _silu_mul(self.lib, gate_up)
 
-    def rotary_store(self, qkv, positions, cos_sin_cache, k_buffer, v_buffer, slots, num_q_heads, num_kv_heads,
-                     head_dim):
+    def rotary_store(
+        self,
+        qkv,
+        positions,
+        cos_sin_cache,
+        k_buffer,
+        v_buffer,
+        slots,
+        num_q_heads,
+        num_kv_heads,
+        head_dim,
+    ):
         """Rotary q ``[N, Hq, D]`` from the fused projection ``qkv``; rotary k and v go straight
         into their pool slots (``positions``, ``slots``: int64, contiguous)."""
-        return _rotary_store(self.lib, qkv, positions, cos_sin_cache, k_buffer, v_buffer, slots, num_q_heads,
-                             num_kv_heads, head_dim)
+        return _rotary_store(
+            self.lib,
+            qkv,
+            positions,
+            cos_sin_cache,
+            k_buffer,
+            v_buffer,
+            slots,
+            num_q_heads,
+            num_kv_heads,
+            head_dim,
+        )
 
 
 def cpu_layer_ops() -> CpuLayerOps | None:
@@ -342,13 +493,16 @@ def native_rotary(q, k, positions, cos_sin_cache):
     return _rotary(lib, q, k, positions, cos_sin_cache)
 
 
-def supports(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, req_to_token: torch.Tensor) -> bool:
+def supports(
+    q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, req_to_token: torch.Tensor
+) -> bool:
     """Whether :func:`native_decode_attention` can take these tensors (CPU, float32, contiguous)."""
     return (
         q.device.type == "cpu"
         and q.dtype == k_buffer.dtype == v_buffer.dtype == torch.float32
         and req_to_token.dtype in (torch.int32, torch.int64)
-        and k_buffer.is_contiguous() and v_buffer.is_contiguous()
+        and k_buffer.is_contiguous()
+        and v_buffer.is_contiguous()
         and req_to_token.stride(1) == 1
         and k_buffer.device.type == v_buffer.device.type == req_to_token.device.type == "cpu"
     )
@@ -357,23 +511,59 @@ def supports(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, re
 def check_decode_rows(req_to_token, req_pool_indices, seq_lens, starts=None) -> None:
     """ValueError unless every request's row, length (and start) lies inside ``req_to_token``."""
     rows, lens = req_pool_indices, seq_lens
-    if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= req_to_token.shape[0]
-                         or int(lens.min()) < 0 or int(lens.max()) > req_to_token.shape[1]):
+    if rows.numel() and (
+        int(rows.min()) < 0
+        or int(rows.max()) >= req_to_token.shape[0]
+        or int(lens.min()) < 0
+        or int(lens.max()) > req_to_token.shape[1]
+    ):
         raise ValueError("decode attention: a request row or length lies outside req_to_token")
-    if starts is not None and starts.numel() and (int(starts.min()) < 0 or bool((starts > lens).any())):
+    if (
+        starts is not None
+        and starts.numel()
+        and (int(starts.min()) < 0 or bool((starts > lens).any()))
+    ):
         raise ValueError("decode attention: a start lies outside its request's keys")
 
 
-def run_decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                         starts=None, with_lse=False):
+def run_decode_attention(
+    q,
+    k_buffer,
+    v_buffer,
+    req_to_token,
+    req_pool_indices,
+    seq_lens,
+    sm_scale,
+    starts=None,
+    with_lse=False,
+):
     """:func:`native_decode_attention` without its checks, for a caller that made them once for
     many calls (``supports``, ``native_decode_available``, ``check_decode_rows``)."""
-    return _call(_library(), q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                 starts, with_lse)
+    return _call(
+        _library(),
+        q,
+        k_buffer,
+        v_buffer,
+        req_to_token,
+        req_pool_indices,
+        seq_lens,
+        sm_scale,
+        starts,
+        with_lse,
+    )
 
 
-def native_decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                            starts=None, with_lse=False):
+def native_decode_attention(
+    q,
+    k_buffer,
+    v_buffer,
+    req_to_token,
+    req_pool_indices,
+    seq_lens,
+    sm_scale,
+    starts=None,
+    with_lse=False,
+):
     """Decode attention by the C kernel; ``None`` when it is unavailable for these inputs.
 
     Shapes as in ``decode_attention_ref``; request ``b`` attends to the keys in
@@ -385,5 +575,6 @@ def native_decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indice
     if not supports(q, k_buffer, v_buffer, req_to_token) or not native_decode_available():
         return None
     check_decode_rows(req_to_token, req_pool_indices, seq_lens, starts)
-    return run_decode_attention(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale,
-                                starts, with_lse)
+    return run_decode_attention(
+        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, starts, with_lse
+    )

@@ -167,7 +167,9 @@ def apply_rotary(
     if use_triton(backend, q, k):
         return apply_rotary_triton(q, k, positions, cos_sin_cache)
     if use_native(backend):
-        result = native_rotary(q, k, positions, cos_sin_cache)  # float32 CPU: one C pass (native.py)
+        result = native_rotary(
+            q, k, positions, cos_sin_cache
+        )  # float32 CPU: one C pass (native.py)
         if result is not None:
             return result
     return apply_rotary_ref(q, k, positions, cos_sin_cache)

@@ -48,7 +48,9 @@ class Tail:
 class DecodeRuns:
     """How one decode batch's keys split into pool views and gathered tails (see module doc)."""
 
-    pieces: list[tuple[int, int, torch.Tensor]]  # (first slot, num slots, request indices [U] int64)
+    pieces: list[
+        tuple[int, int, torch.Tensor]
+    ]  # (first slot, num slots, request indices [U] int64)
     tails: list[Tail]  # by width, widest first: requests with similar tail lengths share a call
     entry_reqs: torch.Tensor  # [E] int64, request of each partial in the order they are produced
     # Gather buffers, reused by every layer of the step: a fresh multi-MB tensor per layer costs
@@ -72,7 +74,9 @@ def plan_decode_runs(slot_rows: torch.Tensor, seq_lens: torch.Tensor) -> DecodeR
 
     run_start = slots[run_req, run_pos]
     # Runs with the same first slot and length are the same keys (a shared prefix): group them.
-    _, group, group_size = np.unique(run_start * (max_len + 1) + run_len, return_inverse=True, return_counts=True)
+    _, group, group_size = np.unique(
+        run_start * (max_len + 1) + run_len, return_inverse=True, return_counts=True
+    )
     is_piece = run_len * group_size[group] >= MIN_PIECE_KEYS
     pieces = []
     piece_runs = np.nonzero(is_piece)[0]
@@ -80,7 +84,9 @@ def plan_decode_runs(slot_rows: torch.Tensor, seq_lens: torch.Tensor) -> DecodeR
     bounds = np.nonzero(np.diff(group[order], prepend=-1))[0].tolist() + [len(order)]
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         first = order[lo]
-        pieces.append((int(run_start[first]), int(run_len[first]), torch.from_numpy(run_req[order[lo:hi]])))
+        pieces.append(
+            (int(run_start[first]), int(run_len[first]), torch.from_numpy(run_req[order[lo:hi]]))
+        )
 
     in_tail = np.zeros_like(valid)
     in_tail[valid] = np.repeat(~is_piece, run_len)  # runs tile each row's valid prefix in order
@@ -95,7 +101,9 @@ def plan_decode_runs(slot_rows: torch.Tensor, seq_lens: torch.Tensor) -> DecodeR
         slots_t = np.zeros((len(reqs), width), dtype=np.int64)
         slots_t[valid_t] = slots[reqs][in_tail[reqs]]
         bias = np.where(valid_t, 0.0, -np.inf).astype(np.float32)[:, None, None, :]
-        tails.append(Tail(torch.from_numpy(reqs), torch.from_numpy(slots_t), torch.from_numpy(bias)))
+        tails.append(
+            Tail(torch.from_numpy(reqs), torch.from_numpy(slots_t), torch.from_numpy(bias))
+        )
 
     entry_reqs = [reqs for _, _, reqs in pieces] + [t.reqs for t in tails]
     return DecodeRuns(
@@ -133,7 +141,11 @@ def decode_attention_runs(
     outs, lses = [], []
     for start, n, reqs in runs.pieces:
         users = reqs.numel()
-        qp = q4.index_select(0, reqs).transpose(0, 1).reshape(1, num_kv_heads, users * group, head_dim)
+        qp = (
+            q4.index_select(0, reqs)
+            .transpose(0, 1)
+            .reshape(1, num_kv_heads, users * group, head_dim)
+        )
         kp = k_buffer[start : start + n].transpose(0, 1)[None]  # [1, Hkv, n, D] view of the pool
         vp = v_buffer[start : start + n].transpose(0, 1)[None]
         out, lse = _attend(qp, kp, vp, None, sm_scale)  # [1, Hkv, U*G, D], [1, Hkv, U*G]
@@ -149,7 +161,9 @@ def decode_attention_runs(
     return out.reshape(batch, num_q_heads, head_dim).to(q.dtype)
 
 
-def _gather_reusing(runs: DecodeRuns, name: str, buffer: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+def _gather_reusing(
+    runs: DecodeRuns, name: str, buffer: torch.Tensor, slots: torch.Tensor
+) -> torch.Tensor:
     """``buffer[slots]`` as ``[Bt, T, Hkv, D]``, written into ``runs.scratch[name]``."""
     shape = (slots.numel(), *buffer.shape[1:])
     out = runs.scratch.get(name)
@@ -160,10 +174,14 @@ def _gather_reusing(runs: DecodeRuns, name: str, buffer: torch.Tensor, slots: to
 
 def _attend(q, k, v, bias, sm_scale):
     """Softmax attention returning (output, natural log-sum-exp of the scaled scores)."""
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=bias, scale=sm_scale)
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, attn_mask=bias, scale=sm_scale
+    )
 
 
-def _merge(outs: torch.Tensor, lses: torch.Tensor, entry_reqs: torch.Tensor, batch: int) -> torch.Tensor:
+def _merge(
+    outs: torch.Tensor, lses: torch.Tensor, entry_reqs: torch.Tensor, batch: int
+) -> torch.Tensor:
     """Combine partials ``outs [E, Hkv, G, D]`` with ``lses [E, Hkv, G]`` into ``[B, Hkv, G, D]``."""
     if entry_reqs.numel() == batch:  # one partial per request: just put them in request order
         return outs.index_select(0, torch.argsort(entry_reqs))
@@ -171,5 +189,7 @@ def _merge(outs: torch.Tensor, lses: torch.Tensor, entry_reqs: torch.Tensor, bat
     peak = torch.full((batch, *lses.shape[1:]), -torch.inf).scatter_reduce(0, index, lses, "amax")
     weight = torch.exp(lses - peak.index_select(0, entry_reqs))  # [E, Hkv, G]
     total = torch.zeros_like(peak).index_add_(0, entry_reqs, weight)
-    acc = torch.zeros((batch, *outs.shape[1:]), dtype=torch.float32).index_add_(0, entry_reqs, outs.float() * weight[..., None])
+    acc = torch.zeros((batch, *outs.shape[1:]), dtype=torch.float32).index_add_(
+        0, entry_reqs, outs.float() * weight[..., None]
+    )
     return acc / total[..., None]

@@ -19,8 +19,21 @@ from .lang import (
 from .sampling_params import SamplingParams
 from .tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["Engine", "OpenAI", "RuntimeEndpoint", "SamplingParams", "Tokenizer", "assistant", "function", "gen",
-           "load_tokenizer", "select", "set_default_backend", "system", "user"]
+__all__ = [
+    "Engine",
+    "OpenAI",
+    "RuntimeEndpoint",
+    "SamplingParams",
+    "Tokenizer",
+    "assistant",
+    "function",
+    "gen",
+    "load_tokenizer",
+    "select",
+    "set_default_backend",
+    "system",
+    "user",
+]
 __version__ = "0.1.0"
 
 

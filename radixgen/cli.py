@@ -13,29 +13,66 @@ from .models.hub import ALIASES, DEFAULT_MODEL
 
 def _engine_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("engine")
-    g.add_argument("--model", default=None,
-                   help=f"Hugging Face folder, .gguf file or alias ({', '.join(sorted(ALIASES))}); default {DEFAULT_MODEL}")
-    g.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                   help="weights and KV dtype (auto: float32 on CPU, bfloat16 on CUDA)")
+    g.add_argument(
+        "--model",
+        default=None,
+        help=f"Hugging Face folder, .gguf file or alias ({', '.join(sorted(ALIASES))}); default {DEFAULT_MODEL}",
+    )
+    g.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "float32", "bfloat16", "float16"],
+        help="weights and KV dtype (auto: float32 on CPU, bfloat16 on CUDA)",
+    )
     g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
-    g.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens (default: sized from memory)")
-    g.add_argument("--max-running-requests", type=int, default=64, help="most requests decoding at once")
-    g.add_argument("--chunked-prefill-size", type=int, default=2048,
-                   help="most prompt tokens computed per step (<= 0: no chunking)")
-    g.add_argument("--schedule-policy", default="auto", choices=["auto", "lpm", "fcfs", "dfs-weight"],
-                   help="waiting-queue order (auto: lpm with the radix cache, fcfs without)")
-    g.add_argument("--disable-radix-cache", action="store_true", help="no prefix sharing across requests")
-    g.add_argument("--context-length", type=int, default=None, help="cap the context (default: the model's)")
-    g.add_argument("--disable-jump-forward", action="store_true", help="decode grammar-forced text token by token")
-    g.add_argument("--num-threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    g.add_argument(
+        "--max-total-tokens",
+        type=int,
+        default=None,
+        help="KV pool size in tokens (default: sized from memory)",
+    )
+    g.add_argument(
+        "--max-running-requests", type=int, default=64, help="most requests decoding at once"
+    )
+    g.add_argument(
+        "--chunked-prefill-size",
+        type=int,
+        default=2048,
+        help="most prompt tokens computed per step (<= 0: no chunking)",
+    )
+    g.add_argument(
+        "--schedule-policy",
+        default="auto",
+        choices=["auto", "lpm", "fcfs", "dfs-weight"],
+        help="waiting-queue order (auto: lpm with the radix cache, fcfs without)",
+    )
+    g.add_argument(
+        "--disable-radix-cache", action="store_true", help="no prefix sharing across requests"
+    )
+    g.add_argument(
+        "--context-length", type=int, default=None, help="cap the context (default: the model's)"
+    )
+    g.add_argument(
+        "--disable-jump-forward",
+        action="store_true",
+        help="decode grammar-forced text token by token",
+    )
+    g.add_argument(
+        "--num-threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
 
 
 def engine_options(args: argparse.Namespace) -> dict:
     return dict(
-        dtype=args.dtype, device=args.device, max_total_tokens=args.max_total_tokens,
-        max_running_requests=args.max_running_requests, chunked_prefill_size=args.chunked_prefill_size,
-        schedule_policy=args.schedule_policy, disable_radix_cache=args.disable_radix_cache,
-        context_length=args.context_length, jump_forward=not args.disable_jump_forward,
+        dtype=args.dtype,
+        device=args.device,
+        max_total_tokens=args.max_total_tokens,
+        max_running_requests=args.max_running_requests,
+        chunked_prefill_size=args.chunked_prefill_size,
+        schedule_policy=args.schedule_policy,
+        disable_radix_cache=args.disable_radix_cache,
+        context_length=args.context_length,
+        jump_forward=not args.disable_jump_forward,
         num_threads=args.num_threads,
     )
 
@@ -53,32 +90,55 @@ def _sampling_args(p: argparse.ArgumentParser) -> None:
 def _sampling_params(args: argparse.Namespace, **constraint):
     from .sampling_params import SamplingParams
 
-    return SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p,
-                          top_k=args.top_k, seed=args.seed, stop=args.stop, **constraint)
+    return SamplingParams(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+        stop=args.stop,
+        **constraint,
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="radixgen", description="Structured-generation LLM serving runtime.")
+    parser = argparse.ArgumentParser(
+        prog="radixgen", description="Structured-generation LLM serving runtime."
+    )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    common.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", parents=[common], help="serve the OpenAI-compatible and native HTTP APIs")
+    serve = sub.add_parser(
+        "serve", parents=[common], help="serve the OpenAI-compatible and native HTTP APIs"
+    )
     _engine_args(serve)
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=30000)
     serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     serve.add_argument("--served-model-name", default=None, help="model id reported by /v1/models")
-    serve.add_argument("--max-queued-requests", type=int, default=256, help="waiting requests before 429")
-    serve.add_argument("--max-body-bytes", type=int, default=8 << 20, help="request body limit (413 above)")
+    serve.add_argument(
+        "--max-queued-requests", type=int, default=256, help="waiting requests before 429"
+    )
+    serve.add_argument(
+        "--max-body-bytes", type=int, default=8 << 20, help="request body limit (413 above)"
+    )
 
-    gen = sub.add_parser("generate", parents=[common], help="complete one prompt and print the result")
+    gen = sub.add_parser(
+        "generate", parents=[common], help="complete one prompt and print the result"
+    )
     gen.add_argument("prompt")
-    gen.add_argument("--chat", action="store_true", help="wrap the prompt as a user message (chat template)")
+    gen.add_argument(
+        "--chat", action="store_true", help="wrap the prompt as a user message (chat template)"
+    )
     group = gen.add_mutually_exclusive_group()
     group.add_argument("--json-schema", type=Path, help="constrain to the JSON Schema in this file")
     group.add_argument("--regex", help="constrain to this regular expression")
-    group.add_argument("--choice", action="append", help="constrain to one of these strings (repeatable)")
+    group.add_argument(
+        "--choice", action="append", help="constrain to one of these strings (repeatable)"
+    )
     _engine_args(gen)
     _sampling_args(gen)
 
@@ -88,15 +148,21 @@ def build_parser() -> argparse.ArgumentParser:
     _sampling_args(chat)
 
     pull = sub.add_parser("pull", parents=[common], help="fetch a model alias into the cache")
-    pull.add_argument("model", nargs="?", default=DEFAULT_MODEL, help=f"alias ({', '.join(sorted(ALIASES))})")
+    pull.add_argument(
+        "model", nargs="?", default=DEFAULT_MODEL, help=f"alias ({', '.join(sorted(ALIASES))})"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
-        return {"serve": _serve, "generate": _generate, "chat": _chat, "pull": _pull}[args.command](args)
+        return {"serve": _serve, "generate": _generate, "chat": _chat, "pull": _pull}[args.command](
+            args
+        )
     except (ValueError, RuntimeError) as exc:
         print(f"radixgen: error: {exc}", file=sys.stderr)
         return 2
@@ -106,7 +172,9 @@ def _pull(args: argparse.Namespace) -> int:
     from .models.hub import pull
 
     if args.model.lower() not in ALIASES:
-        raise ValueError(f"pull: unknown alias {args.model!r} (known: {', '.join(sorted(ALIASES))})")
+        raise ValueError(
+            f"pull: unknown alias {args.model!r} (known: {', '.join(sorted(ALIASES))})"
+        )
     print(pull(args.model))
     return 0
 

@@ -43,7 +43,9 @@ class ModelConfig:
             num_kv_heads=config.get("num_key_value_heads") or num_heads,
             head_dim=config.get("head_dim") or hidden // num_heads,
             rms_norm_eps=config.get("rms_norm_eps", 1e-6),
-            rope_theta=config.get("rope_theta", (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)),
+            rope_theta=config.get(
+                "rope_theta", (config.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+            ),
             rope_scaling=_rope_scaling(config),
             max_position_embeddings=config.get("max_position_embeddings", 4096),
             tie_word_embeddings=config.get("tie_word_embeddings", False),
@@ -69,7 +71,9 @@ class EngineConfig:
     device: str = "auto"  # auto = cuda if available else cpu
     max_total_tokens: int | None = None  # KV pool size in tokens; None = sized from memory
     max_running_requests: int = 64
-    chunked_prefill_size: int = 2048  # max prompt tokens computed in one step; <= 0 disables chunking
+    chunked_prefill_size: int = (
+        2048  # max prompt tokens computed in one step; <= 0 disables chunking
+    )
     schedule_policy: str = "auto"  # auto = lpm with the radix cache, fcfs without
     disable_radix_cache: bool = False
     context_length: int | None = None  # None = the model's
@@ -81,9 +85,15 @@ class EngineConfig:
         if self.max_total_tokens is not None and self.max_total_tokens < 16:
             raise ValueError(f"max_total_tokens: expected >= 16, got {self.max_total_tokens}")
         if self.schedule_policy not in ("auto", "lpm", "fcfs", "dfs-weight"):
-            raise ValueError(f"schedule_policy: expected auto, lpm, fcfs or dfs-weight, got {self.schedule_policy!r}")
+            raise ValueError(
+                f"schedule_policy: expected auto, lpm, fcfs or dfs-weight, got {self.schedule_policy!r}"
+            )
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype: expected auto, float32, bfloat16 or float16, got {self.dtype!r}")
+            raise ValueError(
+                f"dtype: expected auto, float32, bfloat16 or float16, got {self.dtype!r}"
+            )
         if self.max_running_requests < 1:
-            raise ValueError(f"max_running_requests: expected >= 1, got {self.max_running_requests}")
+            raise ValueError(
+                f"max_running_requests: expected >= 1, got {self.max_running_requests}"
+            )
         return self

@@ -19,7 +19,9 @@ MAX_FORCED_TOKENS = 64  # jump-forward at most this many tokens per step
 
 
 class Constraints:
-    def __init__(self, tokenizer: Tokenizer, vocab_size: int, device: torch.device, jump_forward: bool = True) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, vocab_size: int, device: torch.device, jump_forward: bool = True
+    ) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.device = device
@@ -41,7 +43,9 @@ class Constraints:
         if constraint is None:
             return
         kind, spec = constraint
-        kind = "choice" if kind == "choices" else kind  # SamplingParams.choices -> the compiler's kind
+        kind = (
+            "choice" if kind == "choices" else kind
+        )  # SamplingParams.choices -> the compiler's kind
         future = self.compiler.compile_async(kind, True if kind == "json_object" else spec)
         req.matcher = future.result().matcher()
 
@@ -68,7 +72,9 @@ class Constraints:
                 matcher.accept_token(token_id)
                 return []
             if not matcher.accept_token(token_id):
-                raise AssertionError(f"sampled token {token_id} was not allowed by the grammar mask")
+                raise AssertionError(
+                    f"sampled token {token_id} was not allowed by the grammar mask"
+                )
             return self._forced_tokens(req) if self.jump_forward else []
         except GrammarError as exc:
             req.error = f"grammar: {exc}"

@@ -17,7 +17,14 @@ _PREFIX_WINDOW = 6  # tokens of context kept so merges across the boundary decod
 class IncrementalDetokenizer:
     """Decode ``ids`` as they grow; ``text`` is everything decoded so far (complete characters)."""
 
-    __slots__ = ("tokenizer", "skip_special_tokens", "ids", "text", "_prefix_offset", "_read_offset")
+    __slots__ = (
+        "tokenizer",
+        "skip_special_tokens",
+        "ids",
+        "text",
+        "_prefix_offset",
+        "_read_offset",
+    )
 
     def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
         self.tokenizer = tokenizer

@@ -66,8 +66,12 @@ class Engine:
         self.model = load_model(path, self.dtype, self.device)
         self._build_memory()
         self.sampler = Sampler(self.model.config.vocab_size, self.device)
-        self.constraints = Constraints(self.tokenizer, self.model.config.vocab_size, self.device,
-                                       jump_forward=self.config.jump_forward)
+        self.constraints = Constraints(
+            self.tokenizer,
+            self.model.config.vocab_size,
+            self.device,
+            jump_forward=self.config.jump_forward,
+        )
         self.stats_counters = EngineStats()
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._reqs: dict[str, Req] = {}
@@ -80,8 +84,13 @@ class Engine:
         atexit.register(self._at_exit)
         logger.info(
             "loaded %s (%s layers, vocab %d) on %s/%s in %.1fs; KV pool %d tokens; context %d",
-            path.name, self.model.config.num_layers, self.model.config.vocab_size, self.device,
-            str(self.dtype).removeprefix("torch."), time.monotonic() - started, self.max_total_tokens,
+            path.name,
+            self.model.config.num_layers,
+            self.model.config.vocab_size,
+            self.device,
+            str(self.dtype).removeprefix("torch."),
+            time.monotonic() - started,
+            self.max_total_tokens,
             self.context_len,
         )
 
@@ -91,16 +100,32 @@ class Engine:
 
     def _build_memory(self) -> None:
         cfg = self.model.config
-        self.context_len = min(self.config.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings)
-        per_token = KVPool.bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, self.dtype)
-        self.max_total_tokens = self.config.max_total_tokens or _default_pool_tokens(per_token, self.device)
-        self.kv_pool = KVPool(self.max_total_tokens, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
-                              self.dtype, self.device)
+        self.context_len = min(
+            self.config.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings
+        )
+        per_token = KVPool.bytes_per_token(
+            cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, self.dtype
+        )
+        self.max_total_tokens = self.config.max_total_tokens or _default_pool_tokens(
+            per_token, self.device
+        )
+        self.kv_pool = KVPool(
+            self.max_total_tokens,
+            cfg.num_layers,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            self.dtype,
+            self.device,
+        )
         self.allocator = SlotAllocator(self.max_total_tokens)
-        self.req_to_token_pool = ReqToTokenPool(self.config.max_running_requests, self.context_len + 1, self.device)
+        self.req_to_token_pool = ReqToTokenPool(
+            self.config.max_running_requests, self.context_len + 1, self.device
+        )
         cache_cls = ChunkCache if self.config.disable_radix_cache else RadixCache
         self.cache = cache_cls(self.allocator)
-        self.scheduler = Scheduler(self.config, self.cache, self.allocator, self.req_to_token_pool, self.context_len)
+        self.scheduler = Scheduler(
+            self.config, self.cache, self.allocator, self.req_to_token_pool, self.context_len
+        )
         self.model_runner = ModelRunner(self.model, self.kv_pool, self.req_to_token_pool)
 
     # ================================================================== the main loop
@@ -129,7 +154,9 @@ class Engine:
                 break
             try:
                 self.step()
-            except Exception:  # a bug must not kill the thread silently: fail what runs, keep serving
+            except (
+                Exception
+            ):  # a bug must not kill the thread silently: fail what runs, keep serving
                 logger.error("engine step failed:\n%s", traceback.format_exc())
                 for req in list(self.scheduler.running) + list(self.scheduler.waiting):
                     self._fail(req, "internal error in the engine step")
@@ -213,8 +240,14 @@ class Engine:
         logprobs = req.pending_logprobs if req.params.logprobs else None
         req.pending_logprobs = []
         return Delta(
-            rid=req.rid, text=text, token_ids=new_ids, logprobs=logprobs, finished=reason is not None,
-            finish_reason=reason, prompt_tokens=len(req.prompt_ids), completion_tokens=len(req.output_ids),
+            rid=req.rid,
+            text=text,
+            token_ids=new_ids,
+            logprobs=logprobs,
+            finished=reason is not None,
+            finish_reason=reason,
+            prompt_tokens=len(req.prompt_ids),
+            completion_tokens=len(req.output_ids),
             cached_tokens=req.cached_tokens,
         )
 
@@ -229,8 +262,18 @@ class Engine:
         """End ``req`` with an error delta (engine thread)."""
         self.scheduler.finish(req)
         self._reqs.pop(req.rid, None)
-        req.sink(Delta(rid=req.rid, text="", token_ids=[], finished=True, finish_reason="abort",
-                       prompt_tokens=len(req.prompt_ids), completion_tokens=len(req.output_ids), error=message))
+        req.sink(
+            Delta(
+                rid=req.rid,
+                text="",
+                token_ids=[],
+                finished=True,
+                finish_reason="abort",
+                prompt_tokens=len(req.prompt_ids),
+                completion_tokens=len(req.output_ids),
+                error=message,
+            )
+        )
 
     # ================================================================== public API (any thread)
     def add_request(
@@ -249,7 +292,10 @@ class Engine:
         prompt_ids = self._prompt_ids(prompt)
         rid = rid or uuid.uuid4().hex
         req = Req(
-            rid=rid, prompt_ids=prompt_ids, params=params, sink=sink or (lambda d: None),
+            rid=rid,
+            prompt_ids=prompt_ids,
+            params=params,
+            sink=sink or (lambda d: None),
             detokenizer=IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens),
             stop_matcher=StopStringMatcher(params.stop_strings),
         )
@@ -274,22 +320,30 @@ class Engine:
             vocab = self.model.config.vocab_size
             bad = [t for t in ids if not 0 <= t < vocab]
             if bad:
-                raise ValueError(f"input_ids: token id {bad[0]} is outside the vocabulary [0, {vocab})")
+                raise ValueError(
+                    f"input_ids: token id {bad[0]} is outside the vocabulary [0, {vocab})"
+                )
         else:
-            raise ValueError(f"prompt: expected a string or a list of token ids, got {type(prompt).__name__}")
+            raise ValueError(
+                f"prompt: expected a string or a list of token ids, got {type(prompt).__name__}"
+            )
         if not ids:
             raise ValueError("prompt: must not be empty")
         limit = min(self.context_len, self.max_total_tokens) - 1
         if len(ids) > limit:
-            raise ValueError(f"prompt: {len(ids)} tokens is longer than the context allows ({limit} tokens)")
+            raise ValueError(
+                f"prompt: {len(ids)} tokens is longer than the context allows ({limit} tokens)"
+            )
         return ids
 
     def abort(self, rid: str) -> None:
         """Abort a request at any stage; its slots are freed and its nodes unlocked."""
+
         def command() -> None:
             req = self._reqs.get(rid)
             if req is not None and req.status is not ReqStatus.FINISHED:
                 self._emit_abort(req)
+
         self._inbox.put(command)
 
     def _emit_abort(self, req: Req) -> None:
@@ -302,16 +356,22 @@ class Engine:
         params: SamplingParams | list[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
         """Generate for each prompt (text or token ids); blocks until all finish."""
-        single = isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int))
+        single = isinstance(prompts, str) or (
+            isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
+        )
         prompts = [prompts] if single else list(prompts)
         if not prompts:
             raise ValueError("prompts: expected at least one prompt")
         params_list = params if isinstance(params, list) else [params] * len(prompts)
         if len(params_list) != len(prompts):
-            raise ValueError(f"params: got {len(params_list)} SamplingParams for {len(prompts)} prompts")
+            raise ValueError(
+                f"params: got {len(params_list)} SamplingParams for {len(prompts)} prompts"
+            )
         collected = [self._collect(p, sp) for p, sp in zip(prompts, params_list)]
-        return [RequestOutput.from_deltas(list(deltas), p if isinstance(p, str) else None)
-                for deltas, p in zip(collected, prompts)]
+        return [
+            RequestOutput.from_deltas(list(deltas), p if isinstance(p, str) else None)
+            for deltas, p in zip(collected, prompts)
+        ]
 
     def _collect(self, prompt, params) -> Iterator[Delta]:
         """Submit now; the returned iterator yields the request's deltas until it finishes."""
@@ -319,12 +379,18 @@ class Engine:
         rid = self.add_request(prompt, params, out.put)
         return _drain(out, rid, self)
 
-    def chat(self, messages: list[dict], params: SamplingParams | None = None, tools: list | None = None) -> RequestOutput:
+    def chat(
+        self, messages: list[dict], params: SamplingParams | None = None, tools: list | None = None
+    ) -> RequestOutput:
         """Render ``messages`` with the chat template and generate the assistant's reply."""
-        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
+        prompt = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tools=tools
+        )
         return self.generate([prompt], params)[0]
 
-    def stream(self, prompt: str | list[int] | list[dict], params: SamplingParams | None = None) -> Iterator[Delta]:
+    def stream(
+        self, prompt: str | list[int] | list[dict], params: SamplingParams | None = None
+    ) -> Iterator[Delta]:
         """Yield deltas as they are produced (``delta.text`` joins to the final text).
 
         ``prompt`` may be a list of chat messages. Closing the iterator early aborts the request.
@@ -333,8 +399,13 @@ class Engine:
             prompt = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
         return self._collect(prompt, params)
 
-    def score(self, prompt: str | list[int], continuations: list[str] | list[list[int]], *,
-              top_logprobs: int = 0):
+    def score(
+        self,
+        prompt: str | list[int],
+        continuations: list[str] | list[list[int]],
+        *,
+        top_logprobs: int = 0,
+    ):
         """Teacher-forced logprob of every token of each continuation after ``prompt`` (no sampling),
         and the ``top_logprobs`` most likely tokens at each position.
 
@@ -387,11 +458,13 @@ class Engine:
 
     def flush_cache(self) -> bool:
         """Drop every cached prefix; refused (False) while requests run."""
+
         def flush() -> bool:
             if self.scheduler.running or self.scheduler.waiting:
                 return False
             self.cache.reset()
             return True
+
         return self.call(flush)
 
     def check_integrity(self) -> None:
@@ -402,10 +475,12 @@ class Engine:
         """Abort what is in flight and stop the engine thread."""
         if self._stopping:
             return
+
         def stop() -> None:
             for req in list(self._reqs.values()):
                 self._emit_abort(req)
             self._stopping = True
+
         self._inbox.put(stop)
         self._thread.join(timeout=30)
         self.constraints.shutdown()
@@ -423,6 +498,7 @@ def _shutdown_at_exit(ref: weakref.ref) -> Callable[[], None]:
         engine = ref()
         if engine is not None:
             engine.shutdown()
+
     return shutdown
 
 
@@ -466,6 +542,6 @@ def _default_pool_tokens(bytes_per_token: int, device: torch.device) -> int:
         budget = free * 0.6
     else:
         import os
+
         budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.10
     return int(max(1024, min(budget // bytes_per_token, 1 << 18)))
-

@@ -35,7 +35,9 @@ class ForwardBatch:
     req_to_token: torch.Tensor  # [R, max_context] int32
     attention_backend: str = "auto"
     decode_runs: DecodeRuns | None = None  # the decode rows' keys as pool runs (CPU torch path)
-    decode_plan: CpuDecodePlan | None = None  # decode rows and the prefixes they share (CPU compiled kernel)
+    decode_plan: CpuDecodePlan | None = (
+        None  # decode rows and the prefixes they share (CPU compiled kernel)
+    )
 
     @property
     def num_tokens(self) -> int:

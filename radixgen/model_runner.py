@@ -14,8 +14,13 @@ from .request import Req
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, kv_pool: KVPool, req_to_token_pool: ReqToTokenPool,
-                 attention_backend: str = "auto") -> None:
+    def __init__(
+        self,
+        model: LlamaModel,
+        kv_pool: KVPool,
+        req_to_token_pool: ReqToTokenPool,
+        attention_backend: str = "auto",
+    ) -> None:
         self.model = model
         self.kv_pool = kv_pool
         self.req_to_token_pool = req_to_token_pool
@@ -24,7 +29,11 @@ class ModelRunner:
 
     def _native_decode(self, k_pool: torch.Tensor) -> bool:
         """Whether decode attention runs the compiled CPU kernel (then no slot-run plan is needed)."""
-        return use_native(self.attention_backend) and k_pool.dtype == torch.float32 and native_decode_available()
+        return (
+            use_native(self.attention_backend)
+            and k_pool.dtype == torch.float32
+            and native_decode_available()
+        )
 
     def forward(self, reqs: list[Req], sampling: list[bool]) -> torch.Tensor:
         """Run one step for ``reqs`` (decode rows, i.e. ``extend_len == 1``, first).
@@ -47,20 +56,30 @@ class ModelRunner:
             rows.append(req.pool_row)
             prefix_lens.append(start)
             extend_lens.append(n)
-        num_decode = next((i for i, n in enumerate(extend_lens) if n != 1), len(extend_lens))  # leading 1-token rows
+        num_decode = next(
+            (i for i, n in enumerate(extend_lens) if n != 1), len(extend_lens)
+        )  # leading 1-token rows
         table = self.req_to_token_pool.table
         rows_t = torch.tensor(rows, dtype=torch.int64)
         prefix_t = torch.tensor(prefix_lens, dtype=torch.int64)
         extend_t = torch.tensor(extend_lens, dtype=torch.int64)
-        out_slots = torch.cat([table[r, s : s + n] for r, s, n in zip(rows, prefix_lens, extend_lens)]).long()
+        out_slots = torch.cat(
+            [table[r, s : s + n] for r, s, n in zip(rows, prefix_lens, extend_lens)]
+        ).long()
         seq_t = prefix_t + extend_t
         runs = cpu_plan = None
         k_pool = self.kv_pool.k_buffers[0]
-        if num_decode and k_pool.device.type == "cpu" and not use_triton(self.attention_backend, k_pool):
+        if (
+            num_decode
+            and k_pool.device.type == "cpu"
+            and not use_triton(self.attention_backend, k_pool)
+        ):
             if self._native_decode(k_pool):  # the compiled kernel (kernels/cpu_decode.py)
                 cpu_plan = plan_cpu_decode(table, rows_t[:num_decode], seq_t[:num_decode])
             else:  # the torch path reads contiguous slot runs as pool views (kernels/run_attention.py)
-                runs = plan_decode_runs(table[rows_t[:num_decode], : int(seq_t[:num_decode].max())], seq_t[:num_decode])
+                runs = plan_decode_runs(
+                    table[rows_t[:num_decode], : int(seq_t[:num_decode].max())], seq_t[:num_decode]
+                )
         dev = self.device
         return ForwardBatch(
             input_ids=torch.tensor(input_ids, dtype=torch.int64).to(dev, non_blocking=True),

@@ -95,7 +95,9 @@ class Req:
     output_ids: list[int] = field(default_factory=list)
     status: ReqStatus = ReqStatus.WAITING
     pool_row: int | None = None
-    slots: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))  # [computed_len]
+    slots: torch.Tensor = field(
+        default_factory=lambda: torch.empty(0, dtype=torch.int64)
+    )  # [computed_len]
     computed_len: int = 0
     num_tree_owned: int = 0
     last_node: Any = None
@@ -107,7 +109,9 @@ class Req:
     streamed_len: int = 0  # characters of output text already emitted
     num_sent_ids: int = 0  # output tokens already emitted
     finish_reason: str | None = None
-    error: str | None = None  # set when the request must end with an error (e.g. its grammar failed)
+    error: str | None = (
+        None  # set when the request must end with an error (e.g. its grammar failed)
+    )
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
     num_retractions: int = 0
     arrival_time: float = field(default_factory=time.monotonic)

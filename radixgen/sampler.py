@@ -32,7 +32,9 @@ class Sampler:
         self._apply_logit_bias(logits, reqs)
         if bitmask is not None and masked_rows:
             apply_token_bitmask_inplace(logits, bitmask, indices=masked_rows)
-        logprobs = torch.log_softmax(logits, dim=-1) if any(r.params.logprobs for r in reqs) else None
+        logprobs = (
+            torch.log_softmax(logits, dim=-1) if any(r.params.logprobs for r in reqs) else None
+        )
         next_ids = self._draw(logits, reqs)
         return next_ids, self._logprobs(logprobs, next_ids, reqs)
 
@@ -45,17 +47,26 @@ class Sampler:
             if p.repetition_penalty != 1.0:
                 seen = torch.tensor(req.prompt_ids + req.output_ids, device=self.device).unique()
                 values = logits[row, seen]
-                logits[row, seen] = torch.where(values > 0, values / p.repetition_penalty, values * p.repetition_penalty)
+                logits[row, seen] = torch.where(
+                    values > 0, values / p.repetition_penalty, values * p.repetition_penalty
+                )
             if req.output_ids and (p.frequency_penalty or p.presence_penalty):
-                counts = torch.bincount(torch.tensor(req.output_ids, device=self.device), minlength=logits.shape[1])
-                logits[row] -= p.frequency_penalty * counts[: logits.shape[1]] + p.presence_penalty * (counts > 0)[: logits.shape[1]]
+                counts = torch.bincount(
+                    torch.tensor(req.output_ids, device=self.device), minlength=logits.shape[1]
+                )
+                logits[row] -= (
+                    p.frequency_penalty * counts[: logits.shape[1]]
+                    + p.presence_penalty * (counts > 0)[: logits.shape[1]]
+                )
 
     def _apply_logit_bias(self, logits: torch.Tensor, reqs: list[Req]) -> None:
         for row, req in enumerate(reqs):
             bias = req.params.logit_bias
             if bias:
                 ids = torch.tensor(list(bias.keys()), device=self.device)
-                logits[row, ids] += torch.tensor(list(bias.values()), device=self.device, dtype=logits.dtype)
+                logits[row, ids] += torch.tensor(
+                    list(bias.values()), device=self.device, dtype=logits.dtype
+                )
 
     # ------------------------------------------------------------------ drawing
     def _draw(self, logits: torch.Tensor, reqs: list[Req]) -> list[int]:
@@ -88,7 +99,9 @@ class Sampler:
             probs = torch.zeros_like(probs).scatter_(1, order, sorted_probs)
         min_p = torch.tensor([p.min_p for p in params], device=self.device)
         if (min_p > 0).any():
-            probs = probs.masked_fill(probs < min_p[:, None] * probs.max(dim=-1, keepdim=True).values, 0.0)
+            probs = probs.masked_fill(
+                probs < min_p[:, None] * probs.max(dim=-1, keepdim=True).values, 0.0
+            )
         return probs
 
     def _multinomial(self, probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
@@ -104,7 +117,9 @@ class Sampler:
 
     # ------------------------------------------------------------------ logprobs
     @staticmethod
-    def _logprobs(logprobs: torch.Tensor | None, next_ids: list[int], reqs: list[Req]) -> list[TokenLogprob | None]:
+    def _logprobs(
+        logprobs: torch.Tensor | None, next_ids: list[int], reqs: list[Req]
+    ) -> list[TokenLogprob | None]:
         if logprobs is None:
             return [None] * len(reqs)
         out: list[TokenLogprob | None] = []

@@ -60,29 +60,53 @@ class SamplingParams:
 
     @property
     def needs_penalties(self) -> bool:
-        return self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0 or self.presence_penalty != 0.0
+        return (
+            self.repetition_penalty != 1.0
+            or self.frequency_penalty != 0.0
+            or self.presence_penalty != 0.0
+        )
 
     # ------------------------------------------------------------------ validation
     def validate(self, vocab_size: int | None = None) -> SamplingParams:
         """Raise ``ValueError`` naming the field for bad values; returns self for chaining."""
-        _check(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1,
-               f"max_new_tokens: expected an integer >= 1, got {self.max_new_tokens!r}")
-        _check(_is_number(self.temperature) and self.temperature >= 0.0,
-               f"temperature: expected a number >= 0, got {self.temperature!r}")
-        _check(_is_number(self.top_p) and 0.0 < self.top_p <= 1.0,
-               f"top_p: expected a number in (0, 1], got {self.top_p!r}")
-        _check(isinstance(self.top_k, int) and (self.top_k == -1 or self.top_k >= 1),
-               f"top_k: expected -1 (off) or an integer >= 1, got {self.top_k!r}")
-        _check(_is_number(self.min_p) and 0.0 <= self.min_p <= 1.0,
-               f"min_p: expected a number in [0, 1], got {self.min_p!r}")
-        _check(_is_number(self.repetition_penalty) and self.repetition_penalty > 0.0,
-               f"repetition_penalty: expected a number > 0, got {self.repetition_penalty!r}")
+        _check(
+            isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1,
+            f"max_new_tokens: expected an integer >= 1, got {self.max_new_tokens!r}",
+        )
+        _check(
+            _is_number(self.temperature) and self.temperature >= 0.0,
+            f"temperature: expected a number >= 0, got {self.temperature!r}",
+        )
+        _check(
+            _is_number(self.top_p) and 0.0 < self.top_p <= 1.0,
+            f"top_p: expected a number in (0, 1], got {self.top_p!r}",
+        )
+        _check(
+            isinstance(self.top_k, int) and (self.top_k == -1 or self.top_k >= 1),
+            f"top_k: expected -1 (off) or an integer >= 1, got {self.top_k!r}",
+        )
+        _check(
+            _is_number(self.min_p) and 0.0 <= self.min_p <= 1.0,
+            f"min_p: expected a number in [0, 1], got {self.min_p!r}",
+        )
+        _check(
+            _is_number(self.repetition_penalty) and self.repetition_penalty > 0.0,
+            f"repetition_penalty: expected a number > 0, got {self.repetition_penalty!r}",
+        )
         for name in ("frequency_penalty", "presence_penalty"):
             value = getattr(self, name)
-            _check(_is_number(value) and -2.0 <= value <= 2.0, f"{name}: expected a number in [-2, 2], got {value!r}")
-        _check(self.seed is None or isinstance(self.seed, int), f"seed: expected an integer, got {self.seed!r}")
-        _check(isinstance(self.top_logprobs, int) and 0 <= self.top_logprobs <= 20,
-               f"top_logprobs: expected an integer in [0, 20], got {self.top_logprobs!r}")
+            _check(
+                _is_number(value) and -2.0 <= value <= 2.0,
+                f"{name}: expected a number in [-2, 2], got {value!r}",
+            )
+        _check(
+            self.seed is None or isinstance(self.seed, int),
+            f"seed: expected an integer, got {self.seed!r}",
+        )
+        _check(
+            isinstance(self.top_logprobs, int) and 0 <= self.top_logprobs <= 20,
+            f"top_logprobs: expected an integer in [0, 20], got {self.top_logprobs!r}",
+        )
         self._validate_stops()
         self._validate_logit_bias(vocab_size)
         self._validate_constraint()
@@ -90,25 +114,41 @@ class SamplingParams:
 
     def _validate_stops(self) -> None:
         stops = self.stop
-        ok = stops is None or isinstance(stops, str) or (
-            isinstance(stops, list) and all(isinstance(s, str) for s in stops)
+        ok = (
+            stops is None
+            or isinstance(stops, str)
+            or (isinstance(stops, list) and all(isinstance(s, str) for s in stops))
         )
         _check(ok, f"stop: expected a string or a list of strings, got {stops!r}")
         _check(all(self.stop_strings), "stop: stop strings must be non-empty")
-        _check(len(self.stop_strings) <= 16, f"stop: at most 16 stop strings, got {len(self.stop_strings)}")
+        _check(
+            len(self.stop_strings) <= 16,
+            f"stop: at most 16 stop strings, got {len(self.stop_strings)}",
+        )
         ids = self.stop_token_ids
-        _check(ids is None or (isinstance(ids, list) and all(isinstance(i, int) for i in ids)),
-               f"stop_token_ids: expected a list of integers, got {ids!r}")
+        _check(
+            ids is None or (isinstance(ids, list) and all(isinstance(i, int) for i in ids)),
+            f"stop_token_ids: expected a list of integers, got {ids!r}",
+        )
 
     def _validate_logit_bias(self, vocab_size: int | None) -> None:
         if self.logit_bias is None:
             return
-        _check(isinstance(self.logit_bias, dict), f"logit_bias: expected an object, got {self.logit_bias!r}")
+        _check(
+            isinstance(self.logit_bias, dict),
+            f"logit_bias: expected an object, got {self.logit_bias!r}",
+        )
         for token_id, bias in self.logit_bias.items():
-            _check(isinstance(token_id, int) and token_id >= 0 and (vocab_size is None or token_id < vocab_size),
-                   f"logit_bias: token id {token_id!r} is not in the vocabulary")
-            _check(_is_number(bias) and -100 <= bias <= 100,
-                   f"logit_bias: bias for token {token_id} must be a number in [-100, 100], got {bias!r}")
+            _check(
+                isinstance(token_id, int)
+                and token_id >= 0
+                and (vocab_size is None or token_id < vocab_size),
+                f"logit_bias: token id {token_id!r} is not in the vocabulary",
+            )
+            _check(
+                _is_number(bias) and -100 <= bias <= 100,
+                f"logit_bias: bias for token {token_id} must be a number in [-100, 100], got {bias!r}",
+            )
 
     def _validate_constraint(self) -> None:
         given = [name for name in CONSTRAINT_FIELDS if getattr(self, name) not in (None, False)]
@@ -118,12 +158,21 @@ class SamplingParams:
                 json.loads(self.json_schema)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"json_schema: not valid JSON ({exc})") from None
-        _check(self.json_schema is None or isinstance(self.json_schema, (dict, str, bool)),
-               f"json_schema: expected an object or a JSON string, got {type(self.json_schema).__name__}")
-        _check(self.regex is None or isinstance(self.regex, str), f"regex: expected a string, got {self.regex!r}")
+        _check(
+            self.json_schema is None or isinstance(self.json_schema, (dict, str, bool)),
+            f"json_schema: expected an object or a JSON string, got {type(self.json_schema).__name__}",
+        )
+        _check(
+            self.regex is None or isinstance(self.regex, str),
+            f"regex: expected a string, got {self.regex!r}",
+        )
         if self.choices is not None:
-            _check(isinstance(self.choices, list) and self.choices and all(isinstance(c, str) and c for c in self.choices),
-                   "choices: expected a non-empty list of non-empty strings")
+            _check(
+                isinstance(self.choices, list)
+                and self.choices
+                and all(isinstance(c, str) and c for c in self.choices),
+                "choices: expected a non-empty list of non-empty strings",
+            )
 
     def replace(self, **changes: Any) -> SamplingParams:
         return dataclasses.replace(self, **changes)

@@ -71,8 +71,13 @@ class _Row:
         return self.ids[start:end]
 
 
-def score(engine: Engine, prompt_ids: list[int], continuations: list[list[int]],
-          timeout: float = 300.0, top_k: int = 0) -> ScoreOutput:
+def score(
+    engine: Engine,
+    prompt_ids: list[int],
+    continuations: list[list[int]],
+    timeout: float = 300.0,
+    top_k: int = 0,
+) -> ScoreOutput:
     """Teacher-forced logprobs of each continuation after ``prompt_ids`` (any thread; blocks),
     with the ``top_k`` most likely tokens at each position if asked.
 
@@ -83,7 +88,9 @@ def score(engine: Engine, prompt_ids: list[int], continuations: list[list[int]],
     _validate(engine, prompt_ids, continuations)
     deadline = time.monotonic() + timeout
     while True:
-        result = engine.call(lambda: _score_now(engine, prompt_ids, continuations, top_k), timeout=timeout)
+        result = engine.call(
+            lambda: _score_now(engine, prompt_ids, continuations, top_k), timeout=timeout
+        )
         if result is not None:
             return result
         if time.monotonic() > deadline:
@@ -104,11 +111,14 @@ def _validate(engine: Engine, prompt_ids: list[int], continuations: list[list[in
     longest = len(prompt_ids) + max(len(c) for c in continuations)
     limit = min(engine.context_len, engine.max_total_tokens) - 1
     if longest > limit:
-        raise ValueError(f"score: prompt + continuation is {longest} tokens, more than the context allows ({limit})")
+        raise ValueError(
+            f"score: prompt + continuation is {longest} tokens, more than the context allows ({limit})"
+        )
 
 
-def _score_now(engine: Engine, prompt_ids: list[int], continuations: list[list[int]],
-               top_k: int = 0) -> ScoreOutput | None:
+def _score_now(
+    engine: Engine, prompt_ids: list[int], continuations: list[list[int]], top_k: int = 0
+) -> ScoreOutput | None:
     """Engine thread. ``None`` when rows or memory are short right now (the caller retries)."""
     n = len(prompt_ids)
     cached, _ = engine.cache.match_prefix(prompt_ids[:-1])
@@ -143,7 +153,9 @@ def _run_rows(engine: Engine, rows: list[_Row]) -> torch.Tensor | None:
     if not _acquire(engine, rows):
         return None
     try:
-        order = sorted(range(len(rows)), key=lambda i: rows[i].extend_len != 1)  # 1-token rows first
+        order = sorted(
+            range(len(rows)), key=lambda i: rows[i].extend_len != 1
+        )  # 1-token rows first
         batch = engine.model_runner.prepare([rows[i] for i in order], [False] * len(rows))
         wanted: dict[int, list[int]] = {}
         offset = 0

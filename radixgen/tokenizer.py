@@ -32,7 +32,12 @@ _QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-_PRE_SPLITS = {"llama-bpe": _LLAMA3_SPLIT, "llama3": _LLAMA3_SPLIT, "smaug-bpe": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}
+_PRE_SPLITS = {
+    "llama-bpe": _LLAMA3_SPLIT,
+    "llama3": _LLAMA3_SPLIT,
+    "smaug-bpe": _LLAMA3_SPLIT,
+    "qwen2": _QWEN2_SPLIT,
+}
 _DIGIT_SPLIT_PRES = {"smollm", "starcoder", "refact"}  # GPT-2 regex after splitting every digit
 
 
@@ -58,7 +63,9 @@ class Tokenizer:
         self.eos_token_id = backend.token_to_id(eos_token) if eos_token else None
         eos = [self.eos_token_id] if self.eos_token_id is not None else []
         self.eos_token_ids: list[int] = list(dict.fromkeys(eos + list(extra_eos_token_ids)))
-        self.special_ids: set[int] = {i for i, tok in backend.get_added_tokens_decoder().items() if tok.special}
+        self.special_ids: set[int] = {
+            i for i, tok in backend.get_added_tokens_decoder().items() if tok.special
+        }
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
@@ -106,7 +113,9 @@ def _raise_exception(message: str) -> None:
     raise ValueError(f"chat template: {message}")
 
 
-def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False) -> str:
+def _tojson(
+    value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False
+) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
 
 
@@ -156,8 +165,16 @@ def tokenizer_from_gguf(path: str | Path) -> Tokenizer:
             "(supported: 'gpt2' byte-level BPE, 'llama' SentencePiece BPE with merges); "
             "use the model's Hugging Face folder instead"
         )
-    special = [AddedToken(t, special=True, normalized=False) for t, k in zip(tokens, types) if k == _CONTROL]
-    user = [AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, types) if k == _USER_DEFINED]
+    special = [
+        AddedToken(t, special=True, normalized=False)
+        for t, k in zip(tokens, types)
+        if k == _CONTROL
+    ]
+    user = [
+        AddedToken(t, special=False, normalized=False)
+        for t, k in zip(tokens, types)
+        if k == _USER_DEFINED
+    ]
     backend.add_special_tokens(special)
     backend.add_tokens(user)
 
@@ -165,7 +182,9 @@ def tokenizer_from_gguf(path: str | Path) -> Tokenizer:
         index = meta.get(f"tokenizer.ggml.{key}")
         return tokens[index] if index is not None and 0 <= index < len(tokens) else None
 
-    extra_eos = [meta[k] for k in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id") if k in meta]
+    extra_eos = [
+        meta[k] for k in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id") if k in meta
+    ]
     return Tokenizer(
         backend,
         chat_template=meta.get("tokenizer.chat_template"),
@@ -179,7 +198,9 @@ def tokenizer_from_gguf(path: str | Path) -> Tokenizer:
 @functools.lru_cache(maxsize=1)
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible byte -> printable character map."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    )
     chars, extra = [], 0
     for b in range(256):
         if b in printable:
@@ -190,7 +211,9 @@ def _bytes_to_unicode() -> dict[int, str]:
     return dict(zip(range(256), chars))
 
 
-def _byte_level_bpe(tokens: list[str], merges: list[tuple[str, str]], pre: str | None) -> HFTokenizer:
+def _byte_level_bpe(
+    tokens: list[str], merges: list[tuple[str, str]], pre: str | None
+) -> HFTokenizer:
     alphabet = set(_bytes_to_unicode().values())
     spell = _bytes_to_unicode()
     vocab = {}
@@ -212,10 +235,19 @@ def _byte_level_bpe(tokens: list[str], merges: list[tuple[str, str]], pre: str |
 
 def _sentencepiece_bpe(tokens: list[str], merges: list[tuple[str, str]]) -> HFTokenizer:
     vocab = {tok: i for i, tok in enumerate(tokens)}
-    backend = HFTokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True, fuse_unk=True, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+    backend = HFTokenizer(
+        models.BPE(vocab=vocab, merges=merges, byte_fallback=True, fuse_unk=True, unk_token="<unk>")
+    )
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement="▁", prepend_scheme="first", split=False
+    )
     backend.decoder = decoders.Sequence(
-        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+        [
+            decoders.Replace("▁", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
     )
     return backend
 
@@ -230,7 +262,9 @@ def tokenizer_from_hf_folder(path: str | Path) -> Tokenizer:
     gen_config = _read_json(path / "generation_config.json")
     template = config.get("chat_template")
     if isinstance(template, list):  # named templates: take the default one
-        template = next((t["template"] for t in template if t.get("name") == "default"), template[0]["template"])
+        template = next(
+            (t["template"] for t in template if t.get("name") == "default"), template[0]["template"]
+        )
     if template is None and (path / "chat_template.jinja").is_file():
         template = (path / "chat_template.jinja").read_text()
     extra_eos = gen_config.get("eos_token_id", [])

@@ -57,7 +57,9 @@ def hf_gguf_model(default_model_path):
 def hf_gguf_tokenizer(default_model_path):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(default_model_path.parent), gguf_file=default_model_path.name)
+    return AutoTokenizer.from_pretrained(
+        str(default_model_path.parent), gguf_file=default_model_path.name
+    )
 
 
 @pytest.fixture(scope="session")
@@ -85,7 +87,9 @@ def _wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
-    pytest.fail(f"radixgen serve not healthy after {SERVER_STARTUP_TIMEOUT_S}s:\n{log.read_text()[-4000:]}")
+    pytest.fail(
+        f"radixgen serve not healthy after {SERVER_STARTUP_TIMEOUT_S}s:\n{log.read_text()[-4000:]}"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -95,10 +99,26 @@ def server_url(tmp_path_factory: pytest.TempPathFactory):
     after the session it must have shut down cleanly."""
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
-    cmd = [sys.executable, "-m", "radixgen", "serve", "--host", "127.0.0.1", "--port", str(port),
-           "--api-key", SERVER_API_KEY, "--max-body-bytes", str(SERVER_BODY_LIMIT), "--max-total-tokens", "16384"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "radixgen",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--api-key",
+        SERVER_API_KEY,
+        "--max-body-bytes",
+        str(SERVER_BODY_LIMIT),
+        "--max-total-tokens",
+        "16384",
+    ]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, proc, log)
@@ -112,5 +132,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory):
             proc.wait()
     # uvicorn re-raises SIGTERM after a clean shutdown, so -SIGTERM is a normal exit too
     text = log.read_text()
-    assert proc.returncode in (0, -signal.SIGTERM), f"radixgen serve exited with {proc.returncode}:\n{text[-4000:]}"
+    assert proc.returncode in (0, -signal.SIGTERM), (
+        f"radixgen serve exited with {proc.returncode}:\n{text[-4000:]}"
+    )
     assert "Application shutdown complete" in text and "Traceback" not in text, text[-4000:]

@@ -16,8 +16,11 @@ from radixgen.grammar import GrammarError  # noqa: E402
 
 PERSON = {
     "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 20}, "age": {"type": "integer", "minimum": 0, "maximum": 120},
-                   "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 3}},
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 3},
+    },
     "required": ["name", "age"],
     "additionalProperties": False,
 }
@@ -28,24 +31,32 @@ def _chat(engine, text: str) -> str:
 
 
 def test_json_schema_output_validates(engine):
-    out = engine.generate(_chat(engine, "Describe a person as JSON."),
-                          SamplingParams(max_new_tokens=96, temperature=0.0, json_schema=PERSON))[0]
+    out = engine.generate(
+        _chat(engine, "Describe a person as JSON."),
+        SamplingParams(max_new_tokens=96, temperature=0.0, json_schema=PERSON),
+    )[0]
     assert out.finish_reason == "stop"
     jsonschema.validate(json.loads(out.text), PERSON)
 
 
 def test_regex_and_choices(engine):
     regex = r"[0-9]{3}-[0-9]{4}"
-    out = engine.generate(_chat(engine, "Give me a phone number."), SamplingParams(max_new_tokens=20, regex=regex))[0]
+    out = engine.generate(
+        _chat(engine, "Give me a phone number."), SamplingParams(max_new_tokens=20, regex=regex)
+    )[0]
     assert re.fullmatch(regex, out.text) and out.finish_reason == "stop"
     choices = ["positive", "negative", "neutral"]
-    out = engine.generate(_chat(engine, "Sentiment of: I love it!"), SamplingParams(max_new_tokens=8, choices=choices))[0]
+    out = engine.generate(
+        _chat(engine, "Sentiment of: I love it!"), SamplingParams(max_new_tokens=8, choices=choices)
+    )[0]
     assert out.text in choices
 
 
 def test_json_object(engine):
-    out = engine.generate(_chat(engine, "Return a JSON object describing a cat."),
-                          SamplingParams(max_new_tokens=128, temperature=0.0, json_object=True))[0]
+    out = engine.generate(
+        _chat(engine, "Return a JSON object describing a cat."),
+        SamplingParams(max_new_tokens=128, temperature=0.0, json_object=True),
+    )[0]
     if out.finish_reason == "stop":
         assert isinstance(json.loads(out.text), dict)
     else:
@@ -55,9 +66,15 @@ def test_json_object(engine):
 def test_jump_forward_on_and_off_both_valid(engine, default_model_path):
     from radixgen import Engine
 
-    schema = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome", "Berlin"]},
-                                               "country": {"type": "string", "maxLength": 16}},
-              "required": ["city", "country"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "enum": ["Paris", "Rome", "Berlin"]},
+            "country": {"type": "string", "maxLength": 16},
+        },
+        "required": ["city", "country"],
+        "additionalProperties": False,
+    }
     params = SamplingParams(max_new_tokens=48, temperature=0.0, json_schema=schema)
     prompt = _chat(engine, "Pick a European capital and give it as JSON.")
     on = engine.generate(prompt, params)[0]
@@ -71,10 +88,19 @@ def test_jump_forward_on_and_off_both_valid(engine, default_model_path):
     assert json.loads(on.text) == json.loads(off.text)
 
 
-@pytest.mark.parametrize("spec", [
-    dict(json_schema={"type": "object", "if": {"properties": {"a": {"const": 1}}}, "then": {"required": ["b"]}}),
-    dict(regex="(unclosed"),
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        dict(
+            json_schema={
+                "type": "object",
+                "if": {"properties": {"a": {"const": 1}}},
+                "then": {"required": ["b"]},
+            }
+        ),
+        dict(regex="(unclosed"),
+    ],
+)
 def test_bad_grammar_is_a_value_error_at_submit(engine, spec):
     with pytest.raises(GrammarError, match="unsupported keyword 'if' at #|regex"):
         engine.add_request("hi", SamplingParams(max_new_tokens=4, **spec))
@@ -99,7 +125,11 @@ def test_fifty_dev_schemas_all_finished_outputs_validate(engine, shared_data):
         except GrammarError:
             continue
         kept.append(schema)
-        prompts.append(_chat(engine, "Produce a JSON value matching this schema:\n" + json.dumps(schema)[:1500]))
+        prompts.append(
+            _chat(
+                engine, "Produce a JSON value matching this schema:\n" + json.dumps(schema)[:1500]
+            )
+        )
         params.append(SamplingParams(max_new_tokens=160, temperature=0.0, json_schema=schema))
     assert len(kept) >= 45
     outs = engine.generate(prompts, params)
@@ -118,9 +148,13 @@ def test_grammar_failure_mid_decode_ends_only_that_request(engine):
             raise GrammarError("regex: automaton exceeded its state limit")
 
     deltas: queue.SimpleQueue = queue.SimpleQueue()
-    rid = engine.add_request("Write letters:", SamplingParams(max_new_tokens=64, regex="[a-z ]{1,300}"), deltas.put)
+    rid = engine.add_request(
+        "Write letters:", SamplingParams(max_new_tokens=64, regex="[a-z ]{1,300}"), deltas.put
+    )
     engine.call(lambda: setattr(engine._reqs[rid], "matcher", ExplodingMatcher()))
-    good = engine.generate("1, 2, 3,", SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True))[0]
+    good = engine.generate(
+        "1, 2, 3,", SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True)
+    )[0]
     assert good.completion_tokens == 6
     last = deltas.get(timeout=60)
     while not last.finished:

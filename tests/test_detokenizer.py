@@ -28,7 +28,12 @@ def test_split_character_is_held_back(tokenizer):
 
 @pytest.mark.parametrize(
     ("stops", "text", "expected"),
-    [(["END"], "abc END def", 4), (["x", "bc"], "abcx", 1), (["zz"], "abc", None), (["\n\n"], "a\n\nb", 1)],
+    [
+        (["END"], "abc END def", 4),
+        (["x", "bc"], "abcx", 1),
+        (["zz"], "abc", None),
+        (["\n\n"], "a\n\nb", 1),
+    ],
 )
 def test_stop_string_found(stops, text, expected):
     assert StopStringMatcher(stops).find(text) == expected
@@ -36,7 +41,13 @@ def test_stop_string_found(stops, text, expected):
 
 @pytest.mark.parametrize(
     ("stops", "text", "safe"),
-    [(["END"], "abc E", 4), (["END"], "abc EN", 4), (["END"], "abc X", 5), (["</a>", "<b"], "x <", 2), ([], "x<", 2)],
+    [
+        (["END"], "abc E", 4),
+        (["END"], "abc EN", 4),
+        (["END"], "abc X", 5),
+        (["</a>", "<b"], "x <", 2),
+        ([], "x<", 2),
+    ],
 )
 def test_streaming_holds_back_possible_stop_prefix(stops, text, safe):
     assert StopStringMatcher(stops).safe_len(text) == safe

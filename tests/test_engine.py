@@ -30,7 +30,10 @@ def test_batch_invariance(engine):
 
 
 def test_output_fields(engine):
-    out = engine.generate("The capital of France is", SamplingParams(max_new_tokens=5, temperature=0.0, ignore_eos=True))[0]
+    out = engine.generate(
+        "The capital of France is",
+        SamplingParams(max_new_tokens=5, temperature=0.0, ignore_eos=True),
+    )[0]
     assert out.finish_reason == "length" and out.completion_tokens == 5 == len(out.token_ids)
     assert out.prompt_tokens == len(engine.tokenizer.encode("The capital of France is"))
     assert out.text == engine.tokenizer.decode(out.token_ids)
@@ -38,7 +41,9 @@ def test_output_fields(engine):
 
 def test_stream_deltas_join_to_final_text(engine):
     params = SamplingParams(max_new_tokens=40, temperature=0.0)
-    deltas = list(engine.stream([{"role": "user", "content": "Say something with an emoji 🎉"}], params))
+    deltas = list(
+        engine.stream([{"role": "user", "content": "Say something with an emoji 🎉"}], params)
+    )
     final = engine.chat([{"role": "user", "content": "Say something with an emoji 🎉"}], params)
     assert "".join(d.text for d in deltas) == final.text
     assert sum(d.finished for d in deltas) == 1 and deltas[-1].finished
@@ -46,20 +51,31 @@ def test_stream_deltas_join_to_final_text(engine):
 
 
 def test_stop_string_cuts_output_exactly(engine):
-    base = engine.generate("1, 2, 3, 4,", SamplingParams(max_new_tokens=20, temperature=0.0))[0].text
+    base = engine.generate("1, 2, 3, 4,", SamplingParams(max_new_tokens=20, temperature=0.0))[
+        0
+    ].text
     stop = base.strip().split(",")[1].strip()  # a number the model is about to write
     assert stop
-    out = engine.generate("1, 2, 3, 4,", SamplingParams(max_new_tokens=20, temperature=0.0, stop=[stop]))[0]
+    out = engine.generate(
+        "1, 2, 3, 4,", SamplingParams(max_new_tokens=20, temperature=0.0, stop=[stop])
+    )[0]
     assert out.finish_reason == "stop"
     assert out.text == base[: base.index(stop)]
-    streamed = "".join(d.text for d in engine.stream("1, 2, 3, 4,", SamplingParams(max_new_tokens=20, temperature=0.0, stop=[stop])))
+    streamed = "".join(
+        d.text
+        for d in engine.stream(
+            "1, 2, 3, 4,", SamplingParams(max_new_tokens=20, temperature=0.0, stop=[stop])
+        )
+    )
     assert streamed == out.text
 
 
 def test_stop_token_ids(engine):
     base = engine.generate("1, 2, 3, 4,", SamplingParams(max_new_tokens=8, temperature=0.0))[0]
     stop_id = base.token_ids[2]
-    out = engine.generate("1, 2, 3, 4,", SamplingParams(max_new_tokens=8, temperature=0.0, stop_token_ids=[stop_id]))[0]
+    out = engine.generate(
+        "1, 2, 3, 4,", SamplingParams(max_new_tokens=8, temperature=0.0, stop_token_ids=[stop_id])
+    )[0]
     assert out.finish_reason == "stop" and out.token_ids == base.token_ids[:3]
 
 
@@ -67,14 +83,21 @@ def test_seed_reproducible_regardless_of_batch_mates(engine):
     params = SamplingParams(max_new_tokens=16, temperature=1.0, top_p=0.95, seed=1234)
     alone = engine.generate("Once upon a time", params)[0].token_ids
     mates = [SamplingParams(max_new_tokens=16, temperature=1.0)] * 3
-    batch = engine.generate(["Hello there", "Once upon a time", "A poem:", "Numbers:"], [mates[0], params, *mates[1:]])
+    batch = engine.generate(
+        ["Hello there", "Once upon a time", "A poem:", "Numbers:"], [mates[0], params, *mates[1:]]
+    )
     assert batch[1].token_ids == alone
-    other = engine.generate("Once upon a time", SamplingParams(max_new_tokens=16, temperature=1.0, top_p=0.95, seed=99))[0]
+    other = engine.generate(
+        "Once upon a time", SamplingParams(max_new_tokens=16, temperature=1.0, top_p=0.95, seed=99)
+    )[0]
     assert other.token_ids != alone
 
 
 def test_logprobs(engine):
-    out = engine.generate("The sky is", SamplingParams(max_new_tokens=4, temperature=0.0, logprobs=True, top_logprobs=3))[0]
+    out = engine.generate(
+        "The sky is",
+        SamplingParams(max_new_tokens=4, temperature=0.0, logprobs=True, top_logprobs=3),
+    )[0]
     assert len(out.logprobs) == 4
     for token_id, lp in zip(out.token_ids, out.logprobs):
         assert lp.token_id == token_id and lp.logprob <= 0.0
@@ -84,14 +107,19 @@ def test_logprobs(engine):
 
 def test_logit_bias_forces_a_token(engine):
     target = engine.tokenizer.encode(" banana")[0]
-    out = engine.generate("My favourite word is", SamplingParams(max_new_tokens=2, temperature=0.0, logit_bias={target: 100.0}))[0]
+    out = engine.generate(
+        "My favourite word is",
+        SamplingParams(max_new_tokens=2, temperature=0.0, logit_bias={target: 100.0}),
+    )[0]
     assert out.token_ids[0] == target
 
 
 def test_repetition_penalty_changes_greedy_output(engine):
     prompt = "la la la la la la la la"
     plain = engine.generate(prompt, SamplingParams(max_new_tokens=8, temperature=0.0))[0]
-    penalized = engine.generate(prompt, SamplingParams(max_new_tokens=8, temperature=0.0, repetition_penalty=2.0))[0]
+    penalized = engine.generate(
+        prompt, SamplingParams(max_new_tokens=8, temperature=0.0, repetition_penalty=2.0)
+    )[0]
     assert plain.token_ids != penalized.token_ids
 
 
@@ -104,7 +132,9 @@ def test_abort_frees_everything(engine):
         if delta.finished:
             rid_done.set()
 
-    rid = engine.add_request("Tell me a very long story.", SamplingParams(max_new_tokens=2000, ignore_eos=True), sink)
+    rid = engine.add_request(
+        "Tell me a very long story.", SamplingParams(max_new_tokens=2000, ignore_eos=True), sink
+    )
     while not deltas:
         threading.Event().wait(0.05)
     engine.abort(rid)
@@ -115,7 +145,9 @@ def test_abort_frees_everything(engine):
 
 
 def test_closing_a_stream_aborts(engine):
-    stream = engine.stream("Count to one thousand:", SamplingParams(max_new_tokens=500, ignore_eos=True))
+    stream = engine.stream(
+        "Count to one thousand:", SamplingParams(max_new_tokens=500, ignore_eos=True)
+    )
     next(stream)
     stream.close()
     engine.call(lambda: None)  # let the abort command run

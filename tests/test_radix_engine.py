@@ -7,17 +7,29 @@ import pytest
 
 from radixgen import Engine, SamplingParams
 
-SYSTEM = ("You are a meticulous assistant for a public library. You answer questions about opening hours, "
-          "borrowing rules, fines, digital lending, room bookings and events. Always answer in two short "
-          "sentences, be polite, and never invent policies that were not described to you. ") * 3
-QUESTIONS = ["When do you open on Sunday?", "How many books can I borrow?", "Is there a fine for late DVDs?",
-             "Can I book a study room?", "Do you lend e-books?", "Are there events for kids?"]
+SYSTEM = (
+    "You are a meticulous assistant for a public library. You answer questions about opening hours, "
+    "borrowing rules, fines, digital lending, room bookings and events. Always answer in two short "
+    "sentences, be polite, and never invent policies that were not described to you. "
+) * 3
+QUESTIONS = [
+    "When do you open on Sunday?",
+    "How many books can I borrow?",
+    "Is there a fine for late DVDs?",
+    "Can I book a study room?",
+    "Do you lend e-books?",
+    "Are there events for kids?",
+]
 GREEDY = SamplingParams(max_new_tokens=24, temperature=0.0)
 
 
 def shared_prefix_prompts(tokenizer) -> list[str]:
-    return [tokenizer.apply_chat_template([{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}])
-            for q in QUESTIONS]
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}]
+        )
+        for q in QUESTIONS
+    ]
 
 
 def three_turn_chat(engine: Engine) -> list[tuple[list[int], int]]:
@@ -33,7 +45,12 @@ def three_turn_chat(engine: Engine) -> list[tuple[list[int], int]]:
 
 @pytest.fixture(scope="module")
 def engine_no_cache(default_model_path):
-    eng = Engine(str(default_model_path), disable_radix_cache=True, chunked_prefill_size=0, max_total_tokens=8192)
+    eng = Engine(
+        str(default_model_path),
+        disable_radix_cache=True,
+        chunked_prefill_size=0,
+        max_total_tokens=8192,
+    )
     yield eng
     eng.shutdown()
 
@@ -45,13 +62,19 @@ def engine_small_chunks(default_model_path):
     eng.shutdown()
 
 
-def test_shared_prefix_outputs_equal_cache_on_off_and_chunked(engine, engine_no_cache, engine_small_chunks, tokenizer):
+def test_shared_prefix_outputs_equal_cache_on_off_and_chunked(
+    engine, engine_no_cache, engine_small_chunks, tokenizer
+):
     prompts = shared_prefix_prompts(tokenizer)
     engine.flush_cache()
     with_cache = engine.generate(prompts, GREEDY)
     without = engine_no_cache.generate(prompts, GREEDY)
     chunked = engine_small_chunks.generate(prompts, GREEDY)
-    assert [o.token_ids for o in with_cache] == [o.token_ids for o in without] == [o.token_ids for o in chunked]
+    assert (
+        [o.token_ids for o in with_cache]
+        == [o.token_ids for o in without]
+        == [o.token_ids for o in chunked]
+    )
     # one request computed the shared system prompt; the others reused it
     prefix_len = len(tokenizer.encode(prompts[0])) - 20
     assert sum(o.cached_tokens >= prefix_len for o in with_cache) >= len(prompts) - 1
@@ -66,11 +89,20 @@ def test_requests_wait_for_a_shared_prefix_still_in_chunked_prefill(default_mode
     from radixgen.scheduler.scheduler import SHARED_PREFIX_DEFER
 
     systems = [SYSTEM, SYSTEM.replace("library", "museum")]
-    groups = [[tokenizer.apply_chat_template([{"role": "system", "content": system}, {"role": "user", "content": q}])
-               for q in QUESTIONS[:3]] for system in systems]
+    groups = [
+        [
+            tokenizer.apply_chat_template(
+                [{"role": "system", "content": system}, {"role": "user", "content": q}]
+            )
+            for q in QUESTIONS[:3]
+        ]
+        for system in systems
+    ]
     prompt_len = len(tokenizer.encode(groups[0][0]))
     # the second group's first prompt is split across two steps
-    eng = Engine(str(default_model_path), chunked_prefill_size=prompt_len * 3 // 2, max_total_tokens=8192)
+    eng = Engine(
+        str(default_model_path), chunked_prefill_size=prompt_len * 3 // 2, max_total_tokens=8192
+    )
     try:
         outputs = eng.generate(groups[0] + groups[1], GREEDY)
         eng.check_integrity()
@@ -78,7 +110,9 @@ def test_requests_wait_for_a_shared_prefix_still_in_chunked_prefill(default_mode
         eng.shutdown()
     for group, outs in zip(groups, (outputs[:3], outputs[3:])):
         ids = [tokenizer.encode(p) for p in group]
-        shared = min(next(i for i, (a, b) in enumerate(zip(ids[0], other)) if a != b) for other in ids[1:])
+        shared = min(
+            next(i for i, (a, b) in enumerate(zip(ids[0], other)) if a != b) for other in ids[1:]
+        )
         cached = sorted(o.cached_tokens for o in outs)
         assert all(c >= shared - SHARED_PREFIX_DEFER for c in cached[1:]), (shared, cached)
 
@@ -106,7 +140,9 @@ def test_stats_report_hit_rate(engine, tokenizer):
     assert after["protected_tokens"] == 0
 
 
-def test_memory_pressure_evicts_and_retracts_without_changing_outputs(default_model_path, engine, tokenizer):
+def test_memory_pressure_evicts_and_retracts_without_changing_outputs(
+    default_model_path, engine, tokenizer
+):
     prompts = [p + f" (ticket {i})" for i, p in enumerate(shared_prefix_prompts(tokenizer))] * 2
     params = SamplingParams(max_new_tokens=48, temperature=0.0, ignore_eos=True)
     reference = engine.generate(prompts, params)

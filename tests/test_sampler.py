@@ -11,8 +11,14 @@ from radixgen.sampling_params import SamplingParams
 
 
 def _req(params: SamplingParams, output_ids=(), seed=None) -> Req:
-    req = Req(rid="r", prompt_ids=[0], params=params, sink=lambda d: None,
-              detokenizer=IncrementalDetokenizer.__new__(IncrementalDetokenizer), stop_matcher=StopStringMatcher([]))
+    req = Req(
+        rid="r",
+        prompt_ids=[0],
+        params=params,
+        sink=lambda d: None,
+        detokenizer=IncrementalDetokenizer.__new__(IncrementalDetokenizer),
+        stop_matcher=StopStringMatcher([]),
+    )
     req.output_ids = list(output_ids)
     if seed is not None:
         req.generator = torch.Generator().manual_seed(seed)

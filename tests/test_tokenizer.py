@@ -21,8 +21,12 @@ MIXED = [
 
 MESSAGES = [
     [{"role": "user", "content": "hi"}],
-    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
-     {"role": "assistant", "content": "4"}, {"role": "user", "content": "and 3+3?"}],
+    [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "and 3+3?"},
+    ],
 ]
 
 
@@ -38,9 +42,13 @@ def test_mixed_text_roundtrip(tokenizer):
 
 @pytest.mark.parametrize("messages", MESSAGES)
 @pytest.mark.parametrize("add_generation_prompt", [True, False])
-def test_chat_template_matches_transformers(tokenizer, hf_gguf_tokenizer, messages, add_generation_prompt):
+def test_chat_template_matches_transformers(
+    tokenizer, hf_gguf_tokenizer, messages, add_generation_prompt
+):
     ours = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
-    ref = hf_gguf_tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    ref = hf_gguf_tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=add_generation_prompt
+    )
     assert ours == ref
 
 
@@ -48,14 +56,20 @@ def test_special_ids_and_eos(tokenizer):
     assert tokenizer.eos_token_id == 2 and tokenizer.eos_token_ids == [2]
     assert tokenizer.special_ids == set(range(17))
     assert tokenizer.decode(tokenizer.encode("<|im_end|>")) == ""
-    assert tokenizer.decode(tokenizer.encode("<|im_end|>"), skip_special_tokens=False) == "<|im_end|>"
+    assert (
+        tokenizer.decode(tokenizer.encode("<|im_end|>"), skip_special_tokens=False) == "<|im_end|>"
+    )
 
 
 def test_raise_exception_in_template(tokenizer):
     from radixgen.tokenizer import Tokenizer
 
-    tok = Tokenizer(tokenizer.backend, chat_template="{{ raise_exception('roles must alternate') }}",
-                    bos_token=None, eos_token="<|im_end|>")
+    tok = Tokenizer(
+        tokenizer.backend,
+        chat_template="{{ raise_exception('roles must alternate') }}",
+        bos_token=None,
+        eos_token="<|im_end|>",
+    )
     with pytest.raises(ValueError, match="chat template: roles must alternate"):
         tok.apply_chat_template([{"role": "user", "content": "x"}])
 
@@ -63,10 +77,16 @@ def test_raise_exception_in_template(tokenizer):
 def test_tools_reach_the_template(tokenizer):
     from radixgen.tokenizer import Tokenizer
 
-    tok = Tokenizer(tokenizer.backend, chat_template="{% for t in tools %}{{ t.function.name }};{% endfor %}",
-                    bos_token=None, eos_token=None)
+    tok = Tokenizer(
+        tokenizer.backend,
+        chat_template="{% for t in tools %}{{ t.function.name }};{% endfor %}",
+        bos_token=None,
+        eos_token=None,
+    )
     tools = [{"type": "function", "function": {"name": "get_weather"}}]
-    assert tok.apply_chat_template([{"role": "user", "content": "x"}], tools=tools) == "get_weather;"
+    assert (
+        tok.apply_chat_template([{"role": "user", "content": "x"}], tools=tools) == "get_weather;"
+    )
 
 
 def test_empty_messages_rejected(tokenizer):
@@ -76,9 +96,15 @@ def test_empty_messages_rejected(tokenizer):
 
 def test_hf_folder_tokenizer(tokenizer, tmp_path):
     tokenizer.backend.save(str(tmp_path / "tokenizer.json"))
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
-        "chat_template": tokenizer.chat_template, "eos_token": "<|im_end|>", "bos_token": "<|im_start|>",
-    }))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "chat_template": tokenizer.chat_template,
+                "eos_token": "<|im_end|>",
+                "bos_token": "<|im_start|>",
+            }
+        )
+    )
     (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
     folder_tok = tokenizer_from_hf_folder(tmp_path)
     assert folder_tok.encode(MIXED[1]) == tokenizer.encode(MIXED[1])

@@ -23,7 +23,24 @@ from .backends import LocalBackend, OpenAI, RuntimeEndpoint
 from .state import ForkGroup, ProgramState
 
 __all__ = [
-    "ForkGroup", "LocalBackend", "OpenAI", "Program", "ProgramState", "RuntimeEndpoint", "assistant",
-    "assistant_begin", "assistant_end", "function", "gen", "get_default_backend", "select",
-    "set_default_backend", "system", "system_begin", "system_end", "user", "user_begin", "user_end",
+    "ForkGroup",
+    "LocalBackend",
+    "OpenAI",
+    "Program",
+    "ProgramState",
+    "RuntimeEndpoint",
+    "assistant",
+    "assistant_begin",
+    "assistant_end",
+    "function",
+    "gen",
+    "get_default_backend",
+    "select",
+    "set_default_backend",
+    "system",
+    "system_begin",
+    "system_end",
+    "user",
+    "user_begin",
+    "user_end",
 ]

@@ -1,13 +1,13 @@
 """The DSL's public names, spelled as in SGLang so its programs read the same::
 
-    @rg.function
-    def qa(s, question):
-        s += rg.system("You are a helpful assistant.")
-        s += rg.user(question)
-        s += rg.assistant(rg.gen("answer", max_tokens=64, stop="\\n"))
+@rg.function
+def qa(s, question):
+    s += rg.system("You are a helpful assistant.")
+    s += rg.user(question)
+    s += rg.assistant(rg.gen("answer", max_tokens=64, stop="\\n"))
 
-    state = qa.run(question="What is 2+2?", backend=rg.Engine(), temperature=0)
-    state["answer"], state.text(), state.messages(), state.get_meta_info("answer")
+state = qa.run(question="What is 2+2?", backend=rg.Engine(), temperature=0)
+state["answer"], state.text(), state.messages(), state.get_meta_info("answer")
 """
 
 from __future__ import annotations
@@ -56,8 +56,14 @@ def select(name: str | None = None, choices: list[str] | None = None) -> Select:
     The local engine scores each choice exactly (mean token logprob after the prompt); HTTP
     backends generate greedily under a ``choices`` constraint.
     """
-    if not isinstance(choices, (list, tuple)) or not choices or not all(isinstance(c, str) and c for c in choices):
-        raise ValueError(f"select: choices must be a non-empty list of non-empty strings, got {choices!r}")
+    if (
+        not isinstance(choices, (list, tuple))
+        or not choices
+        or not all(isinstance(c, str) and c for c in choices)
+    ):
+        raise ValueError(
+            f"select: choices must be a non-empty list of non-empty strings, got {choices!r}"
+        )
     return Select(name, tuple(choices))
 
 
@@ -118,7 +124,9 @@ class Program:
         self.func = func
         params = list(inspect.signature(func).parameters.values())
         if not params:
-            raise TypeError(f"@function {func.__name__}: the first parameter must take the program state")
+            raise TypeError(
+                f"@function {func.__name__}: the first parameter must take the program state"
+            )
         self._arg_names = {p.name for p in params[1:]}
         self.__name__ = func.__name__
         self.__doc__ = func.__doc__
@@ -126,11 +134,15 @@ class Program:
     def __call__(self, state: ProgramState, *args: Any, **kwargs: Any) -> Any:
         """Run the body on an existing state (to compose programs); use ``run`` to start one."""
         if not isinstance(state, ProgramState):
-            raise TypeError(f"{self.__name__}: call .run(...) to start a program; calling it directly "
-                            "needs a program state as the first argument")
+            raise TypeError(
+                f"{self.__name__}: call .run(...) to start a program; calling it directly "
+                "needs a program state as the first argument"
+            )
         return self.func(state, *args, **kwargs)
 
-    def run(self, *args: Any, backend: Any = None, stream: bool = False, **kwargs: Any) -> ProgramState:
+    def run(
+        self, *args: Any, backend: Any = None, stream: bool = False, **kwargs: Any
+    ) -> ProgramState:
         """Run once. Keyword arguments the function does not take and that name sampling options
         (``temperature``, ``max_tokens``, ...) become defaults for every ``gen`` in the program.
 
@@ -140,13 +152,22 @@ class Program:
         program_kwargs, defaults = self._split_kwargs(kwargs)
         state = ProgramState.start(_resolve_backend(backend), defaults, stream)
         if stream:
-            threading.Thread(target=self._body, args=(state, args, program_kwargs), daemon=True).start()
+            threading.Thread(
+                target=self._body, args=(state, args, program_kwargs), daemon=True
+            ).start()
             return state
         self._body(state, args, program_kwargs)
         return state.sync()
 
-    def run_batch(self, batch_kwargs: list[dict[str, Any]], *, backend: Any = None, num_threads: int | str = "auto",
-                  progress_bar: bool = False, **sampling: Any) -> list[ProgramState]:
+    def run_batch(
+        self,
+        batch_kwargs: list[dict[str, Any]],
+        *,
+        backend: Any = None,
+        num_threads: int | str = "auto",
+        progress_bar: bool = False,
+        **sampling: Any,
+    ) -> list[ProgramState]:
         """Run once per dict of arguments, ``num_threads`` programs at a time; states in input order.
 
         Programs run concurrently, so their calls batch in the engine. The first program error
@@ -155,11 +176,16 @@ class Program:
         resolved = _resolve_backend(backend)
         workers = _num_threads(num_threads, len(batch_kwargs))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="radixgen-batch") as pool:
-            futures = [pool.submit(self.run, backend=resolved, **kwargs, **sampling) for kwargs in batch_kwargs]
+            futures = [
+                pool.submit(self.run, backend=resolved, **kwargs, **sampling)
+                for kwargs in batch_kwargs
+            ]
             if progress_bar:
                 from tqdm import tqdm
 
-                for _ in tqdm(as_completed(futures), total=len(futures), desc=self.__name__, unit="prog"):
+                for _ in tqdm(
+                    as_completed(futures), total=len(futures), desc=self.__name__, unit="prog"
+                ):
                     pass
             return [f.result() for f in futures]
 
@@ -175,7 +201,9 @@ class Program:
 
     def _split_kwargs(self, kwargs: dict[str, Any]) -> tuple[dict[str, Any], SamplingParams]:
         sampling_names = set(SamplingParams.field_names()) | set(SGLANG_ALIASES)
-        options = {k: v for k, v in kwargs.items() if k in sampling_names and k not in self._arg_names}
+        options = {
+            k: v for k, v in kwargs.items() if k in sampling_names and k not in self._arg_names
+        }
         program_kwargs = {k: v for k, v in kwargs.items() if k not in options}
         return program_kwargs, SamplingParams(**sampling_overrides(options))
 
@@ -184,8 +212,10 @@ def _resolve_backend(backend: Any) -> Backend:
     if backend is not None:
         return as_backend(backend)
     if _default_backend is None:
-        raise ValueError("no backend: pass backend=rg.Engine() (or a RuntimeEndpoint / OpenAI backend) "
-                         "or call rg.set_default_backend(...)")
+        raise ValueError(
+            "no backend: pass backend=rg.Engine() (or a RuntimeEndpoint / OpenAI backend) "
+            "or call rg.set_default_backend(...)"
+        )
     return _default_backend
 
 
@@ -193,5 +223,7 @@ def _num_threads(num_threads: int | str, num_programs: int) -> int:
     if num_threads == "auto":
         return max(1, min(num_programs, 64))  # threads mostly wait on the engine
     if not isinstance(num_threads, int) or num_threads < 1:
-        raise ValueError(f"run_batch: num_threads must be 'auto' or an integer >= 1, got {num_threads!r}")
+        raise ValueError(
+            f"run_batch: num_threads must be 'auto' or an integer >= 1, got {num_threads!r}"
+        )
     return num_threads

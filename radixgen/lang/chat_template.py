@@ -47,8 +47,11 @@ class RoleMarkers:
     def from_tokenizer(cls, tokenizer) -> RoleMarkers:
         """Derive the markers from ``tokenizer.apply_chat_template``; ``ValueError`` if the
         template cannot be split into per-message pieces (it reorders or merges messages)."""
+
         def render(messages: list[dict], add_generation_prompt: bool) -> str:
-            return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+            return tokenizer.apply_chat_template(
+                messages, add_generation_prompt=add_generation_prompt
+            )
 
         try:
             return derive_markers(render)
@@ -70,8 +73,10 @@ def derive_markers(render: Render) -> RoleMarkers:
     asst_pre = generation_prompt or asst_pre  # continue exactly what the model is prompted with
     preamble, _ = _split(render([msg("user")], False), "user")
     if not preamble.endswith(user_pre):
-        raise ValueError("chat template: a conversation opening with a user message does not end in "
-                         f"the user prefix {user_pre!r}; cannot derive role markers")
+        raise ValueError(
+            "chat template: a conversation opening with a user message does not end in "
+            f"the user prefix {user_pre!r}; cannot derive role markers"
+        )
     return RoleMarkers(
         prefixes={"system": sys_pre, "user": user_pre, "assistant": asst_pre},
         suffixes={"system": sys_suf, "user": user_suf, "assistant": asst_suf},
@@ -79,19 +84,25 @@ def derive_markers(render: Render) -> RoleMarkers:
     )
 
 
-def _added(render: Render, before: list[dict], new: list[dict], add_generation_prompt: bool = False) -> str:
+def _added(
+    render: Render, before: list[dict], new: list[dict], add_generation_prompt: bool = False
+) -> str:
     """The text that rendering ``before + new`` appends to rendering ``before``."""
     base = render(before, False)
     full = render(before + new, add_generation_prompt)
     if not full.startswith(base):
-        raise ValueError("chat template: rendering more messages changes the text of earlier ones; "
-                         "cannot derive role markers")
-    return full[len(base):]
+        raise ValueError(
+            "chat template: rendering more messages changes the text of earlier ones; "
+            "cannot derive role markers"
+        )
+    return full[len(base) :]
 
 
 def _split(text: str, role: str) -> tuple[str, str]:
     if text.count(MARK) != 1:
-        raise ValueError(f"chat template: the content of a {role} message does not appear exactly once "
-                         "in the rendered text; cannot derive role markers")
+        raise ValueError(
+            f"chat template: the content of a {role} message does not appear exactly once "
+            "in the rendered text; cannot derive role markers"
+        )
     before, after = text.split(MARK)
     return before, after

@@ -66,8 +66,10 @@ class Trace:
 
     def prompt(self) -> Prompt:
         with self.cond:
-            content = self.text[self.role_start:] if self.role is not None else ""
-            return Prompt(self.text, [dict(m) for m in self.messages], self.role, content, self.has_loose_text)
+            content = self.text[self.role_start :] if self.role is not None else ""
+            return Prompt(
+                self.text, [dict(m) for m in self.messages], self.role, content, self.has_loose_text
+            )
 
     def record(self, name: str | None, value: Any, meta: CallMeta) -> None:
         with self.cond:
@@ -82,7 +84,9 @@ class Trace:
 class Executor:
     """Runs one state's ops in submission order against ``backend``."""
 
-    def __init__(self, backend: Backend, trace: Trace, defaults: SamplingParams, stream: bool) -> None:
+    def __init__(
+        self, backend: Backend, trace: Trace, defaults: SamplingParams, stream: bool
+    ) -> None:
         self.backend = backend
         self.trace = trace
         self.defaults = defaults
@@ -173,7 +177,9 @@ class Executor:
         trace, markers = self.trace, self.markers()
         with trace.cond:
             if trace.role is not None:
-                raise ValueError(f"{role}(): role blocks do not nest; the {trace.role!r} block is still open")
+                raise ValueError(
+                    f"{role}(): role blocks do not nest; the {trace.role!r} block is still open"
+                )
             opening = markers.preamble if not trace.text and role != "system" else ""
             trace.text += opening + markers.prefix(role)
             trace.role, trace.role_start = role, len(trace.text)
@@ -183,8 +189,10 @@ class Executor:
         trace, markers = self.trace, self.markers()
         with trace.cond:
             if trace.role != role:
-                raise ValueError(f"{role}_end(): no {role!r} block is open (open block: {trace.role!r})")
-            trace.messages.append({"role": role, "content": trace.text[trace.role_start:]})
+                raise ValueError(
+                    f"{role}_end(): no {role!r} block is open (open block: {trace.role!r})"
+                )
+            trace.messages.append({"role": role, "content": trace.text[trace.role_start :]})
             trace.text += markers.suffix(role)
             trace.role = None
             trace.cond.notify_all()

@@ -82,7 +82,9 @@ def to_expr(value: Any) -> Expr:
         return value
     if isinstance(value, str):
         return Text(value)
-    raise TypeError(f"expected a string or a DSL expression (gen, select, a role), got {type(value).__name__}")
+    raise TypeError(
+        f"expected a string or a DSL expression (gen, select, a role), got {type(value).__name__}"
+    )
 
 
 def flatten(expr: Expr) -> list[Expr]:
@@ -107,7 +109,9 @@ def sampling_overrides(kwargs: dict[str, Any]) -> dict[str, Any]:
     known = set(SamplingParams.field_names())
     unknown = sorted(set(fields) - known)
     if unknown:
-        raise ValueError(f"unknown sampling option(s) {', '.join(unknown)}; expected SamplingParams fields "
-                         f"or {', '.join(SGLANG_ALIASES)}")
+        raise ValueError(
+            f"unknown sampling option(s) {', '.join(unknown)}; expected SamplingParams fields "
+            f"or {', '.join(SGLANG_ALIASES)}"
+        )
     SamplingParams(**fields).validate()
     return fields

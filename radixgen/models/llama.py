@@ -96,28 +96,48 @@ class LlamaModel:
         """The C layer ops, settled once per forward instead of checked per call: float32 on CPU
         with the compiled kernels (``kernels/native.py``), the default backend, no q/k norms."""
         pool = batch.kv_pool
-        if (batch.attention_backend != "auto" or self.device.type != "cpu" or self.dtype != torch.float32
-                or pool.k_buffers[0].dtype != torch.float32 or self.weights.layers[0].q_norm is not None
-                or not use_native("auto")):
+        if (
+            batch.attention_backend != "auto"
+            or self.device.type != "cpu"
+            or self.dtype != torch.float32
+            or pool.k_buffers[0].dtype != torch.float32
+            or self.weights.layers[0].q_norm is not None
+            or not use_native("auto")
+        ):
             return None
-        if not all(t.dtype == torch.int64 and t.is_contiguous() for t in (batch.positions, batch.out_slots)):
+        if not all(
+            t.dtype == torch.int64 and t.is_contiguous() for t in (batch.positions, batch.out_slots)
+        ):
             return None  # the kernels read them as int64 arrays
         return cpu_layer_ops()
 
-    def _layer_cpu(self, ops: CpuLayerOps, layer_id, layer: LayerWeights, hidden, residual, batch: ForwardBatch):
+    def _layer_cpu(
+        self, ops: CpuLayerOps, layer_id, layer: LayerWeights, hidden, residual, batch: ForwardBatch
+    ):
         """``_layer`` on the C ops: the same arithmetic, rotary k/v written straight to the pool."""
         cfg = self.config
         eps = cfg.rms_norm_eps
         hidden, residual = ops.add_rms_norm(hidden, layer.input_norm, eps, residual)
         k_buffer, v_buffer = batch.kv_pool.k_buffers[layer_id], batch.kv_pool.v_buffers[layer_id]
-        q = ops.rotary_store(layer.qkv(hidden), batch.positions, self.cos_sin_cache, k_buffer, v_buffer,
-                             batch.out_slots, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)  # [N, Hq, D]
+        q = ops.rotary_store(
+            layer.qkv(hidden),
+            batch.positions,
+            self.cos_sin_cache,
+            k_buffer,
+            v_buffer,
+            batch.out_slots,
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+        )  # [N, Hq, D]
         out = self._attend(q, k_buffer, v_buffer, batch)
         hidden = layer.o_proj(out.view(q.shape[0], cfg.num_heads * cfg.head_dim))
         hidden, residual = ops.add_rms_norm(hidden, layer.post_norm, eps, residual)
         return layer.down(ops.silu_mul(layer.gate_up(hidden))), residual
 
-    def _attention(self, layer_id: int, layer: LayerWeights, hidden: torch.Tensor, batch: ForwardBatch):
+    def _attention(
+        self, layer_id: int, layer: LayerWeights, hidden: torch.Tensor, batch: ForwardBatch
+    ):
         cfg = self.config
         num_tokens = hidden.shape[0]
         q_size, kv_size = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
@@ -139,18 +159,41 @@ class LlamaModel:
     def _attend(self, q, k_buffer, v_buffer, batch: ForwardBatch) -> torch.Tensor:
         nd = batch.num_decode
         parts = []
-        if nd and batch.decode_plan is not None:  # the compiled kernel, rows checked once for the step
-            parts.append(cascade_decode_attention(q[:nd], k_buffer, v_buffer, batch.req_to_token, batch.decode_plan,
-                                                  self.sm_scale))
+        if (
+            nd and batch.decode_plan is not None
+        ):  # the compiled kernel, rows checked once for the step
+            parts.append(
+                cascade_decode_attention(
+                    q[:nd], k_buffer, v_buffer, batch.req_to_token, batch.decode_plan, self.sm_scale
+                )
+            )
         elif nd:
-            parts.append(decode_attention(
-                q[:nd], k_buffer, v_buffer, batch.req_to_token, batch.req_pool_indices[:nd],
-                batch.seq_lens[:nd], self.sm_scale, backend=batch.attention_backend, runs=batch.decode_runs,
-                cpu_plan=batch.decode_plan,
-            ))
+            parts.append(
+                decode_attention(
+                    q[:nd],
+                    k_buffer,
+                    v_buffer,
+                    batch.req_to_token,
+                    batch.req_pool_indices[:nd],
+                    batch.seq_lens[:nd],
+                    self.sm_scale,
+                    backend=batch.attention_backend,
+                    runs=batch.decode_runs,
+                    cpu_plan=batch.decode_plan,
+                )
+            )
         if nd < batch.req_pool_indices.shape[0]:
-            parts.append(extend_attention(
-                q[nd:], k_buffer, v_buffer, batch.req_to_token, batch.req_pool_indices[nd:],
-                batch.prefix_lens[nd:], batch.extend_lens[nd:], self.sm_scale, backend=batch.attention_backend,
-            ))
+            parts.append(
+                extend_attention(
+                    q[nd:],
+                    k_buffer,
+                    v_buffer,
+                    batch.req_to_token,
+                    batch.req_pool_indices[nd:],
+                    batch.prefix_lens[nd:],
+                    batch.extend_lens[nd:],
+                    self.sm_scale,
+                    backend=batch.attention_backend,
+                )
+            )
         return parts[0] if len(parts) == 1 else torch.cat(parts)

@@ -20,7 +20,12 @@ from ..kernels.linear import PackedLinear
 from .gguf_file import gguf_metadata, open_gguf
 from .llama import LayerWeights, LlamaModel, ModelWeights
 
-SUPPORTED_HF_ARCHS = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
+SUPPORTED_HF_ARCHS = {
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+}
 SUPPORTED_GGUF_ARCHS = {"llama", "qwen2", "qwen3"}
 
 Getter = Callable[[str], "torch.Tensor | None"]  # HF tensor name -> tensor (None if absent)
@@ -40,7 +45,9 @@ def load_model(path: str | Path, dtype: torch.dtype, device: torch.device) -> Ll
 # --------------------------------------------------------------------------- assembly
 
 
-def _assemble(config: ModelConfig, get: Getter, dtype: torch.dtype, device: torch.device) -> ModelWeights:
+def _assemble(
+    config: ModelConfig, get: Getter, dtype: torch.dtype, device: torch.device
+) -> ModelWeights:
     def cast(t: torch.Tensor | None) -> torch.Tensor | None:
         return None if t is None else t.to(device=device, dtype=dtype).contiguous()
 
@@ -52,20 +59,29 @@ def _assemble(config: ModelConfig, get: Getter, dtype: torch.dtype, device: torc
     for i in tqdm(range(config.num_layers), desc="loading layers", unit="layer", leave=False):
         p = f"model.layers.{i}."
         attn = p + "self_attn."
-        layers.append(LayerWeights(
-            input_norm=cast(get(p + "input_layernorm.weight")),
-            qkv=PackedLinear(cat(attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"),
-                             cat(attn + "q_proj.bias", attn + "k_proj.bias", attn + "v_proj.bias")),
-            q_norm=cast(get(attn + "q_norm.weight")) if config.qk_norm else None,
-            k_norm=cast(get(attn + "k_norm.weight")) if config.qk_norm else None,
-            o_proj=PackedLinear(cast(get(attn + "o_proj.weight"))),
-            post_norm=cast(get(p + "post_attention_layernorm.weight")),
-            gate_up=PackedLinear(cat(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),
-            down=PackedLinear(cast(get(p + "mlp.down_proj.weight"))),
-        ))
+        layers.append(
+            LayerWeights(
+                input_norm=cast(get(p + "input_layernorm.weight")),
+                qkv=PackedLinear(
+                    cat(attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"),
+                    cat(attn + "q_proj.bias", attn + "k_proj.bias", attn + "v_proj.bias"),
+                ),
+                q_norm=cast(get(attn + "q_norm.weight")) if config.qk_norm else None,
+                k_norm=cast(get(attn + "k_norm.weight")) if config.qk_norm else None,
+                o_proj=PackedLinear(cast(get(attn + "o_proj.weight"))),
+                post_norm=cast(get(p + "post_attention_layernorm.weight")),
+                gate_up=PackedLinear(cat(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),
+                down=PackedLinear(cast(get(p + "mlp.down_proj.weight"))),
+            )
+        )
     embed = cast(get("model.embed_tokens.weight"))
     lm_head = None if config.tie_word_embeddings else cast(get("lm_head.weight"))
-    return ModelWeights(embed=embed, layers=layers, norm=cast(get("model.norm.weight")), lm_head=embed if lm_head is None else lm_head)
+    return ModelWeights(
+        embed=embed,
+        layers=layers,
+        norm=cast(get("model.norm.weight")),
+        lm_head=embed if lm_head is None else lm_head,
+    )
 
 
 # --------------------------------------------------------------------------- safetensors
@@ -80,7 +96,9 @@ def _safetensors_source(folder: Path) -> tuple[ModelConfig, Getter]:
     raw = json.loads(config_path.read_text())
     arch = (raw.get("architectures") or ["?"])[0]
     if arch not in SUPPORTED_HF_ARCHS:
-        raise ValueError(f"model: architecture {arch!r} is not supported (supported: {sorted(SUPPORTED_HF_ARCHS)})")
+        raise ValueError(
+            f"model: architecture {arch!r} is not supported (supported: {sorted(SUPPORTED_HF_ARCHS)})"
+        )
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ValueError(f"model: {folder} has no *.safetensors files")
@@ -115,15 +133,20 @@ _GGUF_NAMES = {  # GGUF name (after "blk.N.") -> HF name (after "model.layers.N.
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-_GGUF_GLOBAL = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-                "output.weight": "lm_head.weight"}
+_GGUF_GLOBAL = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
 
 
 def gguf_config(path: Path) -> ModelConfig:
     meta = gguf_metadata(path)
     arch = meta["general.architecture"]
     if arch not in SUPPORTED_GGUF_ARCHS:
-        raise ValueError(f"model: GGUF architecture {arch!r} is not supported (supported: {sorted(SUPPORTED_GGUF_ARCHS)})")
+        raise ValueError(
+            f"model: GGUF architecture {arch!r} is not supported (supported: {sorted(SUPPORTED_GGUF_ARCHS)})"
+        )
     tensor_names = {t.name for t in open_gguf(str(path)).tensors}
     num_heads = meta[f"{arch}.attention.head_count"]
     hidden = meta[f"{arch}.embedding_length"]
@@ -182,7 +205,11 @@ def _dequantize(t) -> np.ndarray:
     from gguf.quants import dequantize
 
     shape = tuple(int(d) for d in reversed(t.shape))
-    if t.tensor_type in (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16):
+    if t.tensor_type in (
+        GGMLQuantizationType.F32,
+        GGMLQuantizationType.F16,
+        GGMLQuantizationType.BF16,
+    ):
         data = np.asarray(t.data)
         if t.tensor_type == GGMLQuantizationType.BF16:
             data = (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
@@ -194,4 +221,8 @@ def _undo_rope_permutation(weight: torch.Tensor, num_heads: int) -> torch.Tensor
     """Invert llama.cpp's ``reshape(n_head, 2, d/2, ...).swapaxes(1, 2)`` on Q/K rows."""
     out_dim = weight.shape[0]
     rest = weight.shape[1:]
-    return weight.reshape(num_heads, out_dim // num_heads // 2, 2, *rest).transpose(1, 2).reshape(out_dim, *rest)
+    return (
+        weight.reshape(num_heads, out_dim // num_heads // 2, 2, *rest)
+        .transpose(1, 2)
+        .reshape(out_dim, *rest)
+    )

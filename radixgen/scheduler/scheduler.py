@@ -20,12 +20,20 @@ from .policy import order_waiting
 INIT_NEW_TOKEN_RATIO = 0.7  # share of max_new_tokens we expect a running request to still use
 MIN_NEW_TOKEN_RATIO = 0.1
 NEW_TOKEN_RATIO_DECAY = 0.001  # per step
-SHARED_PREFIX_DEFER = 32  # defer a request whose uncached part shares this many tokens with one admitted this round
+SHARED_PREFIX_DEFER = (
+    32  # defer a request whose uncached part shares this many tokens with one admitted this round
+)
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, cache, allocator: SlotAllocator, req_to_token_pool: ReqToTokenPool,
-                 context_len: int) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        cache,
+        allocator: SlotAllocator,
+        req_to_token_pool: ReqToTokenPool,
+        context_len: int,
+    ) -> None:
         self.config = config
         self.cache = cache
         self.allocator = allocator
@@ -34,7 +42,9 @@ class Scheduler:
         self.shares_prefixes = not config.disable_radix_cache
         policy = config.schedule_policy
         self.policy = ("lpm" if self.shares_prefixes else "fcfs") if policy == "auto" else policy
-        self.chunk_size = config.chunked_prefill_size if config.chunked_prefill_size > 0 else 1 << 30
+        self.chunk_size = (
+            config.chunked_prefill_size if config.chunked_prefill_size > 0 else 1 << 30
+        )
         self.waiting: list[Req] = []
         self.running: list[Req] = []
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
@@ -59,7 +69,9 @@ class Scheduler:
         budget -= sum(r.extend_len for r in self.running if r.extend_len > 1)
         if budget > 0 and len(self.running) < self.config.max_running_requests:
             self._admit(budget)
-        self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY)
+        self.new_token_ratio = max(
+            MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY
+        )
         return sorted(self.running, key=lambda r: r.extend_len != 1)
 
     def _reserve_running(self, budget: int) -> None:
@@ -84,7 +96,9 @@ class Scheduler:
     def _assign(self, reqs: list[Req], slots: torch.Tensor) -> None:
         start = 0
         for req in reqs:
-            self.req_to_token_pool.write(req.pool_row, req.computed_len, slots[start : start + req.extend_len])
+            self.req_to_token_pool.write(
+                req.pool_row, req.computed_len, slots[start : start + req.extend_len]
+            )
             start += req.extend_len
 
     def _alloc(self, n: int) -> torch.Tensor | None:
@@ -119,8 +133,10 @@ class Scheduler:
         if not self.shares_prefixes:
             return False
         ids = req.fill_ids
-        return any(common_prefix_len(other.fill_ids, ids, 0) >= req.prefix_hint + SHARED_PREFIX_DEFER
-                   for other in computing)
+        return any(
+            common_prefix_len(other.fill_ids, ids, 0) >= req.prefix_hint + SHARED_PREFIX_DEFER
+            for other in computing
+        )
 
     def _try_admit(self, req: Req, budget: int) -> int:
         """Admit ``req`` if memory allows; returns tokens scheduled (0 = not admitted)."""
@@ -150,9 +166,13 @@ class Scheduler:
     def _fits(self, req: Req, prefix_len: int) -> bool:
         """Admission budget: free + evictable - reserved decode of running >= this request's need."""
         evictable = self.cache.evictable_size if self.shares_prefixes else 0
-        reserved = sum(min(r.remaining_new_tokens, 4096) for r in self.running) * self.new_token_ratio
+        reserved = (
+            sum(min(r.remaining_new_tokens, 4096) for r in self.running) * self.new_token_ratio
+        )
         prefill = req.seq_len - prefix_len
-        if not self.running:  # alone, it only needs room to start; decode retracts nobody but itself
+        if (
+            not self.running
+        ):  # alone, it only needs room to start; decode retracts nobody but itself
             return self.allocator.num_free + evictable >= prefill + 1
         need = prefill + min(req.remaining_new_tokens, 4096) * self.new_token_ratio
         return self.allocator.num_free + evictable - reserved >= need

@@ -42,7 +42,9 @@ logger = logging.getLogger("radixgen.server")
 OPEN_PATHS = ("/health", "/metrics")
 
 
-def create_app(engine: Any, settings: ServerSettings | None = None, model_arg: str | None = None) -> FastAPI:
+def create_app(
+    engine: Any, settings: ServerSettings | None = None, model_arg: str | None = None
+) -> FastAPI:
     """The app serving a loaded ``engine``; ``engine.shutdown()`` runs when the app stops.
 
     ``model_arg``: the ``--model`` string, accepted as a model name (with the served name,
@@ -58,8 +60,13 @@ def create_app(engine: Any, settings: ServerSettings | None = None, model_arg: s
         logger.info("shutting down: aborting %d in-flight requests", client.in_flight)
         await asyncio.to_thread(engine.shutdown)
 
-    app = FastAPI(title="radixgen", lifespan=lifespan, default_response_class=OrjsonResponse,
-                  docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="radixgen",
+        lifespan=lifespan,
+        default_response_class=OrjsonResponse,
+        docs_url=None,
+        redoc_url=None,
+    )
     app.state.client = client
     install_error_handlers(app)
     app.include_router(openai_api.router)
@@ -81,12 +88,23 @@ def create_app(engine: Any, settings: ServerSettings | None = None, model_arg: s
 
 def _log_ready(client: EngineClient, settings: ServerSettings) -> None:
     engine = client.engine
-    logger.info("serving %r (%s): context %d tokens, KV pool %d tokens, up to %d running + %d queued requests",
-                client.model_name, engine.model_path, engine.context_len, engine.max_total_tokens,
-                engine.config.max_running_requests, settings.max_queued_requests)
-    logger.info("listening: OpenAI API at http://%s:%d/v1, native API at http://%s:%d/generate%s",
-                settings.host, settings.port, settings.host, settings.port,
-                " (API key required)" if settings.api_key else "")
+    logger.info(
+        "serving %r (%s): context %d tokens, KV pool %d tokens, up to %d running + %d queued requests",
+        client.model_name,
+        engine.model_path,
+        engine.context_len,
+        engine.max_total_tokens,
+        engine.config.max_running_requests,
+        settings.max_queued_requests,
+    )
+    logger.info(
+        "listening: OpenAI API at http://%s:%d/v1, native API at http://%s:%d/generate%s",
+        settings.host,
+        settings.port,
+        settings.host,
+        settings.port,
+        " (API key required)" if settings.api_key else "",
+    )
 
 
 # --------------------------------------------------------------------------- ASGI middleware
@@ -94,8 +112,16 @@ def _log_ready(client: EngineClient, settings: ServerSettings) -> None:
 
 async def _send_error(send: Callable, status: int, message: str, code: str | None = None) -> None:
     body = orjson.dumps(error_body(status, message, code=code))
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -111,8 +137,12 @@ class _Auth:
         given = dict(scope["headers"]).get(b"authorization", b"")
         if not secrets.compare_digest(given, self.expected):
             reason = "missing" if not given else "invalid"
-            return await _send_error(send, 401, f"{reason} API key: send 'Authorization: Bearer <key>'",
-                                     code="invalid_api_key")
+            return await _send_error(
+                send,
+                401,
+                f"{reason} API key: send 'Authorization: Bearer <key>'",
+                code="invalid_api_key",
+            )
         return await self.app(scope, receive, send)
 
 
@@ -131,7 +161,9 @@ class _BodyLimit:
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
-            return await _send_error(send, 413, self._message(int(length)), code="request_too_large")
+            return await _send_error(
+                send, 413, self._message(int(length)), code="request_too_large"
+            )
         chunks, size, more = [], 0, True
         while more:
             message = await receive()
@@ -140,7 +172,9 @@ class _BodyLimit:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.limit:
-                return await _send_error(send, 413, self._message(size, at_least=True), code="request_too_large")
+                return await _send_error(
+                    send, 413, self._message(size, at_least=True), code="request_too_large"
+                )
             more = message.get("more_body", False)
         replayed = False
 
@@ -173,8 +207,13 @@ def serve(args: argparse.Namespace) -> None:
     except BaseException:
         engine.shutdown()
         raise
-    config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level=args.log_level,
-                            timeout_graceful_shutdown=settings.graceful_shutdown_s)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=settings.graceful_shutdown_s,
+    )
     _Server(config, app.state.client).run()
 
 

@@ -91,8 +91,13 @@ class Generation:
 class EngineClient:
     """Owns the engine handle, the in-flight count (for 429) and request submission."""
 
-    def __init__(self, engine: Any, settings: ServerSettings, metrics: ServerMetrics,
-                 model_arg: str | None = None) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        settings: ServerSettings,
+        metrics: ServerMetrics,
+        model_arg: str | None = None,
+    ) -> None:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
@@ -109,15 +114,21 @@ class EngineClient:
     def check_model(self, name: str) -> None:
         """404 ``model_not_found`` unless ``name`` is the served model (its name, alias or path)."""
         if name.lower() not in self._model_names:
-            raise APIError(404, f"model: {name!r} is not served here (this server serves {self.model_name!r})",
-                           param="model", code="model_not_found")
+            raise APIError(
+                404,
+                f"model: {name!r} is not served here (this server serves {self.model_name!r})",
+                param="model",
+                code="model_not_found",
+            )
 
     @property
     def capacity(self) -> int:
         """Requests that may be in flight: the engine's running slots plus the waiting queue."""
         return self.engine.config.max_running_requests + self.settings.max_queued_requests
 
-    async def prompt_logprobs(self, prompt: str | list[int], top: int, param: str) -> list[TokenLogprob]:
+    async def prompt_logprobs(
+        self, prompt: str | list[int], top: int, param: str
+    ) -> list[TokenLogprob]:
         """The prompt's tokens with their logprobs (None for the first) and ``top`` best
         alternatives, teacher-forced through the radix cache; a bad prompt is a 400 on ``param``."""
         try:
@@ -130,8 +141,12 @@ class EngineClient:
         """Start ``jobs`` (all or none); raises ``APIError`` 429 when the queue is full, 400 for bad input."""
         if self.in_flight + len(jobs) > self.capacity:
             self.metrics.rejected += 1
-            raise APIError(429, f"server busy: {self.in_flight} requests in flight, the limit is {self.capacity} "
-                                "(--max-queued-requests); retry later", code="queue_full")
+            raise APIError(
+                429,
+                f"server busy: {self.in_flight} requests in flight, the limit is {self.capacity} "
+                "(--max-queued-requests); retry later",
+                code="queue_full",
+            )
         gen = Generation(self, len(jobs))
         self.in_flight += len(jobs)
         self.live.add(gen)
@@ -188,13 +203,17 @@ class EngineClient:
             ids = list(job.prompt)
         limit = min(engine.context_len, engine.max_total_tokens)
         if len(ids) >= limit:
-            raise ValueError(f"{job.prompt_param}: {len(ids)} tokens is longer than the context allows "
-                             f"({limit - 1} tokens)")
+            raise ValueError(
+                f"{job.prompt_param}: {len(ids)} tokens is longer than the context allows "
+                f"({limit - 1} tokens)"
+            )
         room = limit - len(ids)
         if job.max_tokens is not None:
             if isinstance(job.max_tokens, int) and job.max_tokens > room:
-                raise ValueError(f"{job.max_tokens_param}: {job.max_tokens} new tokens plus the prompt's {len(ids)} "
-                                 f"exceed the context length {limit} (at most {room} new tokens)")
+                raise ValueError(
+                    f"{job.max_tokens_param}: {job.max_tokens} new tokens plus the prompt's {len(ids)} "
+                    f"exceed the context length {limit} (at most {room} new tokens)"
+                )
             return ids, dataclasses.replace(job.params, max_new_tokens=job.max_tokens)
         default = room if job.default_max_tokens is None else min(job.default_max_tokens, room)
         return ids, dataclasses.replace(job.params, max_new_tokens=default)
@@ -213,11 +232,13 @@ async def collect(gen: Generation) -> list[RequestOutput]:
 
 def _sink(loop: asyncio.AbstractEventLoop, gen: Generation, index: int):
     """The engine-thread callback of one request: hand the delta to the loop, never block."""
+
     def sink(delta: Delta) -> None:
         try:
             loop.call_soon_threadsafe(gen._deliver, index, delta)
         except RuntimeError:  # the loop has closed (the server is gone): nobody is listening
             pass
+
     return sink
 
 

@@ -19,15 +19,24 @@ from .protocol import OrjsonResponse
 
 logger = logging.getLogger(__name__)
 
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
-          500: "internal_error", 503: "service_unavailable"}
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "internal_error",
+    503: "service_unavailable",
+}
 
 
 class APIError(Exception):
     """An error answered as ``status`` with an OpenAI-style body."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -38,12 +47,22 @@ class APIError(Exception):
         return error_body(self.status, self.message, self.param, self.code)
 
 
-def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": _TYPES.get(status, "invalid_request_error"),
-                      "param": param, "code": code}}
+def error_body(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": message,
+            "type": _TYPES.get(status, "invalid_request_error"),
+            "param": param,
+            "code": code,
+        }
+    }
 
 
-def error_response(status: int, message: str, param: str | None = None, code: str | None = None) -> OrjsonResponse:
+def error_response(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> OrjsonResponse:
     return OrjsonResponse(error_body(status, message, param, code), status_code=status)
 
 

@@ -37,7 +37,9 @@ def chat_logprobs(tokenizer: Any, logprobs: list[TokenLogprob] | None) -> dict[s
     return {"content": content, "refusal": None}
 
 
-def completion_logprobs(tokenizer: Any, logprobs: list[TokenLogprob] | None, offset: int = 0) -> dict[str, Any]:
+def completion_logprobs(
+    tokenizer: Any, logprobs: list[TokenLogprob] | None, offset: int = 0
+) -> dict[str, Any]:
     """``choice.logprobs`` of a text completion; ``offset``: characters before the first token."""
     tokens, values, tops, offsets = [], [], [], []
     for lp in logprobs or []:
@@ -47,7 +49,12 @@ def completion_logprobs(tokenizer: Any, logprobs: list[TokenLogprob] | None, off
         tops.append({token_text(tokenizer, t): _finite(v) for t, v in lp.top} if lp.top else None)
         offsets.append(offset)
         offset += len(text)
-    return {"tokens": tokens, "token_logprobs": values, "top_logprobs": tops, "text_offset": offsets}
+    return {
+        "tokens": tokens,
+        "token_logprobs": values,
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
 
 
 def joined_logprobs(first: dict[str, Any] | None, second: dict[str, Any]) -> dict[str, Any]:
@@ -55,14 +62,17 @@ def joined_logprobs(first: dict[str, Any] | None, second: dict[str, Any]) -> dic
     return second if first is None else {key: first[key] + second[key] for key in second}
 
 
-def native_logprobs(tokenizer: Any, logprobs: list[TokenLogprob] | None, with_text: bool,
-                    kind: str = "output") -> dict[str, Any]:
+def native_logprobs(
+    tokenizer: Any, logprobs: list[TokenLogprob] | None, with_text: bool, kind: str = "output"
+) -> dict[str, Any]:
     """SGLang's ``{kind}_token_logprobs`` ``[[logprob, id, text|None]]`` and ``{kind}_top_logprobs``
     (kind "output", or "input" for the prompt)."""
+
     def item(token_id: int, value: float | None) -> list[Any]:
         return [_finite(value), token_id, token_text(tokenizer, token_id) if with_text else None]
 
     lps = logprobs or []
-    return {f"{kind}_token_logprobs": [item(lp.token_id, lp.logprob) for lp in lps],
-            f"{kind}_top_logprobs": [[item(t, v) for t, v in lp.top] if lp.top else None for lp in lps]}
-
+    return {
+        f"{kind}_token_logprobs": [item(lp.token_id, lp.logprob) for lp in lps],
+        f"{kind}_top_logprobs": [[item(t, v) for t, v in lp.top] if lp.top else None for lp in lps],
+    }

@@ -34,8 +34,11 @@ class _Writer:
         self.lines: list[str] = []
 
     def metric(self, name: str, kind: str, help_text: str, value: float) -> None:
-        self.lines += [f"# HELP {PREFIX}{name} {help_text}", f"# TYPE {PREFIX}{name} {kind}",
-                       f"{PREFIX}{name} {_num(value)}"]
+        self.lines += [
+            f"# HELP {PREFIX}{name} {help_text}",
+            f"# TYPE {PREFIX}{name} {kind}",
+            f"{PREFIX}{name} {_num(value)}",
+        ]
 
     def histogram(self, name: str, help_text: str, hist: Histogram) -> None:
         full = PREFIX + name
@@ -46,8 +49,11 @@ class _Writer:
             cumulative += count
             self.lines.append(f'{full}_bucket{{le="{_num(bound)}"}} {cumulative}')
         cumulative += counts[-1]
-        self.lines += [f'{full}_bucket{{le="+Inf"}} {cumulative}', f"{full}_sum {_num(hist.total)}",
-                       f"{full}_count {cumulative}"]
+        self.lines += [
+            f'{full}_bucket{{le="+Inf"}} {cumulative}',
+            f"{full}_sum {_num(hist.total)}",
+            f"{full}_count {cumulative}",
+        ]
 
 
 def _num(value: float) -> str:
@@ -60,24 +66,55 @@ def render_metrics(engine: Any, server: ServerMetrics, in_flight: int) -> str:
     """The whole exposition (engine counters are read without locking: a scrape may be a step stale)."""
     w = _Writer()
     w.metric("requests_in_flight", "gauge", "HTTP-submitted requests not finished yet", in_flight)
-    w.metric("requests_rejected_total", "counter", "requests refused with 429 (queue full)", server.rejected)
-    w.histogram("grammar_compile_seconds", "time add_request spent compiling or fetching a grammar",
-                server.grammar_compile)
+    w.metric(
+        "requests_rejected_total",
+        "counter",
+        "requests refused with 429 (queue full)",
+        server.rejected,
+    )
+    w.histogram(
+        "grammar_compile_seconds",
+        "time add_request spent compiling or fetching a grammar",
+        server.grammar_compile,
+    )
     stats = engine.stats()
     counters = engine.stats_counters
     w.metric("num_requests_running", "gauge", "requests in the running batch", stats["running"])
     w.metric("num_requests_waiting", "gauge", "requests waiting for admission", stats["waiting"])
-    w.metric("requests_finished_total", "counter", "requests finished (any reason)", stats["num_finished"])
+    w.metric(
+        "requests_finished_total",
+        "counter",
+        "requests finished (any reason)",
+        stats["num_finished"],
+    )
     w.metric("requests_aborted_total", "counter", "requests aborted", stats["num_aborted"])
-    w.metric("prompt_tokens_total", "counter", "prompt tokens of finished requests", stats["prompt_tokens"])
-    w.metric("cached_tokens_total", "counter", "prompt tokens served from the radix cache", stats["cached_tokens"])
+    w.metric(
+        "prompt_tokens_total",
+        "counter",
+        "prompt tokens of finished requests",
+        stats["prompt_tokens"],
+    )
+    w.metric(
+        "cached_tokens_total",
+        "counter",
+        "prompt tokens served from the radix cache",
+        stats["cached_tokens"],
+    )
     w.metric("generation_tokens_total", "counter", "tokens generated", stats["generated_tokens"])
-    w.metric("cache_hit_rate", "gauge", "cached prompt tokens / prompt tokens", stats["cache_hit_rate"])
+    w.metric(
+        "cache_hit_rate", "gauge", "cached prompt tokens / prompt tokens", stats["cache_hit_rate"]
+    )
     w.metric("kv_tokens_total", "gauge", "KV pool size in tokens", stats["max_total_tokens"])
     w.metric("kv_tokens_free", "gauge", "free KV slots", stats["free_tokens"])
-    w.metric("kv_tokens_in_tree", "gauge", "KV slots held by the radix tree", stats["tokens_in_tree"])
-    w.metric("retractions_total", "counter", "requests retracted when decode ran out of memory",
-             stats["retractions"])
+    w.metric(
+        "kv_tokens_in_tree", "gauge", "KV slots held by the radix tree", stats["tokens_in_tree"]
+    )
+    w.metric(
+        "retractions_total",
+        "counter",
+        "requests retracted when decode ran out of memory",
+        stats["retractions"],
+    )
     w.histogram("time_to_first_token_seconds", "arrival to first generated token", counters.ttft)
     w.histogram("time_per_output_token_seconds", "mean time between output tokens", counters.tpot)
     w.histogram("e2e_request_latency_seconds", "arrival to finish", counters.e2e)

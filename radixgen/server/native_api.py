@@ -62,19 +62,31 @@ def _prompts(body: GenerateRequest) -> tuple[list[str | list[int]], bool]:
     return [list(ids)], False
 
 
-def native_params(raw: dict[str, Any] | None, logprob: bool, top_n: int) -> tuple[SamplingParams, int, int | None]:
+def native_params(
+    raw: dict[str, Any] | None, logprob: bool, top_n: int
+) -> tuple[SamplingParams, int, int | None]:
     """``(params, n, max_new_tokens asked)`` from SGLang-named ``sampling_params``."""
     fields = {_RENAMED.get(k, k): v for k, v in (raw or {}).items() if k not in _NO_EFFECT}
     n = fields.pop("n", 1)
     if not isinstance(n, int) or n < 1:
-        raise APIError(400, f"sampling_params.n: expected an integer >= 1, got {n!r}", param="sampling_params.n")
+        raise APIError(
+            400,
+            f"sampling_params.n: expected an integer >= 1, got {n!r}",
+            param="sampling_params.n",
+        )
     if fields.pop("min_new_tokens", 0):
-        raise APIError(400, "sampling_params.min_new_tokens: not supported", param="sampling_params.min_new_tokens")
+        raise APIError(
+            400,
+            "sampling_params.min_new_tokens: not supported",
+            param="sampling_params.min_new_tokens",
+        )
     max_new = fields.pop("max_new_tokens", None)
     try:
         params = SamplingParams.from_dict({**fields, "logprobs": logprob, "top_logprobs": top_n})
     except ValueError as exc:
-        raise APIError(400, str(exc).replace("sampling params:", "sampling_params:"), param="sampling_params") from None
+        raise APIError(
+            400, str(exc).replace("sampling params:", "sampling_params:"), param="sampling_params"
+        ) from None
     return params, n, max_new
 
 
@@ -87,11 +99,17 @@ async def generate(body: GenerateRequest, request: Request):
         if wanted is not None and id(wanted) not in scored:
             prompt, start, top = wanted
             prompt_lps = await client.prompt_logprobs(prompt, top, "text")
-            scored[id(wanted)] = native_logprobs(client.engine.tokenizer, prompt_lps[start:],
-                                                 body.return_text_in_logprobs, kind="input")
+            scored[id(wanted)] = native_logprobs(
+                client.engine.tokenizer,
+                prompt_lps[start:],
+                body.return_text_in_logprobs,
+                kind="input",
+            )
     gen = await client.submit(jobs)
-    results = [_Result(job, body.return_text_in_logprobs, scored.get(id(w)) if w else None)
-               for job, w in zip(jobs, inputs)]
+    results = [
+        _Result(job, body.return_text_in_logprobs, scored.get(id(w)) if w else None)
+        for job, w in zip(jobs, inputs)
+    ]
     if body.stream:
         return StreamingResponse(_stream(gen, results, client), media_type="text/event-stream")
     async with DisconnectWatch(request, gen):
@@ -116,17 +134,36 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[tupl
     inputs: list[tuple | None] = []
     for i, prompt in enumerate(prompts):
         if start[i] is not None and not isinstance(start[i], int):
-            raise APIError(400, f"logprob_start_len: expected an integer, got {start[i]!r}", param="logprob_start_len")
-        wanted = (prompt, start[i], top_n[i] or 0) if logprob[i] and start[i] is not None and start[i] >= 0 else None
+            raise APIError(
+                400,
+                f"logprob_start_len: expected an integer, got {start[i]!r}",
+                param="logprob_start_len",
+            )
+        wanted = (
+            (prompt, start[i], top_n[i] or 0)
+            if logprob[i] and start[i] is not None and start[i] >= 0
+            else None
+        )
         params, n, max_new = native_params(raw_params[i], bool(logprob[i]), top_n[i] or 0)
         if n > max_n:
-            raise APIError(400, f"sampling_params.n: expected at most {max_n}, got {n}", param="sampling_params.n")
+            raise APIError(
+                400,
+                f"sampling_params.n: expected at most {max_n}, got {n}",
+                param="sampling_params.n",
+            )
         for j in range(n):
             seed = None if params.seed is None else params.seed + j
             rid = None if rids[i] is None else (rids[i] if n == 1 else f"{rids[i]}-{j}")
-            jobs.append(Job(prompt, dataclasses.replace(params, seed=seed), max_tokens=max_new,
-                            default_max_tokens=SamplingParams.max_new_tokens, rid=rid,
-                            max_tokens_param="sampling_params.max_new_tokens"))
+            jobs.append(
+                Job(
+                    prompt,
+                    dataclasses.replace(params, seed=seed),
+                    max_tokens=max_new,
+                    default_max_tokens=SamplingParams.max_new_tokens,
+                    rid=rid,
+                    max_tokens_param="sampling_params.max_new_tokens",
+                )
+            )
             inputs.append(wanted)
     return jobs, batch, inputs
 
@@ -134,7 +171,9 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[tupl
 class _Result:
     """One request's cumulative output in SGLang's shape."""
 
-    def __init__(self, job: Job, text_in_logprobs: bool, inputs: dict[str, list] | None = None) -> None:
+    def __init__(
+        self, job: Job, text_in_logprobs: bool, inputs: dict[str, list] | None = None
+    ) -> None:
         self.params = job.params
         self.text_in_logprobs = text_in_logprobs
         self.inputs = inputs or {"input_token_logprobs": [], "input_top_logprobs": []}
@@ -162,8 +201,10 @@ class _Result:
             "e2e_latency": round(time.monotonic() - self.started, 4),
         }
         if self.params.logprobs:
-            meta.update(**self.inputs,
-                        **native_logprobs(client.engine.tokenizer, self.logprobs, self.text_in_logprobs))
+            meta.update(
+                **self.inputs,
+                **native_logprobs(client.engine.tokenizer, self.logprobs, self.text_in_logprobs),
+            )
         return {"text": self.text, "output_ids": self.output_ids, "meta_info": meta, "index": index}
 
     def _finish_reason(self, client: EngineClient) -> dict[str, Any]:
@@ -176,7 +217,7 @@ class _Result:
         stop_ids = set(tokenizer.eos_token_ids) | set(self.params.stop_token_ids or [])
         if self.output_ids and self.output_ids[-1] in stop_ids:
             return {"type": "stop", "matched": self.output_ids[-1]}
-        tail = tokenizer.decode(self.output_ids, self.params.skip_special_tokens)[len(self.text):]
+        tail = tokenizer.decode(self.output_ids, self.params.skip_special_tokens)[len(self.text) :]
         matched = next((s for s in self.params.stop_strings if tail.startswith(s)), None)
         return {"type": "stop", "matched": matched}
 
@@ -208,10 +249,17 @@ async def _stream(gen: Generation, results: list[_Result], client: EngineClient)
 async def get_model_info(request: Request) -> OrjsonResponse:
     client = _client(request)
     engine = client.engine
-    return OrjsonResponse({"model_path": engine.model_path, "tokenizer_path": engine.model_path,
-                           "is_generation": True, "served_model_name": client.model_name,
-                           "context_length": engine.context_len, "max_total_tokens": engine.max_total_tokens,
-                           "vocab_size": engine.model.config.vocab_size})
+    return OrjsonResponse(
+        {
+            "model_path": engine.model_path,
+            "tokenizer_path": engine.model_path,
+            "is_generation": True,
+            "served_model_name": client.model_name,
+            "context_length": engine.context_len,
+            "max_total_tokens": engine.max_total_tokens,
+            "vocab_size": engine.model.config.vocab_size,
+        }
+    )
 
 
 @router.get("/get_server_info")
@@ -228,7 +276,9 @@ async def flush_cache(request: Request) -> PlainTextResponse:
     engine = _client(request).engine
     if await asyncio.to_thread(engine.flush_cache):
         return PlainTextResponse("Cache flushed.\n")
-    return PlainTextResponse("Cache not flushed: requests are running or waiting; retry when idle.\n", status_code=400)
+    return PlainTextResponse(
+        "Cache not flushed: requests are running or waiting; retry when idle.\n", status_code=400
+    )
 
 
 @router.get("/health_generate")
@@ -238,7 +288,9 @@ async def health_generate(request: Request):
     job = Job("Hello", SamplingParams(temperature=0.0), max_tokens=1)
     try:
         gen = await client.submit([job])
-        await asyncio.wait_for(_collect(gen, [_Result(job, False)]), client.settings.health_generate_timeout_s)
+        await asyncio.wait_for(
+            _collect(gen, [_Result(job, False)]), client.settings.health_generate_timeout_s
+        )
     except (asyncio.TimeoutError, APIError) as exc:
         return OrjsonResponse(error_body(503, f"health generation failed: {exc}"), status_code=503)
     return PlainTextResponse("OK\n")

@@ -29,7 +29,9 @@ from .tools import constrained_schema
 
 router = APIRouter()
 
-COMPLETION_MAX_TOKENS = 16  # OpenAI's default max_tokens for /v1/completions (chat: up to the context)
+COMPLETION_MAX_TOKENS = (
+    16  # OpenAI's default max_tokens for /v1/completions (chat: up to the context)
+)
 
 
 def client_of(request: Request) -> EngineClient:
@@ -69,7 +71,9 @@ def _response_format(body: ChatCompletionRequest) -> dict[str, Any]:
 def _check_choices(body: _OpenAISampling, client: EngineClient) -> None:
     client.check_model(body.model)
     if not 1 <= body.n <= client.settings.max_n:
-        raise APIError(400, f"n: expected an integer in [1, {client.settings.max_n}], got {body.n}", param="n")
+        raise APIError(
+            400, f"n: expected an integer in [1, {client.settings.max_n}], got {body.n}", param="n"
+        )
 
 
 def _jobs(prompt: str | list[int], params: SamplingParams, n: int, **job: Any) -> list[Job]:
@@ -85,8 +89,14 @@ def _jobs(prompt: str | list[int], params: SamplingParams, n: int, **job: Any) -
 async def list_models(request: Request) -> OrjsonResponse:
     client = client_of(request)
     engine = client.engine
-    card = {"id": client.model_name, "object": "model", "created": 0, "owned_by": "radixgen",
-            "root": engine.model_path, "max_model_len": engine.context_len}
+    card = {
+        "id": client.model_name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "radixgen",
+        "root": engine.model_path,
+        "max_model_len": engine.context_len,
+    }
     return OrjsonResponse({"object": "list", "data": [card]})
 
 
@@ -98,10 +108,19 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     tool_choice = body.tool_choice or ("auto" if body.tools else "none")
     params, schema_param = _chat_params(body, tool_choice)
     prompt = await asyncio.to_thread(client.renderer.render, body.messages, body.tools, tool_choice)
-    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    max_tokens = (
+        body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    )
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    jobs = _jobs(prompt, params, body.n, max_tokens=max_tokens, add_special_tokens=False,
-                 prompt_param="messages", max_tokens_param=param)
+    jobs = _jobs(
+        prompt,
+        params,
+        body.n,
+        max_tokens=max_tokens,
+        add_special_tokens=False,
+        prompt_param="messages",
+        max_tokens_param=param,
+    )
     try:
         gen = await client.submit(jobs)
     except ValueError as exc:  # name the field the schema came from, not the internal json_schema
@@ -116,12 +135,24 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         return StreamingResponse(stream, media_type="text/event-stream")
     async with DisconnectWatch(request, gen):
         results = await collect(gen)
-    choices = [_chat_choice(i, r, outputs[i], engine.tokenizer, body.logprobs) for i, r in enumerate(results)]
-    return OrjsonResponse({**meta, "object": "chat.completion", "choices": choices,
-                           "usage": usage(results, body.n), "system_fingerprint": None})
+    choices = [
+        _chat_choice(i, r, outputs[i], engine.tokenizer, body.logprobs)
+        for i, r in enumerate(results)
+    ]
+    return OrjsonResponse(
+        {
+            **meta,
+            "object": "chat.completion",
+            "choices": choices,
+            "usage": usage(results, body.n),
+            "system_fingerprint": None,
+        }
+    )
 
 
-def _chat_params(body: ChatCompletionRequest, tool_choice: Any) -> tuple[SamplingParams, str | None]:
+def _chat_params(
+    body: ChatCompletionRequest, tool_choice: Any
+) -> tuple[SamplingParams, str | None]:
     """``(params, field the json_schema constraint came from)``.
 
     A required or named ``tool_choice`` constrains the output to the tool call's schema; it
@@ -132,26 +163,42 @@ def _chat_params(body: ChatCompletionRequest, tool_choice: Any) -> tuple[Samplin
         raise APIError(400, "top_logprobs: requires logprobs: true", param="top_logprobs")
     constraint = _response_format(body)
     source = "response_format" if "json_schema" in constraint else None
-    schema = (constrained_schema(body.tools or [], tool_choice, parallel=body.parallel_tool_calls is not False)
-              if tool_choice not in ("none", "auto") else None)
+    schema = (
+        constrained_schema(
+            body.tools or [], tool_choice, parallel=body.parallel_tool_calls is not False
+        )
+        if tool_choice not in ("none", "auto")
+        else None
+    )
     if schema is not None:
         if constraint:
-            raise APIError(400, "response_format: cannot be combined with a required or named tool_choice",
-                           param="response_format")
+            raise APIError(
+                400,
+                "response_format: cannot be combined with a required or named tool_choice",
+                param="response_format",
+            )
         constraint, source = {"json_schema": schema}, "tools"
     return sampling_params(body, top_logprobs=body.top_logprobs or 0, **constraint), source
 
 
-def _chat_choice(index: int, result: RequestOutput, output: ToolOutput, tokenizer: Any, logprobs: bool) -> dict:
+def _chat_choice(
+    index: int, result: RequestOutput, output: ToolOutput, tokenizer: Any, logprobs: bool
+) -> dict:
     events = output.feed(result.text) + output.finish()
     content, calls = merge_events(events)
-    message: dict[str, Any] = {"role": "assistant", "content": content if calls else (content or ""),
-                               "refusal": None}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": content if calls else (content or ""),
+        "refusal": None,
+    }
     if calls:
         message["tool_calls"] = calls
-    return {"index": index, "message": message,
-            "logprobs": chat_logprobs(tokenizer, result.logprobs) if logprobs else None,
-            "finish_reason": finish_reason(result.finish_reason, output.num_calls)}
+    return {
+        "index": index,
+        "message": message,
+        "logprobs": chat_logprobs(tokenizer, result.logprobs) if logprobs else None,
+        "finish_reason": finish_reason(result.finish_reason, output.num_calls),
+    }
 
 
 @router.post("/v1/completions")
@@ -163,39 +210,68 @@ async def completions(body: CompletionRequest, request: Request):
     prompts = _prompts(body.prompt)
     wants_logprobs = body.logprobs is not None
     params = sampling_params(body, logprobs=wants_logprobs, top_logprobs=body.logprobs or 0)
-    jobs = [job for p in prompts
-            for job in _jobs(p, params, body.n, max_tokens=body.max_tokens, default_max_tokens=COMPLETION_MAX_TOKENS)]
+    jobs = [
+        job
+        for p in prompts
+        for job in _jobs(
+            p, params, body.n, max_tokens=body.max_tokens, default_max_tokens=COMPLETION_MAX_TOKENS
+        )
+    ]
     echo_lps = [None] * len(prompts)
     if body.echo and wants_logprobs:  # the prompt's own logprobs, as OpenAI's legacy API gives them
-        echo_lps = [completion_logprobs(engine.tokenizer, await client.prompt_logprobs(p, body.logprobs, "prompt"))
-                    for p in prompts]
+        echo_lps = [
+            completion_logprobs(
+                engine.tokenizer, await client.prompt_logprobs(p, body.logprobs, "prompt")
+            )
+            for p in prompts
+        ]
     echo_lps = [lp for lp in echo_lps for _ in range(body.n)]
     gen = await client.submit(jobs)
     echoes = [_prompt_text(engine, p) if body.echo else "" for p in prompts for _ in range(body.n)]
     meta = _meta("cmpl", client)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        stream = completion_stream(gen, meta, echoes, engine.tokenizer, wants_logprobs, include_usage, body.n,
-                                   echo_lps)
+        stream = completion_stream(
+            gen, meta, echoes, engine.tokenizer, wants_logprobs, include_usage, body.n, echo_lps
+        )
         return StreamingResponse(stream, media_type="text/event-stream")
     async with DisconnectWatch(request, gen):
         results = await collect(gen)
-    choices = [{"index": i, "text": echoes[i] + r.text,
-                "logprobs": joined_logprobs(echo_lps[i], completion_logprobs(engine.tokenizer, r.logprobs,
-                                                                             len(echoes[i])))
-                if wants_logprobs else None,
-                "finish_reason": r.finish_reason} for i, r in enumerate(results)]
-    return OrjsonResponse({**meta, "object": "text_completion", "choices": choices,
-                           "usage": usage(results, body.n), "system_fingerprint": None})
+    choices = [
+        {
+            "index": i,
+            "text": echoes[i] + r.text,
+            "logprobs": joined_logprobs(
+                echo_lps[i], completion_logprobs(engine.tokenizer, r.logprobs, len(echoes[i]))
+            )
+            if wants_logprobs
+            else None,
+            "finish_reason": r.finish_reason,
+        }
+        for i, r in enumerate(results)
+    ]
+    return OrjsonResponse(
+        {
+            **meta,
+            "object": "text_completion",
+            "choices": choices,
+            "usage": usage(results, body.n),
+            "system_fingerprint": None,
+        }
+    )
 
 
 def _check_completion(body: CompletionRequest) -> None:
     if body.suffix:
         raise APIError(400, "suffix: not supported", param="suffix")
     if body.best_of is not None and body.best_of != body.n:
-        raise APIError(400, f"best_of: only best_of == n is supported, got {body.best_of}", param="best_of")
+        raise APIError(
+            400, f"best_of: only best_of == n is supported, got {body.best_of}", param="best_of"
+        )
     if body.logprobs is not None and not 0 <= body.logprobs <= 5:
-        raise APIError(400, f"logprobs: expected an integer in [0, 5], got {body.logprobs}", param="logprobs")
+        raise APIError(
+            400, f"logprobs: expected an integer in [0, 5], got {body.logprobs}", param="logprobs"
+        )
 
 
 def _prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str | list[int]]:
@@ -209,8 +285,16 @@ def _prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str 
 
 
 def _prompt_text(engine: Any, prompt: str | list[int]) -> str:
-    return prompt if isinstance(prompt, str) else engine.tokenizer.decode(prompt, skip_special_tokens=False)
+    return (
+        prompt
+        if isinstance(prompt, str)
+        else engine.tokenizer.decode(prompt, skip_special_tokens=False)
+    )
 
 
 def _meta(prefix: str, client: EngineClient) -> dict[str, Any]:
-    return {"id": f"{prefix}-{uuid.uuid4().hex}", "created": int(time.time()), "model": client.model_name}
+    return {
+        "id": f"{prefix}-{uuid.uuid4().hex}",
+        "created": int(time.time()),
+        "model": client.model_name,
+    }

@@ -35,8 +35,12 @@ def usage(outputs: list[Any], n: int) -> dict[str, Any]:
     firsts = outputs[::n]
     prompt = sum(o.prompt_tokens for o in firsts)
     completion = sum(o.completion_tokens for o in outputs)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": sum(o.cached_tokens for o in firsts)}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": sum(o.cached_tokens for o in firsts)},
+    }
 
 
 def finish_reason(reason: str | None, num_calls: int) -> str | None:
@@ -59,7 +63,9 @@ class _ChunkWriter:
         return sse({**self.base, "choices": [], "usage": usage(finals, n)})
 
 
-def _event_deltas(events: list[tuple[str, Any]], next_call: list[int], index: int) -> list[dict[str, Any]]:
+def _event_deltas(
+    events: list[tuple[str, Any]], next_call: list[int], index: int
+) -> list[dict[str, Any]]:
     """Chat ``delta`` objects for ``ToolOutput`` events; ``next_call[index]`` numbers the calls."""
     out = []
     for kind, value in events:
@@ -69,18 +75,32 @@ def _event_deltas(events: list[tuple[str, Any]], next_call: list[int], index: in
             out.append({"tool_calls": [value.as_openai(index=next_call[index])]})
             next_call[index] += 1
         elif kind == "args":
-            out.append({"tool_calls": [{"index": next_call[index] - 1, "function": {"arguments": value}}]})
+            out.append(
+                {"tool_calls": [{"index": next_call[index] - 1, "function": {"arguments": value}}]}
+            )
     return out
 
 
-async def chat_stream(gen: Generation, meta: dict[str, Any], outputs: list[ToolOutput], tokenizer: Any,
-                      logprobs: bool, include_usage: bool) -> AsyncIterator[bytes]:
+async def chat_stream(
+    gen: Generation,
+    meta: dict[str, Any],
+    outputs: list[ToolOutput],
+    tokenizer: Any,
+    logprobs: bool,
+    include_usage: bool,
+) -> AsyncIterator[bytes]:
     writer = _ChunkWriter(meta, "chat.completion.chunk", include_usage)
     finals: list[Any] = [None] * gen.count
     next_call = [0] * gen.count
     for index in range(gen.count):
-        yield writer.chunk({"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
-                            "finish_reason": None})
+        yield writer.chunk(
+            {
+                "index": index,
+                "delta": {"role": "assistant", "content": ""},
+                "logprobs": None,
+                "finish_reason": None,
+            }
+        )
     async with aclosing(gen.deltas()) as deltas:
         async for index, delta in deltas:
             if delta.error:
@@ -91,40 +111,65 @@ async def chat_stream(gen: Generation, meta: dict[str, Any], outputs: list[ToolO
             lps = chat_logprobs(tokenizer, delta.logprobs) if logprobs and delta.logprobs else None
             pieces = _event_deltas(events, next_call, index) or ([{"content": ""}] if lps else [])
             for piece in pieces:
-                yield writer.chunk({"index": index, "delta": piece, "logprobs": lps, "finish_reason": None})
+                yield writer.chunk(
+                    {"index": index, "delta": piece, "logprobs": lps, "finish_reason": None}
+                )
                 lps = None
             if delta.finished:
                 finals[index] = delta
                 reason = finish_reason(delta.finish_reason, out.num_calls)
-                yield writer.chunk({"index": index, "delta": {}, "logprobs": None, "finish_reason": reason})
+                yield writer.chunk(
+                    {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
+                )
     if include_usage:
         yield writer.usage(finals, gen.count)
     yield DONE
 
 
-async def completion_stream(gen: Generation, meta: dict[str, Any], echoes: list[str], tokenizer: Any,
-                            logprobs: bool, include_usage: bool, n: int,
-                            echo_logprobs: list[dict[str, Any] | None] | None = None) -> AsyncIterator[bytes]:
+async def completion_stream(
+    gen: Generation,
+    meta: dict[str, Any],
+    echoes: list[str],
+    tokenizer: Any,
+    logprobs: bool,
+    include_usage: bool,
+    n: int,
+    echo_logprobs: list[dict[str, Any] | None] | None = None,
+) -> AsyncIterator[bytes]:
     writer = _ChunkWriter(meta, "text_completion", include_usage)
     finals: list[Any] = [None] * gen.count
     offsets = [len(e) for e in echoes]
     for index, echo in enumerate(echoes):
         if echo:
             lps = echo_logprobs[index] if echo_logprobs else None
-            yield writer.chunk({"index": index, "text": echo, "logprobs": lps, "finish_reason": None})
+            yield writer.chunk(
+                {"index": index, "text": echo, "logprobs": lps, "finish_reason": None}
+            )
     async with aclosing(gen.deltas()) as deltas:
         async for index, delta in deltas:
             if delta.error:
                 yield sse(error_body(500, f"generation failed: {delta.error}"))
                 return
-            lps = completion_logprobs(tokenizer, delta.logprobs, offsets[index]) if logprobs and delta.logprobs else None
+            lps = (
+                completion_logprobs(tokenizer, delta.logprobs, offsets[index])
+                if logprobs and delta.logprobs
+                else None
+            )
             offsets[index] += len(delta.text)
             if delta.text or lps:
-                yield writer.chunk({"index": index, "text": delta.text, "logprobs": lps, "finish_reason": None})
+                yield writer.chunk(
+                    {"index": index, "text": delta.text, "logprobs": lps, "finish_reason": None}
+                )
             if delta.finished:
                 finals[index] = delta
-                yield writer.chunk({"index": index, "text": "", "logprobs": None,
-                                    "finish_reason": delta.finish_reason})
+                yield writer.chunk(
+                    {
+                        "index": index,
+                        "text": "",
+                        "logprobs": None,
+                        "finish_reason": delta.finish_reason,
+                    }
+                )
     if include_usage:
         yield writer.usage(finals, n)
     yield DONE

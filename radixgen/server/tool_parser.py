@@ -83,7 +83,7 @@ class ToolCallParser:
                 end = self._buffer.find(CLOSE)
                 if end < 0:
                     return [e for e in events if e[1]]
-                body, self._buffer = self._buffer[:end], self._buffer[end + len(CLOSE):]
+                body, self._buffer = self._buffer[:end], self._buffer[end + len(CLOSE) :]
                 call = _call_from_json(body.strip(), self.names)
                 events.append(("call", call) if call else ("content", OPEN + body + CLOSE))
                 self._in_call = False
@@ -91,11 +91,11 @@ class ToolCallParser:
             start = self._buffer.find(OPEN)
             if start >= 0:
                 events.append(("content", self._buffer[:start]))
-                self._buffer, self._in_call = self._buffer[start + len(OPEN):], True
+                self._buffer, self._in_call = self._buffer[start + len(OPEN) :], True
                 continue
             keep = _partial_tag_len(self._buffer)
             events.append(("content", self._buffer[: len(self._buffer) - keep]))
-            self._buffer = self._buffer[len(self._buffer) - keep:]
+            self._buffer = self._buffer[len(self._buffer) - keep :]
             return [e for e in events if e[1]]
 
 
@@ -156,7 +156,9 @@ class ToolOutput:
         if self._tool is not None:
             return [] if self._started else self._named("", force=True)
         if self._required:
-            return self._count([("call", c) for c in constrained_calls(self._tools, self._tool_choice, self._text)])
+            return self._count(
+                [("call", c) for c in constrained_calls(self._tools, self._tool_choice, self._text)]
+            )
         return self._count(self._parser.finish()) if self._parser else []
 
     def _named(self, text: str, force: bool = False) -> list[tuple[str, Any]]:

@@ -52,7 +52,9 @@ To call a function, answer with a JSON object holding its name and arguments ins
 </tool_call>"""
 
 _PROBE = [{"role": "user", "content": "probe"}]
-_PROBE_TOOL = [{"type": "function", "function": {"name": "probe_tool_name", "parameters": {"type": "object"}}}]
+_PROBE_TOOL = [
+    {"type": "function", "function": {"name": "probe_tool_name", "parameters": {"type": "object"}}}
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,11 @@ class ParsedCall:
     id: str = ""
 
     def as_openai(self, index: int | None = None) -> dict[str, Any]:
-        call = {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+        call = {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
         return call if index is None else {"index": index, **call}
 
 
@@ -84,11 +90,15 @@ class ChatRenderer:
     def renders_tools(self) -> bool:
         """Whether the chat template uses its ``tools`` argument."""
         if self._renders_tools is None:
-            probe = self.tokenizer.apply_chat_template(_PROBE, add_generation_prompt=True, tools=_PROBE_TOOL)
+            probe = self.tokenizer.apply_chat_template(
+                _PROBE, add_generation_prompt=True, tools=_PROBE_TOOL
+            )
             self._renders_tools = "probe_tool_name" in probe
         return self._renders_tools
 
-    def render(self, messages: list[ChatMessage], tools: list[Tool] | None, tool_choice: Any) -> str:
+    def render(
+        self, messages: list[ChatMessage], tools: list[Tool] | None, tool_choice: Any
+    ) -> str:
         """The prompt text for ``messages`` (and ``tools`` unless ``tool_choice`` is "none")."""
         if not messages:
             raise ValueError("messages: expected at least one message")
@@ -96,7 +106,9 @@ class ChatRenderer:
         if self.renders_tools:
             dicts = [_native_message(m) for m in messages]
             tool_dicts = [t.model_dump(exclude_none=True) for t in offered] if offered else None
-            return self.tokenizer.apply_chat_template(dicts, add_generation_prompt=True, tools=tool_dicts)
+            return self.tokenizer.apply_chat_template(
+                dicts, add_generation_prompt=True, tools=tool_dicts
+            )
         dicts = [_plain_message(m) for m in messages]
         if offered:
             dicts = _with_tool_system_prompt(dicts, offered)
@@ -106,9 +118,17 @@ class ChatRenderer:
 def _native_message(m: ChatMessage) -> dict[str, Any]:
     out: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text}
     if m.tool_calls:
-        out["tool_calls"] = [{"id": c.id, "type": "function",
-                              "function": {"name": c.function.name, "arguments": arguments_obj(c.function.arguments)}}
-                             for c in m.tool_calls]
+        out["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {
+                    "name": c.function.name,
+                    "arguments": arguments_obj(c.function.arguments),
+                },
+            }
+            for c in m.tool_calls
+        ]
     if m.tool_call_id:
         out["tool_call_id"] = m.tool_call_id
     if m.name:
@@ -122,8 +142,10 @@ def _plain_message(m: ChatMessage) -> dict[str, str]:
         return {"role": "user", "content": f"<tool_response>\n{m.text}\n</tool_response>"}
     content = m.text
     for call in m.tool_calls or []:
-        body = json.dumps({"name": call.function.name, "arguments": arguments_obj(call.function.arguments)},
-                          ensure_ascii=False)
+        body = json.dumps(
+            {"name": call.function.name, "arguments": arguments_obj(call.function.arguments)},
+            ensure_ascii=False,
+        )
         content += f"{chr(10) if content else ''}{OPEN}\n{body}\n{CLOSE}"
     return {"role": "system" if m.role == "developer" else m.role, "content": content}
 
@@ -137,8 +159,12 @@ def arguments_obj(arguments: str | dict) -> Any:
         return arguments
 
 
-def _with_tool_system_prompt(messages: list[dict[str, str]], tools: list[Tool]) -> list[dict[str, str]]:
-    lines = "\n".join(json.dumps(t.model_dump(exclude_none=True), ensure_ascii=False) for t in tools)
+def _with_tool_system_prompt(
+    messages: list[dict[str, str]], tools: list[Tool]
+) -> list[dict[str, str]]:
+    lines = "\n".join(
+        json.dumps(t.model_dump(exclude_none=True), ensure_ascii=False) for t in tools
+    )
     block = SYSTEM_TEMPLATE.format(tools=lines)
     if messages[0]["role"] == "system":
         first = {"role": "system", "content": f"{messages[0]['content']}\n\n{block}".lstrip()}
@@ -167,7 +193,9 @@ def _parameters(tool: Tool) -> dict[str, Any]:
     return tool.function.parameters or {"type": "object", "properties": {}}
 
 
-def constrained_schema(tools: list[Tool], tool_choice: Any, *, parallel: bool = True) -> dict[str, Any] | None:
+def constrained_schema(
+    tools: list[Tool], tool_choice: Any, *, parallel: bool = True
+) -> dict[str, Any] | None:
     """The JSON schema the output must follow for "required"/named choices; None otherwise."""
     tool = chosen_tool(tools, tool_choice)
     if tool is not None:
@@ -175,12 +203,19 @@ def constrained_schema(tools: list[Tool], tool_choice: Any, *, parallel: bool = 
     if tool_choice != "required":
         return None
     calls = [
-        {"type": "object",
-         "properties": {"name": {"const": t.function.name}, "arguments": _parameters(t)},
-         "required": ["name", "arguments"], "additionalProperties": False}
+        {
+            "type": "object",
+            "properties": {"name": {"const": t.function.name}, "arguments": _parameters(t)},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
         for t in tools
     ]
-    schema = {"type": "array", "items": calls[0] if len(calls) == 1 else {"anyOf": calls}, "minItems": 1}
+    schema = {
+        "type": "array",
+        "items": calls[0] if len(calls) == 1 else {"anyOf": calls},
+        "minItems": 1,
+    }
     if not parallel:
         schema["maxItems"] = 1
     return schema
@@ -195,11 +230,17 @@ def constrained_calls(tools: list[Tool], tool_choice: Any, text: str) -> list[Pa
             value = json.loads(text)
         except json.JSONDecodeError:
             return []
-        return [ParsedCall(tool.function.name, json.dumps(value, ensure_ascii=False), new_call_id())]
+        return [
+            ParsedCall(tool.function.name, json.dumps(value, ensure_ascii=False), new_call_id())
+        ]
     calls = []
     for item in _array_items(text):
         if isinstance(item, dict) and "name" in item and "arguments" in item:
-            calls.append(ParsedCall(item["name"], json.dumps(item["arguments"], ensure_ascii=False), new_call_id()))
+            calls.append(
+                ParsedCall(
+                    item["name"], json.dumps(item["arguments"], ensure_ascii=False), new_call_id()
+                )
+            )
     return calls
 
 

@@ -66,7 +66,9 @@ def test_utf8_runs_admit_any_non_ascii_text(pattern: str) -> None:
     rng = random.Random(5)
     ascii_chars = [chr(b) for b in _members(rest) if b < 0x80]
     for _ in range(200):
-        text = "".join(rng.choice([*ascii_chars, "é", "日", "🎉", "\u0800", "\U0010fffd"]) for _ in range(4))
+        text = "".join(
+            rng.choice([*ascii_chars, "é", "日", "🎉", "\u0800", "\U0010fffd"]) for _ in range(4)
+        )
         data = text.encode()[: rng.randint(1, min(length, 12))]  # may cut a character short
         assert dfa.walk(state, data) != DEAD, (pattern, data)
 

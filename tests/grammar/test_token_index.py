@@ -175,7 +175,8 @@ def test_non_ascii_tokens_inside_strings_are_allowed_without_walking() -> None:
     fits, _ = index.table.wide_split(dfa.store.first_bytes(dfa.state_terms[inside]), run)
     token_bytes = list(index.vocab.token_bytes)
     word = next(  # a word with a whole "é" and nothing a string would have to escape
-        i for i, b in enumerate(token_bytes)
+        i
+        for i, b in enumerate(token_bytes)
         if b and "é".encode() in b and not any(c in b for c in b'"\\\n')
     )
     for token in [word, token_bytes.index("é".encode()[:1])]:  # ... and a character cut short

@@ -63,12 +63,25 @@ def tiny_model_folder(tmp_path_factory, tokenizer):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
     )
     folder = tmp_path_factory.mktemp("tiny-llama")
     transformers.LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
     tokenizer.backend.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"chat_template": tokenizer.chat_template, "eos_token": "<|im_end|>", "bos_token": "<|im_start|>"}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "chat_template": tokenizer.chat_template,
+                "eos_token": "<|im_end|>",
+                "bos_token": "<|im_start|>",
+            }
+        )
+    )
     return folder

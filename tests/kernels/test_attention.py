@@ -196,7 +196,9 @@ def test_cpu_runs_the_compiled_kernel_or_the_reference(monkeypatch):
 
     args = decode_inputs(4, 1, 64, torch.float32, torch.device("cpu"))
     assert torch.equal(decode_attention(*args, backend="torch"), att.decode_attention_ref(*args))
-    if native_decode_available():  # ``auto`` prefers the compiled CPU kernel (tests/kernels/test_native_attention.py)
+    if (
+        native_decode_available()
+    ):  # ``auto`` prefers the compiled CPU kernel (tests/kernels/test_native_attention.py)
         assert torch.equal(decode_attention(*args), native_decode_attention(*args))
     monkeypatch.setenv("RADIXGEN_NATIVE_KERNELS", "0")
     assert torch.equal(decode_attention(*args), att.decode_attention_ref(*args))

@@ -20,7 +20,9 @@ def _run(folder, monkeypatch, backend: str) -> list[list[int]]:
     try:
         plain = SamplingParams(max_new_tokens=4, temperature=0.0, ignore_eos=True)
         constrained = SamplingParams(max_new_tokens=4, temperature=0.0, json_schema=SCHEMA)
-        outs = engine.generate(["Hello there, how are you today?", "1 2 3", "JSON:"], [plain, plain, constrained])
+        outs = engine.generate(
+            ["Hello there, how are you today?", "1 2 3", "JSON:"], [plain, plain, constrained]
+        )
         return [o.token_ids for o in outs]
     finally:
         engine.shutdown()

@@ -19,7 +19,9 @@ def test_packed_matches_linear(rows):
 def test_bias(rows):
     weight, bias = torch.randn(300, 64), torch.randn(300)
     x = torch.randn(rows, 64)
-    torch.testing.assert_close(PackedLinear(weight, bias)(x), F.linear(x, weight, bias), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        PackedLinear(weight, bias)(x), F.linear(x, weight, bias), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_packed_drops_the_plain_weight_unless_kept():

@@ -36,7 +36,9 @@ pytestmark = pytest.mark.skipif(
 def _require_kernel(monkeypatch):
     monkeypatch.delenv("RADIXGEN_NATIVE_KERNELS", raising=False)
     monkeypatch.delenv("RADIXGEN_KERNEL_BACKEND", raising=False)
-    assert native.native_decode_available(), "a C compiler is present but the kernel did not build or load"
+    assert native.native_decode_available(), (
+        "a C compiler is present but the kernel did not build or load"
+    )
 
 
 def run(start, n):
@@ -59,8 +61,11 @@ def layouts():
         "shared prefix, scattered tails": [prefix + scattered(rng, 2 + i) for i in range(5)],
         "shared prefix of two runs": [gappy + scattered(rng, 3 + i) for i in range(4)],
         "two groups and a loner": [prefix + scattered(rng, 4) for _ in range(4)]
-        + [gappy + scattered(rng, 1 + i) for i in range(4)] + [scattered(rng, 90)],
-        "members diverge inside the prefix": [prefix[: 400 + 100 * i] + scattered(rng, 5) for i in range(4)],
+        + [gappy + scattered(rng, 1 + i) for i in range(4)]
+        + [scattered(rng, 90)],
+        "members diverge inside the prefix": [
+            prefix[: 400 + 100 * i] + scattered(rng, 5) for i in range(4)
+        ],
     }
 
 
@@ -94,17 +99,26 @@ def test_other_head_dims(head_dim, assert_close):
 
 
 def test_suffix_with_log_sum_exp():
-    q, k, v, table, rows, lens, scale = make_inputs(layouts()["one run each"] + [run(500, 20)], 6, 2)
+    q, k, v, table, rows, lens, scale = make_inputs(
+        layouts()["one run each"] + [run(500, 20)], 6, 2
+    )
     starts = torch.tensor([10, 0, 1, 20])  # the third and fourth have no keys left
-    out, lse = native.native_decode_attention(q, k, v, table, rows, lens, scale, starts=starts, with_lse=True)
+    out, lse = native.native_decode_attention(
+        q, k, v, table, rows, lens, scale, starts=starts, with_lse=True
+    )
     for b in range(4):
         slots = table[rows[b], starts[b] : lens[b]].long()
         if slots.numel() == 0:
             assert torch.all(out[b] == 0) and torch.all(lse[b] == -torch.inf)
             continue
-        keys, values = k[slots].repeat_interleave(3, dim=1), v[slots].repeat_interleave(3, dim=1)  # [T, Hq, D]
+        keys, values = (
+            k[slots].repeat_interleave(3, dim=1),
+            v[slots].repeat_interleave(3, dim=1),
+        )  # [T, Hq, D]
         scores = torch.einsum("jd,tjd->jt", q[b], keys) * scale
-        torch.testing.assert_close(out[b], torch.einsum("jt,tjd->jd", scores.softmax(-1), values), atol=2e-5, rtol=2e-5)
+        torch.testing.assert_close(
+            out[b], torch.einsum("jt,tjd->jd", scores.softmax(-1), values), atol=2e-5, rtol=2e-5
+        )
         torch.testing.assert_close(lse[b], scores.logsumexp(-1), atol=2e-5, rtol=2e-5)
 
 
@@ -113,7 +127,10 @@ def test_plan_groups_requests_by_their_common_prefix():
     q, k, v, table, rows, lens, scale = make_inputs(lists, 9, 3)
     plan = plan_cpu_decode(table, rows, lens)
     found = sorted((p.members.tolist(), p.length, p.first_slot) for p in plan.prefixes)
-    assert found == [([0, 1, 2, 3], 700, 100), ([4, 5, 6, 7], 800, None)]  # the second spans two runs
+    assert found == [
+        ([0, 1, 2, 3], 700, 100),
+        ([4, 5, 6, 7], 800, None),
+    ]  # the second spans two runs
     assert plan.starts.tolist() == [700] * 4 + [800] * 4 + [0]
 
 
@@ -159,14 +176,18 @@ def test_disabled_by_environment(monkeypatch, assert_close):
 
 
 @pytest.mark.parametrize("failure", ["compiler fails", "cache folder unwritable"])
-def test_a_failed_build_falls_back_with_a_warning(failure, monkeypatch, tmp_path, caplog, assert_close):
+def test_a_failed_build_falls_back_with_a_warning(
+    failure, monkeypatch, tmp_path, caplog, assert_close
+):
     monkeypatch.setattr(native, "_state", {})
     if failure == "compiler fails":
         monkeypatch.setenv("RADIXGEN_CACHE", str(tmp_path))
         monkeypatch.setenv("CC", shutil.which("false") or "/bin/false")
     else:
         (tmp_path / "a-file").write_text("")
-        monkeypatch.setenv("RADIXGEN_CACHE", str(tmp_path / "a-file"))  # no folder can be made under it
+        monkeypatch.setenv(
+            "RADIXGEN_CACHE", str(tmp_path / "a-file")
+        )  # no folder can be made under it
     args = make_inputs(layouts()["one run each"], 4, 2)
     with caplog.at_level(logging.WARNING, logger="radixgen.kernels.native"):
         assert native.native_decode_attention(*args) is None
@@ -192,23 +213,35 @@ def test_engine_outputs_equal_with_and_without_the_kernel(tiny_model_folder, mon
     from radixgen import Engine, SamplingParams
 
     shared = "The quick brown fox jumps over the lazy dog. " * 30
-    prompts = [shared + f"Question {i}: what comes next?" for i in range(8)] + ["1 2 3", "Hello", "x" * 40]
+    prompts = [shared + f"Question {i}: what comes next?" for i in range(8)] + [
+        "1 2 3",
+        "Hello",
+        "x" * 40,
+    ]
     params = SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True)
 
     def generate(native_on: bool) -> list[list[int]]:
         monkeypatch.setenv("RADIXGEN_NATIVE_KERNELS", "1" if native_on else "0")
         engine = Engine(str(tiny_model_folder), max_total_tokens=8192)
         try:
-            engine.generate([shared], SamplingParams(max_new_tokens=1))  # cache the prefix: the 8 share its slots
+            engine.generate(
+                [shared], SamplingParams(max_new_tokens=1)
+            )  # cache the prefix: the 8 share its slots
             if native_on:
                 plans = []
                 forward = engine.model_runner.model.forward
                 model = engine.model_runner.model
-                model.forward = lambda batch: plans.append((batch.decode_plan, model._cpu_ops(batch))) or forward(batch)
+                model.forward = lambda batch: (
+                    plans.append((batch.decode_plan, model._cpu_ops(batch))) or forward(batch)
+                )
             outs = [o.token_ids for o in engine.generate(prompts, params)]
             if native_on:
-                assert any(p is not None and p.prefixes for p, _ in plans), "no decode step shared a prefix"
-                assert all(ops is not None for _, ops in plans), "a step did not run the model's C layer path"
+                assert any(p is not None and p.prefixes for p, _ in plans), (
+                    "no decode step shared a prefix"
+                )
+                assert all(ops is not None for _, ops in plans), (
+                    "a step did not run the model's C layer path"
+                )
             return outs
         finally:
             engine.shutdown()
@@ -228,10 +261,16 @@ def test_rms_norm_matches_reference(rows):
     want_out, want_h = rms_norm_ref(x, weight, 1e-6, residual)
     torch.testing.assert_close(out, want_out, atol=1e-5, rtol=1e-5)
     assert torch.equal(h, want_h)
-    torch.testing.assert_close(rms_norm(x, weight, 1e-6), rms_norm_ref(x, weight, 1e-6), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        rms_norm(x, weight, 1e-6), rms_norm_ref(x, weight, 1e-6), atol=1e-5, rtol=1e-5
+    )
     strided = torch.randn(rows, 1000)[:, 100:676]  # rows of a wider tensor (unit last stride)
-    torch.testing.assert_close(native.native_rms_norm(strided, weight, 1e-6), rms_norm_ref(strided, weight, 1e-6),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        native.native_rms_norm(strided, weight, 1e-6),
+        rms_norm_ref(strided, weight, 1e-6),
+        atol=1e-5,
+        rtol=1e-5,
+    )
 
 
 @pytest.mark.parametrize("rows", [1, 32, 300])
@@ -243,9 +282,13 @@ def test_silu_mul_matches_reference(rows):
     torch.testing.assert_close(silu_mul(gate_up), silu_mul_ref(gate_up), atol=1e-5, rtol=1e-5)
     gate_up[0, :3] = torch.tensor([math.inf, -math.inf, math.nan])  # torch: inf, NaN, NaN
     gate_up[0, 1536:1539] = 1.0
-    torch.testing.assert_close(silu_mul(gate_up), silu_mul_ref(gate_up), atol=1e-5, rtol=1e-5, equal_nan=True)
+    torch.testing.assert_close(
+        silu_mul(gate_up), silu_mul_ref(gate_up), atol=1e-5, rtol=1e-5, equal_nan=True
+    )
     wide = torch.randn(rows, 4000)[:, : 2 * 1536]  # gate_up as a column slice
-    torch.testing.assert_close(native.native_silu_mul(wide), silu_mul_ref(wide), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        native.native_silu_mul(wide), silu_mul_ref(wide), atol=1e-5, rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("tokens", [1, 32, 200])
@@ -254,10 +297,14 @@ def test_rotary_matches_reference(tokens):
 
     cache = build_cos_sin_cache(64, 4096, 100000.0, {"rope_type": "llama3", "factor": 8.0})
     qkv = torch.randn(tokens, (9 + 2 * 3) * 64)
-    q, k, _ = qkv.split([9 * 64, 3 * 64, 3 * 64], dim=-1)  # views of a fused projection, as in the model
+    q, k, _ = qkv.split(
+        [9 * 64, 3 * 64, 3 * 64], dim=-1
+    )  # views of a fused projection, as in the model
     q, k = q.view(tokens, 9, 64), k.view(tokens, 3, 64)
     positions = torch.randint(0, 4096, (tokens,))
-    for got, want in zip(apply_rotary(q, k, positions, cache), apply_rotary_ref(q, k, positions, cache)):
+    for got, want in zip(
+        apply_rotary(q, k, positions, cache), apply_rotary_ref(q, k, positions, cache)
+    ):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="outside the cos/sin cache"):
         native.native_rotary(q, k, positions + 4096, cache)
@@ -274,10 +321,14 @@ def test_every_c_file_ships_with_the_package():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
     pyproject = Path(__file__).parents[2] / "pyproject.toml"
-    patterns = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]["radixgen.kernels"]
+    patterns = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"][
+        "radixgen.kernels"
+    ]
     kernels_dir = Path(native.__file__).parent
     shipped = {path.name for pattern in patterns for path in kernels_dir.glob(pattern)}
-    on_disk = {path.name for path in (kernels_dir / "csrc").iterdir() if path.suffix in (".c", ".h")}
+    on_disk = {
+        path.name for path in (kernels_dir / "csrc").iterdir() if path.suffix in (".c", ".h")
+    }
     assert on_disk == set(native._SOURCES) | set(native._HEADERS)
     assert on_disk <= shipped
 
@@ -317,6 +368,8 @@ def test_rotary_store_checks_before_writing(bad):
     else:
         slots[3] = 10
     k_buffer, v_buffer = torch.zeros(10, 1, 16), torch.zeros(10, 1, 16)
-    with pytest.raises(ValueError, match="cos/sin cache" if bad == "position" else "outside the KV pool"):
+    with pytest.raises(
+        ValueError, match="cos/sin cache" if bad == "position" else "outside the KV pool"
+    ):
         ops.rotary_store(qkv, positions, cache, k_buffer, v_buffer, slots, 2, 1, 16)
     assert not k_buffer.any() and not v_buffer.any()  # nothing written

@@ -36,7 +36,11 @@ def layouts():
     short = MIN_PIECE_KEYS // 3 + 1  # a piece only when three requests share it
     return {
         "one run each": [contiguous(1, 50), contiguous(60, 300), contiguous(400, MIN_PIECE_KEYS)],
-        "short runs only": [contiguous(1, 1), contiguous(10, MIN_PIECE_KEYS - 1), scattered(rng, 20)],
+        "short runs only": [
+            contiguous(1, 1),
+            contiguous(10, MIN_PIECE_KEYS - 1),
+            scattered(rng, 20),
+        ],
         "shared prefix": [shared + contiguous(500 + 40 * i, 5 + 7 * i) for i in range(5)],
         "shared prefix, scattered tails": [shared + scattered(rng, 3 + i) for i in range(4)],
         "short shared prefix": [contiguous(700, short) + scattered(rng, 2 + i) for i in range(3)],
@@ -47,7 +51,10 @@ def layouts():
             shared + contiguous(1000, 33) + contiguous(1100, 31),
             contiguous(700, short) + contiguous(3000, 5),
         ],
-        "same run at different depths": [contiguous(100, 300), contiguous(5, 10) + contiguous(100, 300)],
+        "same run at different depths": [
+            contiguous(100, 300),
+            contiguous(5, 10) + contiguous(100, 300),
+        ],
     }
 
 
@@ -73,18 +80,25 @@ def runs_for(req_to_token, rows, seq_lens):
 @pytest.mark.parametrize("num_q_heads,num_kv_heads", HEADS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_runs_match_reference(layout, num_q_heads, num_kv_heads, dtype, assert_close):
-    q, kb, vb, r2t, rows, seq_lens, scale = make_inputs(layouts()[layout], num_q_heads, num_kv_heads, dtype)
+    q, kb, vb, r2t, rows, seq_lens, scale = make_inputs(
+        layouts()[layout], num_q_heads, num_kv_heads, dtype
+    )
     runs = runs_for(r2t, rows, seq_lens)
     expected = decode_attention_ref(q, kb, vb, r2t, rows, seq_lens, scale)
     assert_close(decode_attention_runs(q, kb, vb, runs, scale), expected)
-    assert_close(decode_attention(q, kb, vb, r2t, rows, seq_lens, scale, backend="torch", runs=runs), expected)
+    assert_close(
+        decode_attention(q, kb, vb, r2t, rows, seq_lens, scale, backend="torch", runs=runs),
+        expected,
+    )
 
 
 def test_plan_shares_a_prefix_run_and_pads_the_tail():
     slot_lists = layouts()["shared prefix, scattered tails"]
     _, _, _, r2t, rows, seq_lens, _ = make_inputs(slot_lists, 2, 2, torch.float32)
     runs = runs_for(r2t, rows, seq_lens)
-    assert [(start, n, reqs.tolist()) for start, n, reqs in runs.pieces] == [(100, 300, [0, 1, 2, 3])]
+    assert [(start, n, reqs.tolist()) for start, n, reqs in runs.pieces] == [
+        (100, 300, [0, 1, 2, 3])
+    ]
     (tail,) = runs.tails  # similar lengths: one batch, widest first
     assert tail.reqs.tolist() == [3, 2, 1, 0]
     assert tail.slots.shape == (4, 6)  # the longest tail; shorter ones padded
@@ -121,4 +135,7 @@ def test_triton_ignores_runs(triton_backend, assert_close):
     q, kb, vb, r2t, rows, seq_lens, scale = make_inputs(layouts()["mixed"], 4, 2, torch.float32)
     runs = runs_for(r2t, rows, seq_lens)
     expected = decode_attention_ref(q, kb, vb, r2t, rows, seq_lens, scale)
-    assert_close(decode_attention(q, kb, vb, r2t, rows, seq_lens, scale, backend=triton_backend, runs=runs), expected)
+    assert_close(
+        decode_attention(q, kb, vb, r2t, rows, seq_lens, scale, backend=triton_backend, runs=runs),
+        expected,
+    )

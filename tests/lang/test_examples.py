@@ -24,7 +24,12 @@ EXAMPLES = [
 def test_example_runs_and_prints_its_result(script, args, expected):
     if script == "json_extraction.py" and not grammar_available():
         pytest.skip("json_extraction needs radixgen.grammar (grammar engine in progress)")
-    done = subprocess.run([sys.executable, str(REPO_ROOT / "examples" / script), *args], capture_output=True,
-                          text=True, timeout=240, cwd=REPO_ROOT)
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "examples" / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO_ROOT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert expected in done.stdout, done.stdout

@@ -23,7 +23,9 @@ def test_roles_become_chat_messages(openai_backend):
     assert [m["role"] for m in state.messages()] == ["system", "user", "assistant"]
     meta = state.get_meta_info("answer")
     assert meta["prompt_tokens"] > 0 and 1 <= meta["completion_tokens"] <= 10
-    streamed = chat.run(question="Name a fruit.", backend=openai_backend, temperature=0, stream=True)
+    streamed = chat.run(
+        question="Name a fruit.", backend=openai_backend, temperature=0, stream=True
+    )
     assert "".join(streamed.text_iter("answer")) == streamed["answer"] == state["answer"]
 
 
@@ -37,7 +39,10 @@ def test_a_second_turn_hits_the_servers_prefix_cache(openai_backend):
         s += rg.assistant(rg.gen("other", max_tokens=8))
 
     state = two_turns.run(backend=openai_backend, temperature=0)
-    assert state.get_meta_info("other")["cached_tokens"] >= state.get_meta_info("planet")["prompt_tokens"] - 1
+    assert (
+        state.get_meta_info("other")["cached_tokens"]
+        >= state.get_meta_info("planet")["prompt_tokens"] - 1
+    )
 
 
 def loose_text(s):
@@ -54,11 +59,17 @@ def gen_in_user_block(s):
     s += rg.user("Hi " + rg.gen("x", max_tokens=2))
 
 
-@pytest.mark.parametrize("body, message", [
-    (loose_text, "text outside a role block cannot be sent to a chat model"),
-    (partial_reply, "must start the assistant block; the chat API cannot continue a partial reply"),
-    (gen_in_user_block, "gen/select inside a user block"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (loose_text, "text outside a role block cannot be sent to a chat model"),
+        (
+            partial_reply,
+            "must start the assistant block; the chat API cannot continue a partial reply",
+        ),
+        (gen_in_user_block, "gen/select inside a user block"),
+    ],
+)
 def test_states_a_chat_api_cannot_express_are_refused(openai_backend, body, message):
     with pytest.raises(ValueError, match=message):
         rg.function(body).run(backend=openai_backend)
@@ -66,7 +77,11 @@ def test_states_a_chat_api_cannot_express_are_refused(openai_backend, body, mess
 
 @needs_grammar
 def test_select_and_json_schema_through_the_chat_api(openai_backend):
-    schema = {"type": "object", "properties": {"fruit": {"type": "string", "maxLength": 10}}, "required": ["fruit"]}
+    schema = {
+        "type": "object",
+        "properties": {"fruit": {"type": "string", "maxLength": 10}},
+        "required": ["fruit"],
+    }
 
     @rg.function
     def classify(s):

@@ -15,7 +15,10 @@ import radixgen as rg
 SYSTEM = "You are a concise assistant. Answer in one short sentence."
 PERSON_SCHEMA = {
     "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
     "required": ["name", "age"],
     "additionalProperties": False,
 }
@@ -23,7 +26,9 @@ PERSON_SCHEMA = {
 
 def skip_without_grammar_on_http(backend) -> None:
     if isinstance(backend, rg.RuntimeEndpoint) and not grammar_available():
-        pytest.skip("select over HTTP is a choices-constrained generation: needs radixgen.grammar (in progress)")
+        pytest.skip(
+            "select over HTTP is a choices-constrained generation: needs radixgen.grammar (in progress)"
+        )
 
 
 @rg.function
@@ -59,7 +64,9 @@ def test_an_ongoing_assistant_turn_stays_a_cached_prefix(backend):
     state = two_part.run(backend=backend, temperature=0)
     a, b = state.get_meta_info("a"), state.get_meta_info("b")
     assert state.text().endswith("<|im_end|>\n")
-    assert b["cached_tokens"] >= a["prompt_tokens"] - 1  # a's prompt (but maybe its last token) was reused
+    assert (
+        b["cached_tokens"] >= a["prompt_tokens"] - 1
+    )  # a's prompt (but maybe its last token) was reused
     assert state.meta["num_calls"] == 2
     assert state.meta["completion_tokens"] == a["completion_tokens"] + b["completion_tokens"]
 
@@ -142,7 +149,10 @@ def test_fork_branches_reuse_the_shared_prefix_and_join(backend, tokenizer):
     shared = len(tokenizer.encode(forks[0].text()[: forks[0].text().index("Name:") + len("Name:")]))
     for branch in forks[1:]:
         meta = branch.get_meta_info("name")
-        assert meta["cached_tokens"] >= shared - 1, (meta, shared)  # at most the last token recomputed
+        assert meta["cached_tokens"] >= shared - 1, (
+            meta,
+            shared,
+        )  # at most the last token recomputed
     assert state.meta["num_calls"] >= 5  # cache_prefix + best (own) + 3 branch gens
 
 
@@ -197,7 +207,9 @@ def test_errors_surface_where_they_belong(local_backend):
         with s.role("narrator"):
             s += "Once upon a time"
 
-    with pytest.raises(ValueError, match="role: expected one of system, user, assistant, got 'narrator'"):
+    with pytest.raises(
+        ValueError, match="role: expected one of system, user, assistant, got 'narrator'"
+    ):
         narrator.run(backend=local_backend)
 
     @rg.function

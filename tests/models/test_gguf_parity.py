@@ -25,9 +25,15 @@ def prompts(tokenizer):
 
 def _hf_greedy(model, ids: list[int], n: int) -> list[int]:
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, eos_token_id=None,
-                             pad_token_id=2, attention_mask=torch.ones(1, len(ids), dtype=torch.long))
-    return out[0, len(ids):].tolist()
+        out = model.generate(
+            torch.tensor([ids]),
+            max_new_tokens=n,
+            do_sample=False,
+            eos_token_id=None,
+            pad_token_id=2,
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+        )
+    return out[0, len(ids) :].tolist()
 
 
 def test_first_step_logits_match(engine, hf_gguf_model, tokenizer, prompts):
@@ -37,7 +43,9 @@ def test_first_step_logits_match(engine, hf_gguf_model, tokenizer, prompts):
             ref = hf_gguf_model(torch.tensor([ids])).logits[0, -1]
         assert (_direct_logits(engine, ids) - ref).abs().max().item() <= 1e-3
         # the engine's own path (scheduler, pool, sampler) reports the same distribution
-        out = engine.generate([ids], SamplingParams(max_new_tokens=1, temperature=0.0, logprobs=True, top_logprobs=3))[0]
+        out = engine.generate(
+            [ids], SamplingParams(max_new_tokens=1, temperature=0.0, logprobs=True, top_logprobs=3)
+        )[0]
         ref_logprobs = torch.log_softmax(ref, -1)
         assert out.token_ids[0] == ref.argmax().item()
         for token_id, logprob in out.logprobs[0].top:
@@ -49,15 +57,24 @@ def _direct_logits(engine, ids):
     from radixgen.mem_cache.memory_pool import KVPool, ReqToTokenPool
 
     cfg = engine.model.config
-    pool = KVPool(len(ids) + 1, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, torch.float32, "cpu")
+    pool = KVPool(
+        len(ids) + 1, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, torch.float32, "cpu"
+    )
     table = ReqToTokenPool(1, len(ids) + 1, "cpu")
     slots = torch.arange(1, len(ids) + 1)
     table.write(0, 0, slots)
     n = len(ids)
     batch = ForwardBatch(
-        input_ids=torch.tensor(ids), positions=torch.arange(n), out_slots=slots,
-        req_pool_indices=torch.tensor([0]), prefix_lens=torch.tensor([0]), extend_lens=torch.tensor([n]),
-        seq_lens=torch.tensor([n]), logits_indices=torch.tensor([n - 1]), num_decode=0, kv_pool=pool,
+        input_ids=torch.tensor(ids),
+        positions=torch.arange(n),
+        out_slots=slots,
+        req_pool_indices=torch.tensor([0]),
+        prefix_lens=torch.tensor([0]),
+        extend_lens=torch.tensor([n]),
+        seq_lens=torch.tensor([n]),
+        logits_indices=torch.tensor([n - 1]),
+        num_decode=0,
+        kv_pool=pool,
         req_to_token=table.table,
     )
     return engine.model.forward(batch)[0]

@@ -22,5 +22,7 @@ def client(server_url: str):
 
 @pytest.fixture(scope="session")
 def http(server_url: str):
-    with httpx.Client(base_url=server_url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120) as c:
+    with httpx.Client(
+        base_url=server_url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120
+    ) as c:
         yield c

@@ -26,8 +26,13 @@ needs_grammar = pytest.mark.skipif(
 
 
 def chat_body(content: str = "Name a cat.", **fields) -> dict:
-    return {"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 8,
-            "temperature": 0, **fields}
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 8,
+        "temperature": 0,
+        **fields,
+    }
 
 
 def sse_events(lines) -> list:
@@ -35,6 +40,6 @@ def sse_events(lines) -> list:
     events = []
     for line in lines:
         if line.startswith("data: "):
-            data = line[len("data: "):]
+            data = line[len("data: ") :]
             events.append(data if data == "[DONE]" else json.loads(data))
     return events

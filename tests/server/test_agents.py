@@ -7,7 +7,9 @@ from typing import Literal
 import pytest
 from server_testlib import API_KEY, MODEL, needs_grammar
 
-agents = pytest.importorskip("agents", reason="openai-agents is not installed (pip install -e '.[dev]')")
+agents = pytest.importorskip(
+    "agents", reason="openai-agents is not installed (pip install -e '.[dev]')"
+)
 
 
 @needs_grammar

@@ -19,7 +19,9 @@ def test_health_is_open_without_a_key(server_url):
     assert r.status_code == 200 and r.json()["status"] == "ok"
 
 
-@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong-key"}, {"Authorization": API_KEY}])
+@pytest.mark.parametrize(
+    "headers", [{}, {"Authorization": "Bearer wrong-key"}, {"Authorization": API_KEY}]
+)
 def test_wrong_or_missing_key_is_401(server_url, headers):
     r = httpx.post(f"{server_url}/v1/chat/completions", json=chat_body(), headers=headers)
     assert r.status_code == 401
@@ -37,18 +39,31 @@ def test_openai_client_with_a_wrong_key_raises_authentication_error(server_url):
 def test_metrics(server_url, http):
     http.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2})
     text = httpx.get(f"{server_url}/metrics").text  # open without a key
-    for name in ("radixgen_num_requests_running", "radixgen_num_requests_waiting", "radixgen_prompt_tokens_total",
-                 "radixgen_generation_tokens_total", "radixgen_cache_hit_rate",
-                 "radixgen_time_to_first_token_seconds_bucket", "radixgen_time_per_output_token_seconds_count",
-                 "radixgen_e2e_request_latency_seconds_sum", "radixgen_grammar_compile_seconds_count"):
+    for name in (
+        "radixgen_num_requests_running",
+        "radixgen_num_requests_waiting",
+        "radixgen_prompt_tokens_total",
+        "radixgen_generation_tokens_total",
+        "radixgen_cache_hit_rate",
+        "radixgen_time_to_first_token_seconds_bucket",
+        "radixgen_time_per_output_token_seconds_count",
+        "radixgen_e2e_request_latency_seconds_sum",
+        "radixgen_grammar_compile_seconds_count",
+    ):
         assert f"\n{name}" in text, name
-    finished = [line for line in text.splitlines() if line.startswith("radixgen_requests_finished_total")]
+    finished = [
+        line for line in text.splitlines() if line.startswith("radixgen_requests_finished_total")
+    ]
     assert int(finished[0].split()[1]) >= 1
 
 
 def _aborted(http) -> int:
     text = http.get("/metrics").text
-    return int(next(line for line in text.splitlines() if line.startswith("radixgen_requests_aborted_total")).split()[1])
+    return int(
+        next(
+            line for line in text.splitlines() if line.startswith("radixgen_requests_aborted_total")
+        ).split()[1]
+    )
 
 
 def _wait_idle_and_aborted(http, before: int) -> None:
@@ -75,7 +90,10 @@ def test_stream_disconnect_aborts_the_request(http):
 
 def test_non_stream_disconnect_aborts_the_request(server_url, http):
     before = _aborted(http)
-    body = {"text": "Once upon a time", "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True}}
+    body = {
+        "text": "Once upon a time",
+        "sampling_params": {"max_new_tokens": 2000, "ignore_eos": True},
+    }
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(f"{server_url}/generate", json=body, headers=http.headers, timeout=3)
     _wait_idle_and_aborted(http, before)
@@ -92,8 +110,9 @@ def background_stream(server_url):
     def run() -> None:
         headers = {"Authorization": f"Bearer {API_KEY}"}
         body = chat_body("Tell me about cats.", stream=True, max_tokens=24, ignore_eos=True)
-        with httpx.stream("POST", f"{server_url}/v1/chat/completions", json=body, headers=headers,
-                          timeout=300) as r:
+        with httpx.stream(
+            "POST", f"{server_url}/v1/chat/completions", json=body, headers=headers, timeout=300
+        ) as r:
             result["status"] = r.status_code
             result["events"] = sse_events(r.iter_lines())
 
@@ -104,40 +123,151 @@ def background_stream(server_url):
 
 BAD_REQUESTS = [
     # (id, path, json body or raw bytes, status, param, words in the message)
-    ("malformed-json", "/v1/chat/completions", b'{"model": "x", "messages": [', 400, None, "invalid JSON"),
-    ("messages-not-a-list", "/v1/chat/completions", {"model": MODEL, "messages": "hi"}, 400, "messages", "messages"),
-    ("max-tokens-not-int", "/v1/chat/completions", chat_body(max_tokens="many"), 400, "max_tokens", "max_tokens"),
-    ("temperature-negative", "/v1/chat/completions", chat_body(temperature=-1), 400, "temperature", "temperature"),
-    ("bad-role", "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]},
-     400, "messages[0].role", "role"),
+    (
+        "malformed-json",
+        "/v1/chat/completions",
+        b'{"model": "x", "messages": [',
+        400,
+        None,
+        "invalid JSON",
+    ),
+    (
+        "messages-not-a-list",
+        "/v1/chat/completions",
+        {"model": MODEL, "messages": "hi"},
+        400,
+        "messages",
+        "messages",
+    ),
+    (
+        "max-tokens-not-int",
+        "/v1/chat/completions",
+        chat_body(max_tokens="many"),
+        400,
+        "max_tokens",
+        "max_tokens",
+    ),
+    (
+        "temperature-negative",
+        "/v1/chat/completions",
+        chat_body(temperature=-1),
+        400,
+        "temperature",
+        "temperature",
+    ),
+    (
+        "bad-role",
+        "/v1/chat/completions",
+        {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]},
+        400,
+        "messages[0].role",
+        "role",
+    ),
     ("missing-model", "/v1/completions", {"prompt": "x"}, 400, "model", "model"),
     ("unknown-model", "/v1/chat/completions", chat_body(model="gpt-17"), 404, "model", "gpt-17"),
-    ("huge-max-tokens", "/v1/chat/completions", chat_body(max_tokens=10**7), 400, "max_tokens", "context length"),
-    ("prompt-too-long", "/v1/completions", {"model": MODEL, "prompt": "hello " * 9000, "max_tokens": 1},
-     400, "prompt", "longer than the context"),
-    ("empty-messages", "/v1/chat/completions", {"model": MODEL, "messages": []}, 400, "messages", "at least one"),
+    (
+        "huge-max-tokens",
+        "/v1/chat/completions",
+        chat_body(max_tokens=10**7),
+        400,
+        "max_tokens",
+        "context length",
+    ),
+    (
+        "prompt-too-long",
+        "/v1/completions",
+        {"model": MODEL, "prompt": "hello " * 9000, "max_tokens": 1},
+        400,
+        "prompt",
+        "longer than the context",
+    ),
+    (
+        "empty-messages",
+        "/v1/chat/completions",
+        {"model": MODEL, "messages": []},
+        400,
+        "messages",
+        "at least one",
+    ),
     ("n-too-large", "/v1/chat/completions", chat_body(n=100), 400, "n", "n:"),
-    ("logit-bias-key", "/v1/completions", {"model": MODEL, "prompt": "x", "logit_bias": {"abc": 1}},
-     400, "logit_bias", "not a token id"),
-    ("unknown-tool", "/v1/chat/completions",
-     chat_body(tools=[{"type": "function", "function": {"name": "f"}}],
-               tool_choice={"type": "function", "function": {"name": "g"}}), 400, "tool_choice", "'g'"),
+    (
+        "logit-bias-key",
+        "/v1/completions",
+        {"model": MODEL, "prompt": "x", "logit_bias": {"abc": 1}},
+        400,
+        "logit_bias",
+        "not a token id",
+    ),
+    (
+        "unknown-tool",
+        "/v1/chat/completions",
+        chat_body(
+            tools=[{"type": "function", "function": {"name": "f"}}],
+            tool_choice={"type": "function", "function": {"name": "g"}},
+        ),
+        400,
+        "tool_choice",
+        "'g'",
+    ),
     ("generate-no-input", "/generate", {"sampling_params": {}}, 400, "text", "exactly one"),
-    ("generate-unknown-param", "/generate", {"text": "x", "sampling_params": {"tempreature": 1}},
-     400, "sampling_params", "tempreature"),
+    (
+        "generate-unknown-param",
+        "/generate",
+        {"text": "x", "sampling_params": {"tempreature": 1}},
+        400,
+        "sampling_params",
+        "tempreature",
+    ),
     ("no-such-route", "/v1/nothing", {"x": 1}, 404, None, "/v1/nothing"),
 ]
 GRAMMAR_BAD_REQUESTS = [
     # (id, body, param, words in the message)
-    ("invalid-json-schema", chat_body(response_format={"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "nonsense"}}}), "response_format", "json_schema: unsupported keyword 'type'"),
-    ("unsupported-keyword", chat_body(response_format={"type": "json_schema", "json_schema": {
-        "name": "x", "schema": {"type": "object", "if": {"required": ["a"]}, "then": {}}}}), "response_format",
-     "unsupported keyword 'if'"),
-    ("unsupported-keyword-in-a-tool", chat_body(
-        tools=[{"type": "function", "function": {"name": "f", "parameters": {
-            "type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}}}}],
-        tool_choice="required"), "tools", "unsupported keyword 'if'"),
+    (
+        "invalid-json-schema",
+        chat_body(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "nonsense"}},
+            }
+        ),
+        "response_format",
+        "json_schema: unsupported keyword 'type'",
+    ),
+    (
+        "unsupported-keyword",
+        chat_body(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "x",
+                    "schema": {"type": "object", "if": {"required": ["a"]}, "then": {}},
+                },
+            }
+        ),
+        "response_format",
+        "unsupported keyword 'if'",
+    ),
+    (
+        "unsupported-keyword-in-a-tool",
+        chat_body(
+            tools=[
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "f",
+                        "parameters": {
+                            "type": "object",
+                            "if": {"required": ["a"]},
+                            "then": {"required": ["b"]},
+                        },
+                    },
+                }
+            ],
+            tool_choice="required",
+        ),
+        "tools",
+        "unsupported keyword 'if'",
+    ),
     ("regex-syntax-error", chat_body(regex="(ab"), "regex", "regex: missing )"),
     ("two-constraints", chat_body(regex="a", choices=["a"]), None, "at most one constraint"),
 ]

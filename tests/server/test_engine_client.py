@@ -46,7 +46,17 @@ class FakeEngine:
 
     def _run(self, rid, ids, sink):
         sink(Delta(rid, "o", [1], prompt_tokens=len(ids), completion_tokens=1))
-        sink(Delta(rid, "k", [2], finished=True, finish_reason="stop", prompt_tokens=len(ids), completion_tokens=2))
+        sink(
+            Delta(
+                rid,
+                "k",
+                [2],
+                finished=True,
+                finish_reason="stop",
+                prompt_tokens=len(ids),
+                completion_tokens=2,
+            )
+        )
 
     def abort(self, rid):
         self.aborted.append(rid)
@@ -61,7 +71,9 @@ def test_submit_and_collect():
     client = _client(engine)
 
     async def run():
-        gen = await client.submit([Job("hi", SamplingParams()), Job([5, 6, 7], SamplingParams(), max_tokens=3)])
+        gen = await client.submit(
+            [Job("hi", SamplingParams()), Job([5, 6, 7], SamplingParams(), max_tokens=3)]
+        )
         return await collect(gen)
 
     outs = asyncio.run(run())
@@ -72,11 +84,20 @@ def test_submit_and_collect():
     assert client.in_flight == 0
 
 
-@pytest.mark.parametrize("job, words", [
-    (Job("x" * 32, SamplingParams()), "prompt: 32 tokens is longer than the context allows (31 tokens)"),
-    (Job("hi", SamplingParams(), max_tokens=31), "max_tokens: 31 new tokens plus the prompt's 2 exceed"),
-    (Job("", SamplingParams(), prompt_param="messages"), "messages: must not be empty"),
-])
+@pytest.mark.parametrize(
+    "job, words",
+    [
+        (
+            Job("x" * 32, SamplingParams()),
+            "prompt: 32 tokens is longer than the context allows (31 tokens)",
+        ),
+        (
+            Job("hi", SamplingParams(), max_tokens=31),
+            "max_tokens: 31 new tokens plus the prompt's 2 exceed",
+        ),
+        (Job("", SamplingParams(), prompt_param="messages"), "messages: must not be empty"),
+    ],
+)
 def test_length_checks_are_value_errors(job, words):
     client = _client(FakeEngine())
     with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):

@@ -12,14 +12,24 @@ def _engine() -> SimpleNamespace:
     counters = EngineStats(num_finished=3, prompt_tokens=100, cached_tokens=40, generated_tokens=12)
     counters.ttft.observe(0.2)
     counters.ttft.observe(100.0)
-    stats = {**counters.as_dict(), "running": 1, "waiting": 2, "max_total_tokens": 4096, "free_tokens": 4000,
-             "tokens_in_tree": 96, "retractions": 0}
+    stats = {
+        **counters.as_dict(),
+        "running": 1,
+        "waiting": 2,
+        "max_total_tokens": 4096,
+        "free_tokens": 4000,
+        "tokens_in_tree": 96,
+        "retractions": 0,
+    }
     return SimpleNamespace(stats=lambda: stats, stats_counters=counters)
 
 
 def _samples(text: str) -> dict[str, float]:
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines() if line and not line.startswith("#")}
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
 
 
 def test_gauges_counters_and_histograms():

@@ -9,25 +9,44 @@ import pytest
 from radixgen.server.protocol import NamedToolChoice, Tool
 from radixgen.server.tool_parser import ToolCallParser, ToolOutput, merge_events, parse_tool_calls
 
-TOOLS = [Tool.model_validate({"type": "function", "function": {"name": "get_weather", "parameters": {
-    "type": "object", "properties": {"city": {"type": "string"}}}}}),
-         Tool.model_validate({"type": "function", "function": {"name": "get_time"}})]
+TOOLS = [
+    Tool.model_validate(
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ),
+    Tool.model_validate({"type": "function", "function": {"name": "get_time"}}),
+]
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
-@pytest.mark.parametrize("text, content, calls", [
-    ("Just text.", "Just text.", []),
-    (CALL, None, [("get_weather", {"city": "Paris"})]),
-    ("Let me check. " + CALL, "Let me check.", [("get_weather", {"city": "Paris"})]),
-    (CALL + CALL.replace("get_weather", "get_time").replace('"city": "Paris"', ""), None,
-     [("get_weather", {"city": "Paris"}), ("get_time", {})]),
-    ('{"name": "get_time", "arguments": {}}', None, [("get_time", {})]),  # bare call object
-    ('{"name": "get_time", "parameters": {}}', None, [("get_time", {})]),  # Llama 3.1 spelling
-    ('{"name": "unknown", "arguments": {}}', '{"name": "unknown", "arguments": {}}', []),
-    ("<tool_call>not json</tool_call>", "<tool_call>not json</tool_call>", []),
-    ('<tool_call>{"name": "get_time", "arguments": {}}', None, [("get_time", {})]),  # cut before the close tag
-    ("a < b <tool", "a < b <tool", []),  # a held-back partial tag is flushed at the end
-])
+@pytest.mark.parametrize(
+    "text, content, calls",
+    [
+        ("Just text.", "Just text.", []),
+        (CALL, None, [("get_weather", {"city": "Paris"})]),
+        ("Let me check. " + CALL, "Let me check.", [("get_weather", {"city": "Paris"})]),
+        (
+            CALL + CALL.replace("get_weather", "get_time").replace('"city": "Paris"', ""),
+            None,
+            [("get_weather", {"city": "Paris"}), ("get_time", {})],
+        ),
+        ('{"name": "get_time", "arguments": {}}', None, [("get_time", {})]),  # bare call object
+        ('{"name": "get_time", "parameters": {}}', None, [("get_time", {})]),  # Llama 3.1 spelling
+        ('{"name": "unknown", "arguments": {}}', '{"name": "unknown", "arguments": {}}', []),
+        ("<tool_call>not json</tool_call>", "<tool_call>not json</tool_call>", []),
+        (
+            '<tool_call>{"name": "get_time", "arguments": {}}',
+            None,
+            [("get_time", {})],
+        ),  # cut before the close tag
+        ("a < b <tool", "a < b <tool", []),  # a held-back partial tag is flushed at the end
+    ],
+)
 def test_parse_tool_calls(text, content, calls):
     got_content, got_calls = parse_tool_calls(text, TOOLS)
     assert got_content == content

@@ -10,8 +10,12 @@ from radixgen.server.protocol import ChatMessage, NamedToolChoice, Tool
 from radixgen.server.tools import ChatRenderer, constrained_calls, constrained_schema
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-TOOLS = [Tool.model_validate({"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}),
-         Tool.model_validate({"type": "function", "function": {"name": "get_time"}})]
+TOOLS = [
+    Tool.model_validate(
+        {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}
+    ),
+    Tool.model_validate({"type": "function", "function": {"name": "get_time"}}),
+]
 
 
 class ChatMLTokenizer:
@@ -28,7 +32,8 @@ class ToolTemplateTokenizer(ChatMLTokenizer):
     def apply_chat_template(self, messages, add_generation_prompt=True, tools=None):
         names = ",".join(t["function"]["name"] for t in tools or [])
         return f"TOOLS[{names}]" + super().apply_chat_template(
-            [{"role": m["role"], "content": m["content"]} for m in messages], add_generation_prompt)
+            [{"role": m["role"], "content": m["content"]} for m in messages], add_generation_prompt
+        )
 
 
 def _messages(*dicts) -> list[ChatMessage]:
@@ -40,26 +45,38 @@ def test_fallback_puts_tools_in_the_system_prompt_and_maps_tool_roles():
     assert not renderer.renders_tools
     messages = _messages(
         {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "get_weather",
-                                                                     "arguments": '{"city": "Paris"}'}}]},
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "c1", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+            ],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
     )
     prompt = renderer.render(messages, TOOLS, "auto")
     assert prompt.startswith("<|im_start|>system\n# Tools")
     assert '"name": "get_weather"' in prompt and "<tools>" in prompt
-    assert '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}' in prompt
+    assert (
+        '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+        in prompt
+    )
     assert "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>" in prompt
     assert "<|im_start|>tool" not in prompt
 
 
 def test_fallback_appends_to_an_existing_system_prompt():
     prompt = ChatRenderer(ChatMLTokenizer()).render(
-        _messages({"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}), TOOLS, "auto")
+        _messages({"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}),
+        TOOLS,
+        "auto",
+    )
     assert prompt.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
 
 
 def test_tool_choice_none_leaves_tools_out():
-    prompt = ChatRenderer(ChatMLTokenizer()).render(_messages({"role": "user", "content": "hi"}), TOOLS, "none")
+    prompt = ChatRenderer(ChatMLTokenizer()).render(
+        _messages({"role": "user", "content": "hi"}), TOOLS, "none"
+    )
     assert "<tools>" not in prompt
 
 
@@ -85,11 +102,17 @@ def test_required_is_an_array_of_calls():
     schema = constrained_schema(TOOLS, "required")
     assert schema["type"] == "array" and schema["minItems"] == 1 and "maxItems" not in schema
     branches = schema["items"]["anyOf"]
-    assert [b["properties"]["name"] for b in branches] == [{"const": "get_weather"}, {"const": "get_time"}]
+    assert [b["properties"]["name"] for b in branches] == [
+        {"const": "get_weather"},
+        {"const": "get_time"},
+    ]
     assert branches[0]["properties"]["arguments"] == WEATHER
     assert branches[1]["properties"]["arguments"] == {"type": "object", "properties": {}}
     single = constrained_schema(TOOLS[:1], "required", parallel=False)
-    assert single["items"]["properties"]["name"] == {"const": "get_weather"} and single["maxItems"] == 1
+    assert (
+        single["items"]["properties"]["name"] == {"const": "get_weather"}
+        and single["maxItems"] == 1
+    )
     text = '[{"name":"get_weather","arguments":{"city":"Oslo"}},{"name":"get_time","arguments":{}}]'
     calls = constrained_calls(TOOLS, "required", text)
     assert [c.name for c in calls] == ["get_weather", "get_time"]
@@ -103,10 +126,17 @@ def test_required_keeps_the_complete_calls_of_a_cut_array():
     assert constrained_calls(TOOLS, "required", "") == []
 
 
-@pytest.mark.parametrize("tools, choice, words", [
-    (TOOLS, NamedToolChoice.model_validate({"function": {"name": "nope"}}), "no tool named 'nope'"),
-    (None, "required", "requires a non-empty 'tools' list"),
-])
+@pytest.mark.parametrize(
+    "tools, choice, words",
+    [
+        (
+            TOOLS,
+            NamedToolChoice.model_validate({"function": {"name": "nope"}}),
+            "no tool named 'nope'",
+        ),
+        (None, "required", "requires a non-empty 'tools' list"),
+    ],
+)
 def test_bad_tool_choice(tools, choice, words):
     with pytest.raises(ValueError, match=words):
         constrained_schema(tools or [], choice)

@@ -62,7 +62,9 @@ class Backend(Protocol):
     def role_markers(self) -> RoleMarkers:
         """Strings around role blocks in ``Prompt.text`` (the model's chat template)."""
 
-    def generate(self, prompt: Prompt, params: SamplingParams, on_text: OnText | None = None) -> Completion:
+    def generate(
+        self, prompt: Prompt, params: SamplingParams, on_text: OnText | None = None
+    ) -> Completion:
         """Generate after ``prompt``; stream pieces to ``on_text`` when given. ``ValueError`` for bad input."""
 
     def select(self, prompt: Prompt, choices: list[str]) -> Selection:
@@ -75,8 +77,11 @@ class Backend(Protocol):
 def non_default_fields(params: SamplingParams) -> dict[str, Any]:
     """The fields of ``params`` that differ from a default ``SamplingParams`` (what goes on the wire)."""
     default = SamplingParams()
-    return {name: getattr(params, name) for name in SamplingParams.field_names()
-            if getattr(params, name) != getattr(default, name)}
+    return {
+        name: getattr(params, name)
+        for name in SamplingParams.field_names()
+        if getattr(params, name) != getattr(default, name)
+    }
 
 
 def choice_token_bound(choices: list[str]) -> int:
@@ -91,5 +96,7 @@ def pick_choice(text: str, choices: list[str]) -> int:
     stripped = text.strip()
     matches = [i for i, c in enumerate(choices) if c.strip() == stripped]
     if not matches:
-        raise RuntimeError(f"select: the backend answered {text!r}, which is none of the choices {choices}")
+        raise RuntimeError(
+            f"select: the backend answered {text!r}, which is none of the choices {choices}"
+        )
     return matches[0]

@@ -38,7 +38,9 @@ class LocalBackend:
                 self._markers = RoleMarkers.from_tokenizer(self.engine.tokenizer)
             return self._markers
 
-    def generate(self, prompt: Prompt, params: SamplingParams, on_text: OnText | None = None) -> Completion:
+    def generate(
+        self, prompt: Prompt, params: SamplingParams, on_text: OnText | None = None
+    ) -> Completion:
         pieces, last = [], None
         for delta in self.engine.stream(prompt.text, params):
             if delta.text:
@@ -46,8 +48,13 @@ class LocalBackend:
                 if on_text is not None:
                     on_text(delta.text)
             last = delta
-        meta = CallMeta("gen", prompt_tokens=last.prompt_tokens, completion_tokens=last.completion_tokens,
-                        cached_tokens=last.cached_tokens, finish_reason=last.finish_reason)
+        meta = CallMeta(
+            "gen",
+            prompt_tokens=last.prompt_tokens,
+            completion_tokens=last.completion_tokens,
+            cached_tokens=last.cached_tokens,
+            finish_reason=last.finish_reason,
+        )
         return Completion("".join(pieces), meta)
 
     def select(self, prompt: Prompt, choices: list[str]) -> Selection:
@@ -55,26 +62,44 @@ class LocalBackend:
         scored = self.engine.score(prefix_ids, continuations)
         scores = scored.normalized
         best = max(range(len(choices)), key=scores.__getitem__)
-        meta = CallMeta("select", prompt_tokens=scored.prompt_tokens, cached_tokens=scored.cached_tokens,
-                        extra={"method": "logprob", "normalized_logprobs": scores,
-                               "token_logprobs": scored.token_logprobs})
+        meta = CallMeta(
+            "select",
+            prompt_tokens=scored.prompt_tokens,
+            cached_tokens=scored.cached_tokens,
+            extra={
+                "method": "logprob",
+                "normalized_logprobs": scores,
+                "token_logprobs": scored.token_logprobs,
+            },
+        )
         return Selection(best, meta)
 
-    def _split_at_boundary(self, text: str, choices: list[str]) -> tuple[list[int], list[list[int]]]:
+    def _split_at_boundary(
+        self, text: str, choices: list[str]
+    ) -> tuple[list[int], list[list[int]]]:
         tokenizer = self.engine.tokenizer
         prompt_ids = tokenizer.encode(text, add_special_tokens=True)
         whole = [tokenizer.encode(text + choice, add_special_tokens=True) for choice in choices]
         k = min(_common_prefix_len(prompt_ids, ids) for ids in whole)
-        if k == 0 or any(len(ids) <= k for ids in whole):  # nothing to condition on: score choices alone
+        if k == 0 or any(
+            len(ids) <= k for ids in whole
+        ):  # nothing to condition on: score choices alone
             return prompt_ids, [tokenizer.encode(choice) for choice in choices]
         return prompt_ids[:k], [ids[k:] for ids in whole]
 
     def cache_prefix(self, prompt: Prompt) -> CallMeta | None:
         if self.engine.config.disable_radix_cache or not prompt.text:
             return None
-        out = self.engine.generate(prompt.text, SamplingParams(max_new_tokens=1, temperature=0.0))[0]
-        return CallMeta("cache_prefix", prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens,
-                        cached_tokens=out.cached_tokens, finish_reason=out.finish_reason)
+        out = self.engine.generate(prompt.text, SamplingParams(max_new_tokens=1, temperature=0.0))[
+            0
+        ]
+        return CallMeta(
+            "cache_prefix",
+            prompt_tokens=out.prompt_tokens,
+            completion_tokens=out.completion_tokens,
+            cached_tokens=out.cached_tokens,
+            finish_reason=out.finish_reason,
+        )
 
 
 def _common_prefix_len(a: list[int], b: list[int]) -> int:

@@ -30,15 +30,29 @@ from .base import (
 )
 
 # Chat Completions parameters spelled like SamplingParams fields; the rest are body extensions.
-OPENAI_NAMED = {"temperature", "top_p", "seed", "stop", "frequency_penalty", "presence_penalty", "logit_bias",
-                "logprobs", "top_logprobs"}
+OPENAI_NAMED = {
+    "temperature",
+    "top_p",
+    "seed",
+    "stop",
+    "frequency_penalty",
+    "presence_penalty",
+    "logit_bias",
+    "logprobs",
+    "top_logprobs",
+}
 
 
 class OpenAI:
     """Chat backend over the ``openai`` client. ``model=None`` takes the server's first model."""
 
-    def __init__(self, model: str | None = None, base_url: str | None = None, api_key: str | None = None,
-                 **client_options: Any) -> None:
+    def __init__(
+        self,
+        model: str | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        **client_options: Any,
+    ) -> None:
         import openai
 
         key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
@@ -57,14 +71,20 @@ class OpenAI:
     def role_markers(self) -> RoleMarkers:
         return RoleMarkers.plain()  # the server applies the real template to the messages
 
-    def generate(self, prompt: Prompt, params: SamplingParams, on_text: OnText | None = None) -> Completion:
+    def generate(
+        self, prompt: Prompt, params: SamplingParams, on_text: OnText | None = None
+    ) -> Completion:
         request = {"model": self.model, "messages": chat_messages(prompt), **chat_params(params)}
         if on_text is None:
             response = self.client.chat.completions.create(**request)
             choice = response.choices[0]
-            return Completion(choice.message.content or "", _meta(response.usage, choice.finish_reason))
+            return Completion(
+                choice.message.content or "", _meta(response.usage, choice.finish_reason)
+            )
         pieces, reason, used = [], None, None
-        stream = self.client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True})
+        stream = self.client.chat.completions.create(
+            **request, stream=True, stream_options={"include_usage": True}
+        )
         for chunk in stream:
             used = chunk.usage or used
             for choice in chunk.choices:
@@ -75,7 +95,9 @@ class OpenAI:
         return Completion("".join(pieces), _meta(used, reason))
 
     def select(self, prompt: Prompt, choices: list[str]) -> Selection:
-        params = SamplingParams(temperature=0.0, choices=list(choices), max_new_tokens=choice_token_bound(choices))
+        params = SamplingParams(
+            temperature=0.0, choices=list(choices), max_new_tokens=choice_token_bound(choices)
+        )
         done = self.generate(prompt, params)
         done.meta.kind = "select"
         done.meta.extra["method"] = "constrained"
@@ -88,14 +110,20 @@ class OpenAI:
 def chat_messages(prompt: Prompt) -> list[dict[str, str]]:
     """The conversation a ``gen`` answers; ``ValueError`` where a chat API cannot express the state."""
     if prompt.has_loose_text:
-        raise ValueError("OpenAI backend: text outside a role block cannot be sent to a chat model; "
-                         "put it in rg.system/rg.user/rg.assistant")
+        raise ValueError(
+            "OpenAI backend: text outside a role block cannot be sent to a chat model; "
+            "put it in rg.system/rg.user/rg.assistant"
+        )
     if prompt.open_role not in (None, "assistant"):
-        raise ValueError(f"OpenAI backend: gen/select inside a {prompt.open_role} block; a chat model can only "
-                         "write the assistant's reply")
+        raise ValueError(
+            f"OpenAI backend: gen/select inside a {prompt.open_role} block; a chat model can only "
+            "write the assistant's reply"
+        )
     if prompt.open_content:
-        raise ValueError("OpenAI backend: gen/select must start the assistant block; the chat API cannot "
-                         f"continue a partial reply ({len(prompt.open_content)} characters precede it)")
+        raise ValueError(
+            "OpenAI backend: gen/select must start the assistant block; the chat API cannot "
+            f"continue a partial reply ({len(prompt.open_content)} characters precede it)"
+        )
     if not prompt.messages:
         raise ValueError("OpenAI backend: gen/select needs at least one role block before it")
     return [dict(m) for m in prompt.messages]
@@ -108,7 +136,10 @@ def chat_params(params: SamplingParams) -> dict[str, Any]:
     if "json_schema" in fields:
         schema = fields.pop("json_schema")
         schema = json.loads(schema) if isinstance(schema, str) else schema
-        request["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+        request["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": schema},
+        }
     elif fields.pop("json_object", False):
         request["response_format"] = {"type": "json_object"}
     request.update({k: fields.pop(k) for k in list(fields) if k in OPENAI_NAMED})
@@ -119,6 +150,10 @@ def chat_params(params: SamplingParams) -> dict[str, Any]:
 
 def _meta(usage: Any, finish_reason: str | None) -> CallMeta:
     details = getattr(usage, "prompt_tokens_details", None)
-    return CallMeta("gen", prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-                    completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
-                    cached_tokens=getattr(details, "cached_tokens", 0) or 0, finish_reason=finish_reason)
+    return CallMeta(
+        "gen",
+        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        cached_tokens=getattr(details, "cached_tokens", 0) or 0,
+        finish_reason=finish_reason,
+    )

@@ -32,8 +32,13 @@ if TYPE_CHECKING:
 
 
 class RuntimeEndpoint:
-    def __init__(self, base_url: str, api_key: str | None = None, model: str | None = None,
-                 timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        model: str | None = None,
+        timeout: float = 600.0,
+    ) -> None:
         import httpx  # a dev/server extra: imported only when an endpoint is made
 
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
@@ -50,13 +55,15 @@ class RuntimeEndpoint:
                 self._markers = RoleMarkers.from_tokenizer(self._load_tokenizer())
             return self._markers
 
-    def generate(self, prompt: Prompt, params: SamplingParams, on_text: OnText | None = None) -> Completion:
+    def generate(
+        self, prompt: Prompt, params: SamplingParams, on_text: OnText | None = None
+    ) -> Completion:
         body = {"text": prompt.text, **wire_params(params), "stream": on_text is not None}
         if on_text is None:
             return _completion(self._post("/generate", body))
         text, last = "", None
         for chunk in self._stream("/generate", body):
-            new = chunk["text"][len(text):]
+            new = chunk["text"][len(text) :]
             if new:
                 on_text(new)
             text, last = chunk["text"], chunk
@@ -65,7 +72,9 @@ class RuntimeEndpoint:
         return _completion(last)
 
     def select(self, prompt: Prompt, choices: list[str]) -> Selection:
-        params = SamplingParams(temperature=0.0, choices=list(choices), max_new_tokens=choice_token_bound(choices))
+        params = SamplingParams(
+            temperature=0.0, choices=list(choices), max_new_tokens=choice_token_bound(choices)
+        )
         done = self.generate(prompt, params)
         done.meta.kind = "select"
         done.meta.extra["method"] = "constrained"
@@ -96,8 +105,10 @@ class RuntimeEndpoint:
         try:
             return load_tokenizer(source)
         except Exception as exc:
-            raise ValueError(f"RuntimeEndpoint: cannot load the chat template of {source!r} ({exc}); pass "
-                             "model= (a local path or alias of the served model) to use role blocks") from exc
+            raise ValueError(
+                f"RuntimeEndpoint: cannot load the chat template of {source!r} ({exc}); pass "
+                "model= (a local path or alias of the served model) to use role blocks"
+            ) from exc
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         return self._json(self.client.post(path, json=body))
@@ -110,7 +121,7 @@ class RuntimeEndpoint:
             for line in response.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
-                chunk = json.loads(line[len("data: "):])
+                chunk = json.loads(line[len("data: ") :])
                 if "error" in chunk:
                     raise RuntimeError(f"RuntimeEndpoint: {path} failed: {_message(chunk)}")
                 yield chunk
@@ -122,14 +133,19 @@ class RuntimeEndpoint:
             except ValueError:
                 message = response.text
             error = ValueError if response.status_code in (400, 413, 422) else RuntimeError
-            raise error(f"RuntimeEndpoint: {response.request.url.path} answered {response.status_code}: {message}")
+            raise error(
+                f"RuntimeEndpoint: {response.request.url.path} answered {response.status_code}: {message}"
+            )
         return response.json()
 
 
 def wire_params(params: SamplingParams) -> dict[str, Any]:
     """``sampling_params`` plus the top-level logprob options of SGLang's ``/generate``."""
     fields = non_default_fields(params)
-    logprob = {"return_logprob": fields.pop("logprobs", False), "top_logprobs_num": fields.pop("top_logprobs", 0)}
+    logprob = {
+        "return_logprob": fields.pop("logprobs", False),
+        "top_logprobs_num": fields.pop("top_logprobs", 0),
+    }
     if isinstance(fields.get("json_schema"), dict):
         fields["json_schema"] = json.dumps(fields["json_schema"])  # SGLang takes a JSON string
     if "max_new_tokens" not in fields:
@@ -140,9 +156,13 @@ def wire_params(params: SamplingParams) -> dict[str, Any]:
 def _completion(payload: dict[str, Any]) -> Completion:
     info = payload.get("meta_info", {})
     reason = info.get("finish_reason")
-    meta = CallMeta("gen", prompt_tokens=info.get("prompt_tokens", 0),
-                    completion_tokens=info.get("completion_tokens", 0), cached_tokens=info.get("cached_tokens", 0),
-                    finish_reason=reason.get("type") if isinstance(reason, dict) else reason)
+    meta = CallMeta(
+        "gen",
+        prompt_tokens=info.get("prompt_tokens", 0),
+        completion_tokens=info.get("completion_tokens", 0),
+        cached_tokens=info.get("cached_tokens", 0),
+        finish_reason=reason.get("type") if isinstance(reason, dict) else reason,
+    )
     return Completion(payload["text"], meta)
 
 
