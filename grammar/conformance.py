@@ -28,7 +28,6 @@ from typing import Protocol
 
 from .errors import GrammarError
 from .json_schema import DEFAULT_MAX_DEPTH, CompiledSchema, build_schema_ir, compile_schema
-from .json_schema_admit import admits
 
 DEPTH_PROBE = 4  # extra nesting levels tried when checking whether the bound explains a rejection
 
@@ -182,7 +181,7 @@ def _narrowing_explains(schema: object, data: object, max_depth: int) -> bool:
             node, ctx = build_schema_ir(schema, max_depth=max_depth + extra, assert_formats=False)
         except GrammarError:
             return False
-        if admits(node, data, ctx, depth_bound=False):
+        if node.admits(data, ctx, depth_bound=False):
             return True
     return False
 

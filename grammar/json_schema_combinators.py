@@ -11,20 +11,17 @@
 from __future__ import annotations
 
 from functools import reduce
-from typing import TYPE_CHECKING
 
 from .errors import GrammarError
 from .json_schema_disjoint import disjoint, subsumes
 from .json_schema_ir import Boolean, Const, Never, Node, Null, String, Union
+from .json_schema_lowering import Lowering
 from .json_schema_resolve import METADATA, RecursionCutoff, merge
 from .json_schema_strings import string_not_in_regex
 from .json_schema_values import json_equal, json_type, write_generic
 
-if TYPE_CHECKING:
-    from .json_schema_build import SchemaBuilder
 
-
-def lower_group(builder: SchemaBuilder, s: dict, groups: list, pointer: str, base: str) -> Node:
+def lower_group(builder: Lowering, s: dict, groups: list, pointer: str, base: str) -> Node:
     (keyword, branches), remaining = groups[0], groups[1:]
     if not isinstance(branches, list) or not branches:
         raise GrammarError(keyword=keyword, pointer=pointer, detail="expected a non-empty array")
@@ -53,7 +50,7 @@ def lower_group(builder: SchemaBuilder, s: dict, groups: list, pointer: str, bas
 
 
 def exclusive_branches(
-    builder: SchemaBuilder, options: list[Node], parts: list, base: str, pointer: str
+    builder: Lowering, options: list[Node], parts: list, base: str, pointer: str
 ) -> list[Node]:
     """oneOf branches made mutually exclusive. Provably disjoint branches stay as they
     are; an object branch overlapping others is narrowed to objects lacking at least
@@ -86,7 +83,7 @@ def exclusive_branches(
 
 
 def branch_shape(
-    builder: SchemaBuilder, parts: list, base: str, pointer: str
+    builder: Lowering, parts: list, base: str, pointer: str
 ) -> tuple[set[str], list[str]]:
     """(allowed types, required names) of a merged branch, without lowering it."""
     depth = len(builder.ref_stack)
@@ -105,7 +102,7 @@ def branch_shape(
     ) else []
 
 
-def lower_not(builder: SchemaBuilder, s: dict, nots: list, pointer: str, base: str) -> Node:
+def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -> Node:
     rest = {k: v for k, v in s.items() if k != "_nots"}
     types = builder.allowed_types(rest, pointer)
     excluded: list = []

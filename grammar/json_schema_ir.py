@@ -3,7 +3,11 @@ grammar writes a value of that shape.
 
 The builder (`json_schema_build`) lowers a JSON Schema into this tree; refs are already
 expanded (recursion cut at `max_depth`), allOf merged, enums filtered. A node's `regex`
-returns None for the empty language. `write` is the canonical writer: objects list the
+returns None for the empty language. `admits` decides whether the node's language holds a value, piece by piece: containers
+structurally, leaves with their own small regexes (the canonical writer uses it to pick a union
+branch without compiling the whole branch's regex; the conformance harness uses it with
+`depth_bound=False` to tell a rejection caused by the nesting bound from a wrong one).
+`write` is the canonical writer: objects list the
 schema's properties in schema order, then extra properties in the instance's order;
 strings and numbers as in `json_schema_strings` / `json_schema_numbers`; no whitespace.
 Writing never fails: a value the node rejects is written generically, so the conformance
@@ -82,6 +86,25 @@ class Node:
     def write(self, value: object, ctx: EmitContext) -> str:
         return write_generic(value)
 
+    def admits(self, value: object, ctx: EmitContext, depth_bound: bool = True) -> bool:
+        """Whether ``value``'s canonical text is in this node's language (``depth_bound=False``:
+        ignoring the nesting bound of any-value nodes)."""
+        return ctx.accepts(self, self.write(value, ctx))
+
+
+def admits(node: Node, value: object, ctx: EmitContext, *, depth_bound: bool = True) -> bool:
+    """``node.admits(value, ctx, depth_bound)``."""
+    return node.admits(value, ctx, depth_bound)
+
+
+def nesting(value: object) -> int:
+    """How deep containers nest in `value` (a scalar: 0, ``[1]``: 1)."""
+    if isinstance(value, list):
+        return 1 + max((nesting(v) for v in value), default=0)
+    if isinstance(value, dict):
+        return 1 + max((nesting(v) for v in value.values()), default=0)
+    return 0
+
 
 @dataclass(eq=False)
 class Never(Node):
@@ -91,6 +114,9 @@ class Never(Node):
 
     def regex(self, ctx: EmitContext) -> str | None:
         return None
+
+    def admits(self, value: object, ctx: EmitContext, depth_bound: bool = True) -> bool:
+        return False
 
 
 @dataclass(eq=False)
@@ -111,6 +137,9 @@ class AnyValue(Node):
         array = rf"\[{ctx.ws}{items}{ctx.ws}\]"
         obj = rf"\{{{ctx.ws}{members}{ctx.ws}\}}"
         return f"(?:{scalars}|{array}|{obj})"
+
+    def admits(self, value: object, ctx: EmitContext, depth_bound: bool = True) -> bool:
+        return not depth_bound or nesting(value) <= self.depth
 
 
 @dataclass(eq=False)
@@ -137,6 +166,9 @@ class Const(Node):
             if json_equal(member, value, strict_numbers=not self.float_is_integer):
                 return text
         return write_generic(value)
+
+    def admits(self, value: object, ctx: EmitContext, depth_bound: bool = True) -> bool:
+        return self.write(value, ctx) in self.texts
 
 
 def literal_regex(value: object, ctx: EmitContext) -> str:
@@ -176,15 +208,16 @@ class Union(Node):
 
     def write(self, value: object, ctx: EmitContext) -> str:
         """Written as the first option that admits the value (else the first of its type)."""
-        from .json_schema_admit import admits
-
         kind = json_type(value)
         candidates = [o for o in self.options if kind in o.json_types]
         if len(candidates) > 1:
-            chosen = next((o for o in candidates if admits(o, value, ctx)), candidates[0])
+            chosen = next((o for o in candidates if o.admits(value, ctx)), candidates[0])
         else:
             chosen = (candidates or self.options or [Never()])[0]
         return chosen.write(value, ctx)
+
+    def admits(self, value: object, ctx: EmitContext, depth_bound: bool = True) -> bool:
+        return any(o.admits(value, ctx, depth_bound) for o in self.options)
 
 
 @dataclass(eq=False)
@@ -270,6 +303,19 @@ class Array(Node):
             parts.append(node.write(item, ctx) if node is not None else write_generic(item))
         return "[" + ",".join(parts) + "]"
 
+    def admits(self, value: object, ctx: EmitContext, depth_bound: bool = True) -> bool:
+        if not isinstance(value, list):
+            return False
+        if len(value) < self.min_items or (
+            self.max_items is not None and len(value) > self.max_items
+        ):
+            return False
+        for i, item in enumerate(value):
+            element = self.node_at(i)
+            if element is None or not element.admits(item, ctx, depth_bound):
+                return False
+        return True
+
 
 @dataclass(eq=False)
 class Property:
@@ -337,6 +383,36 @@ class Object(Node):
                 text = self.additional.write(item, ctx) if extra else write_generic(item)
                 parts.append(encode_string(key) + ":" + text)
         return "{" + ",".join(parts) + "}"
+
+    def admits(self, value: object, ctx: EmitContext, depth_bound: bool = True) -> bool:
+        if not isinstance(value, dict):
+            return False
+        listed = {p.name: p for p in self.properties}
+        if any(p.required and p.name not in value for p in self.properties) or (
+            self.nonempty and not value
+        ):
+            return False
+        return all(
+            self._admits_member(key, item, listed, ctx, depth_bound) for key, item in value.items()
+        )
+
+    def _admits_member(
+        self,
+        key: str,
+        item: object,
+        listed: dict[str, Property],
+        ctx: EmitContext,
+        depth_bound: bool,
+    ) -> bool:
+        if key in listed:
+            return listed[key].node.admits(item, ctx, depth_bound)
+        if key in self.excluded_names or self.additional is None:
+            return False
+        if self.extra_key is not None and not re.fullmatch(
+            self.extra_key, encode_string(key)[1:-1]
+        ):
+            return False
+        return self.additional.admits(item, ctx, depth_bound)
 
 
 def objects_regex(objects: list[Object], ctx: EmitContext) -> str | None:

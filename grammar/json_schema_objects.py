@@ -17,17 +17,14 @@ constraints on which properties are present.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from .errors import GrammarError
 from .json_schema_ir import Never, Node, Object, Property, Union
 from .json_schema_lengths import pattern_regex
+from .json_schema_lowering import Lowering
 from .json_schema_pattern import PatternError
 from .json_schema_strings import encode_string, json_char_regex
 from .regex_builders import CharSet, alt
-
-if TYPE_CHECKING:
-    from .json_schema_build import SchemaBuilder
 
 MAX_ENUMERATED_NAMES = 12
 MAX_VARIANTS = 256
@@ -53,7 +50,7 @@ def escape_pointer(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
 
 
-def lower_object(builder: SchemaBuilder, s: dict, pointer: str, base: str) -> Node:
+def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
     listed = s.get("properties", {})
     required = s.get("required", [])
     if not isinstance(listed, dict) or not isinstance(required, list):
@@ -97,7 +94,7 @@ def lower_object(builder: SchemaBuilder, s: dict, pointer: str, base: str) -> No
     return enumerate_presence(obj, constraints, pointer) if constraints else obj
 
 
-def _additional(builder: SchemaBuilder, s: dict, pointer: str, base: str) -> Node | None:
+def _additional(builder: Lowering, s: dict, pointer: str, base: str) -> Node | None:
     if "additionalProperties" not in s:
         return None if builder.strict else builder.any_value()
     schema = s["additionalProperties"]
@@ -111,7 +108,7 @@ def _additional(builder: SchemaBuilder, s: dict, pointer: str, base: str) -> Nod
 class PatternProperties:
     """The supported shapes of `patternProperties` (see the module docstring)."""
 
-    def __init__(self, builder: SchemaBuilder, s: dict, pointer: str, base: str) -> None:
+    def __init__(self, builder: Lowering, s: dict, pointer: str, base: str) -> None:
         self.items = list((s.get("patternProperties") or {}).items())
         self.pointer = f"{pointer}/patternProperties"
         self.additional: Node | None = None
@@ -171,7 +168,7 @@ class PatternProperties:
 
 
 def _property_names(
-    builder: SchemaBuilder,
+    builder: Lowering,
     s: dict,
     properties: list,
     additional: Node | None,

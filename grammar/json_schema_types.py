@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
-from typing import TYPE_CHECKING
 
 from .errors import GrammarError
 from .json_schema_formats import format_pattern
 from .json_schema_ir import Array, Boolean, Integer, Never, Node, Null, Number, String
 from .json_schema_lengths import pattern_regex
+from .json_schema_lowering import Lowering
 from .json_schema_numbers import (
     EXCLUSIVE_ZERO_EPSILON,
     NUMBER,
@@ -30,15 +30,12 @@ from .json_schema_objects import lower_object, non_negative_int
 from .json_schema_pattern import PatternError
 from .json_schema_strings import string_regex
 
-if TYPE_CHECKING:
-    from .json_schema_build import SchemaBuilder
-
 _REFUSED = frozenset({"contains", "unevaluatedProperties", "unevaluatedItems"})
 _FLOAT_EXACT_LIMIT = 2**53
 
 
 class TypeLowering:
-    def __init__(self, builder: SchemaBuilder) -> None:
+    def __init__(self, builder: Lowering) -> None:
         self.builder = builder
 
     def check(self, key: str, s: dict, pointer: str) -> None:
