@@ -122,9 +122,9 @@ class GrammarCompiler:
         try:
             key, spec = self._key(kind, spec, options)
         except GrammarError as err:
-            future: Future = Future()
-            future.set_exception(err)
-            return future
+            failed: Future = Future()
+            failed.set_exception(err)
+            return failed
         with self._lock:
             future = self._cache.get(key)
             if future is not None:

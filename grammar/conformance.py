@@ -37,7 +37,7 @@ class Case:
     """One schema and its labelled instances: (data, valid, description)."""
 
     case_id: str
-    schema: object
+    schema: dict | bool
     tests: list[tuple[object, bool, str]]
 
 
@@ -187,10 +187,14 @@ def _narrowing_explains(schema: object, data: object, max_depth: int) -> bool:
 
 
 def run_corpus(
-    cases: Iterable[Case], checker: Checker | None = None, **options: object
+    cases: Iterable[Case],
+    checker: Checker | None = None,
+    *,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    whitespace: str = "compact",
 ) -> list[Outcome]:
     checker = checker or RegexChecker()
-    return [check_case(case, checker, **options) for case in cases]
+    return [check_case(c, checker, max_depth=max_depth, whitespace=whitespace) for c in cases]
 
 
 @dataclass

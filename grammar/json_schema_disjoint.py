@@ -23,7 +23,7 @@ from .json_schema_ir import (
     Union,
 )
 from .json_schema_numbers import Bound
-from .json_schema_values import json_equal, json_type
+from .json_schema_values import JSON, json_equal, json_type
 
 
 def disjoint(a: Node, b: Node) -> bool:
@@ -52,7 +52,7 @@ def disjoint(a: Node, b: Node) -> bool:
     return False
 
 
-def _excludes(node: Node, value: object) -> bool:
+def _excludes(node: Node, value: JSON) -> bool:
     """True only if `value` is certainly invalid under `node`'s schema."""
     kind = json_type(value)
     if kind not in node.json_types:
@@ -73,9 +73,8 @@ def _excludes(node: Node, value: object) -> bool:
         count = len(value)
         if count < node.min_items or (node.max_items is not None and count > node.max_items):
             return True
-        return any(
-            node.node_at(i) is None or _excludes(node.node_at(i), v) for i, v in enumerate(value)
-        )
+        elements = [(node.node_at(i), v) for i, v in enumerate(value)]
+        return any(n is None or _excludes(n, v) for n, v in elements)
     return False
 
 

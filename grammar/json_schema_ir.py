@@ -65,11 +65,13 @@ class EmitContext:
         compiled = self.compiled_cache[key][1]
         return compiled is not None and compiled.fullmatch(text) is not None
 
-    def any_regex(self, depth: int) -> str | None:
+    def any_regex(self, depth: int) -> str:
         key = ("any", depth)
         if key not in self.regex_cache:
             self.regex_cache[key] = (None, AnyValue(depth).regex(self))
-        return self.regex_cache[key][1]
+        regex = self.regex_cache[key][1]
+        assert regex is not None  # any value: never the empty language
+        return regex
 
     def sep(self, token: str) -> str:
         return f"{self.ws}{escape_literal(token)}{self.ws}"
@@ -126,7 +128,7 @@ class AnyValue(Node):
     depth: int
     json_types = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
 
-    def regex(self, ctx: EmitContext) -> str | None:
+    def regex(self, ctx: EmitContext) -> str:
         scalars = "null|true|false|" + ANY_STRING + "|" + NUMBER
         if self.depth <= 0:
             return f"(?:{scalars})"
@@ -194,7 +196,7 @@ class Union(Node):
 
     def regex(self, ctx: EmitContext) -> str | None:
         groups: dict[tuple, list[Object]] = {}
-        options: list[str | None] = []
+        options: list[str | tuple | None] = []  # a tuple: where a group of objects goes
         for option in self.options:
             if isinstance(option, Object):
                 key = (id(option.additional), tuple(option.excluded_names), option.extra_key)
@@ -379,8 +381,8 @@ class Object(Node):
                 )
         for key, item in value.items():  # every other key, so that nothing is ever dropped
             if key not in listed:
-                extra = self.additional is not None and key not in self.excluded_names
-                text = self.additional.write(item, ctx) if extra else write_generic(item)
+                extra = None if key in self.excluded_names else self.additional
+                text = extra.write(item, ctx) if extra is not None else write_generic(item)
                 parts.append(encode_string(key) + ":" + text)
         return "{" + ",".join(parts) + "}"
 

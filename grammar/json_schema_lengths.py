@@ -13,9 +13,13 @@ A regex cannot intersect two languages in general, so the search language of the
 
 from __future__ import annotations
 
+import math
+
 from .json_schema_pattern import (
+    Alt,
     Chars,
     PatternError,
+    PatternNode,
     Repeat,
     Seq,
     lengths,
@@ -36,15 +40,14 @@ def pattern_regex(source: str, min_len: int = 0, max_len: int | None = None) -> 
     options = []
     for start, body, end in search_branches(parse_pattern(source)):
         if not start and not end and lengths(body)[0] == 0:
-            node = Repeat(Chars(CharSet.universe()), min_len, max_len)  # every string matches
-            return to_regex(node)
+            return to_regex(Repeat(Chars(CharSet.universe()), min_len, max_len))  # every string
         items = ([] if start else [anything]) + _items(body) + ([] if end else [anything])
         node = _fit(Seq(tuple(items)), min_len, max_len)
         options.append(None if node is None else to_regex(node))
     return alt(options)
 
 
-def _items(node: object) -> list:
+def _items(node: PatternNode) -> list[PatternNode]:
     return list(node.items) if isinstance(node, Seq) else [node]
 
 
@@ -62,10 +65,10 @@ def _fit_exactly(node: Seq, min_len: int, max_len: int | None) -> Seq | None:
     """Adjust the one variable-length repetition (fixed-length unit), if that is the shape."""
     items = list(node.items)
     variable = [i for i, item in enumerate(items) if lengths(item)[0] != lengths(item)[1]]
-    if len(variable) != 1 or not isinstance(items[variable[0]], Repeat):
+    rep = items[variable[0]] if len(variable) == 1 else None
+    if not isinstance(rep, Repeat):
         return None
     index = variable[0]
-    rep = items[index]
     unit, unit_hi = lengths(rep.item)
     if unit != unit_hi or unit == 0:
         return None
@@ -93,20 +96,31 @@ def _capped_to(node: Seq, max_len: int) -> Seq:
     leaves at least c2 + 4 characters of room (else c2 = 0)."""
 
     def best_leaf_cap(outer: int) -> int | None:
-        fits = (c for c in range(MAX_CAP, -1, -1) if lengths(_capped(node, c, outer))[1] <= max_len)
+        fits = (
+            c for c in range(MAX_CAP, -1, -1) if _max_len(_capped_seq(node, c, outer)) <= max_len
+        )
         return next(fits, None)
 
     for outer in range(MAX_CAP, 0, -1):
         leaf = best_leaf_cap(outer)
         if leaf is not None and leaf >= outer + 4:
-            return _capped(node, leaf, outer)
+            return _capped_seq(node, leaf, outer)
     leaf = best_leaf_cap(0)
     if leaf is None:
         raise PatternError("pattern combined with minLength/maxLength")
-    return _capped(node, leaf, 0)
+    return _capped_seq(node, leaf, 0)
 
 
-def _capped(node: object, leaf_cap: int, outer_cap: int) -> object:
+def _max_len(node: Seq) -> float:
+    high = lengths(node)[1]
+    return math.inf if high is None else high
+
+
+def _capped_seq(node: Seq, leaf_cap: int, outer_cap: int) -> Seq:
+    return Seq(tuple(_capped(i, leaf_cap, outer_cap) for i in node.items))
+
+
+def _capped(node: PatternNode, leaf_cap: int, outer_cap: int) -> PatternNode:
     """Every repetition limited to its minimum + cap (outer_cap for those that contain
     another repetition); optional parts (``?``) are kept."""
     if isinstance(node, Repeat):
@@ -121,15 +135,17 @@ def _capped(node: object, leaf_cap: int, outer_cap: int) -> object:
         return Repeat(_capped(node.item, leaf_cap, outer_cap), node.min_count, high)
     if isinstance(node, Seq):
         return Seq(tuple(_capped(i, leaf_cap, outer_cap) for i in node.items))
-    if hasattr(node, "options"):
-        return type(node)(tuple(_capped(o, leaf_cap, outer_cap) for o in node.options))
+    if isinstance(node, Alt):
+        return Alt(tuple(_capped(o, leaf_cap, outer_cap) for o in node.options))
     return node
 
 
-def _has_repeat(node: object) -> bool:
+def _has_repeat(node: PatternNode) -> bool:
     if isinstance(node, Repeat):
         return True
-    children = getattr(node, "items", None) or getattr(node, "options", None) or ()
+    children = (
+        node.items if isinstance(node, Seq) else node.options if isinstance(node, Alt) else ()
+    )
     return any(_has_repeat(c) for c in children)
 
 
@@ -137,19 +153,19 @@ def _lengthened(node: Seq, missing: int) -> Seq:
     """Lengthen a top-level repetition of single characters (every match passes through
     it; unbounded ones first) by `missing` characters."""
     items = list(node.items)
-    candidates = [
-        i
+    candidates = {
+        i: item
         for i, item in enumerate(items)
         if isinstance(item, Repeat) and lengths(item.item) == (1, 1)
-    ]
+    }
     if not candidates:
         raise PatternError("pattern combined with minLength/maxLength")
 
     def preference(i: int) -> tuple[bool, bool]:  # the pattern's own unbounded ones, then ".*"
-        return items[i].max_count is not None, items[i].item == Chars(CharSet.universe())
+        return candidates[i].max_count is not None, candidates[i].item == Chars(CharSet.universe())
 
     i = min(candidates, key=preference)
-    item = items[i]
+    item = candidates[i]
     high = None if item.max_count is None else max(item.max_count, item.min_count + missing)
     items[i] = Repeat(item.item, item.min_count + missing, high)
     return Seq(tuple(items))

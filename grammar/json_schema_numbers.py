@@ -87,7 +87,7 @@ def _same_length_range(lo: str, hi: str) -> str:
         return lo[0] + group(_same_length_range(lo[1:], hi[1:]))
     k = len(lo) - 1
     any_tail = "[0-9]" + (f"{{{k}}}" if k > 1 else "") if k else ""
-    parts = []
+    parts: list[str | None] = []
     start, end = int(lo[0]), int(hi[0])
     if lo[1:] != "0" * k:
         parts.append(lo[0] + group(_same_length_range(lo[1:], "9" * k)))
@@ -97,7 +97,7 @@ def _same_length_range(lo: str, hi: str) -> str:
         last = hi[0] + group(_same_length_range("0" * k, hi[1:]))
         end -= 1
     if start <= end:
-        parts.append(digit_class(start, end) + any_tail)
+        parts.append(concat([digit_class(start, end), any_tail]))
     if last:
         parts.append(last)
     return alt(parts) or ""
@@ -208,7 +208,7 @@ def fraction_between(lo: str, hi: str, lo_strict: bool, hi_strict: bool) -> tupl
     while (lo[i] if i < len(lo) else "0") == hi[i]:
         i += 1
     prefix, lo_digit, hi_digit = hi[:i], int(lo[i]) if i < len(lo) else 0, int(hi[i])
-    options = []
+    options: list[str | None] = []
     middle = digit_class(lo_digit + 1, hi_digit - 1)
     if middle:
         options.append(f"{prefix}{middle}[0-9]*")
@@ -243,7 +243,7 @@ def _ge(digits: str, strict: bool) -> str | None:
     head = int(digits[0])
     return alt(
         [
-            None if head == 9 else digit_class(head + 1, 9) + "[0-9]*",
+            concat([digit_class(head + 1, 9), "[0-9]*"]),
             concat([digits[0], _ge_tail(digits[1:], strict)]),
         ]
     )
@@ -263,7 +263,7 @@ def _le(digits: str, strict: bool) -> str | None:
     head = int(digits[0])
     return alt(
         [
-            None if head == 0 else digit_class(0, head - 1) + "[0-9]*",
+            concat([digit_class(0, head - 1), "[0-9]*"]),
             concat([digits[0], _le_tail(digits[1:], strict)]),
         ]
     )

@@ -17,20 +17,28 @@ constraints on which properties are present.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
+from typing import overload
 
 from .errors import GrammarError
 from .json_schema_ir import Never, Node, Object, Property, Union
 from .json_schema_lengths import pattern_regex
 from .json_schema_lowering import Lowering
 from .json_schema_pattern import PatternError
-from .json_schema_strings import encode_string, json_char_regex
-from .regex_builders import CharSet, alt
+from .json_schema_strings import any_json_char_regex, encode_string
+from .regex_builders import alt
 
 MAX_ENUMERATED_NAMES = 12
 MAX_VARIANTS = 256
 
 
+@overload
+def non_negative_int(s: dict, key: str, pointer: str, default: int) -> int: ...
+@overload
+def non_negative_int(s: dict, key: str, pointer: str, default: None) -> int | None: ...
 def non_negative_int(s: dict, key: str, pointer: str, default: int | None) -> int | None:
+    """``s[key]`` as a non-negative integer (``default`` when absent); GrammarError otherwise."""
     value = s.get(key, default)
     if value is None:
         return None
@@ -83,9 +91,10 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
         properties.append(Property(name, node, name in required))
     if patterns:
         patterns.check_names(names)
-    properties = _property_names(builder, s, properties, additional, pointer, base)
-    if properties is None or any(name not in {p.name for p in properties} for name in required):
+    kept = _property_names(builder, s, properties, additional, pointer, base)
+    if kept is None or any(name not in {p.name for p in kept} for name in required):
         return Never()
+    properties = kept
     nonempty = _min_max_properties(s, properties, additional, pointer)
     closed = s.get("additionalProperties", True) is False and not patterns
     obj = Object(
@@ -115,7 +124,8 @@ class PatternProperties:
         self.extra_key: str | None = None
         if not self.items:
             return
-        self.key_regexes, self.python = [], []
+        self.key_regexes: list[str | None] = []
+        self.python: list[re.Pattern[str]] = []
         for source, _ in self.items:
             try:
                 self.key_regexes.append(pattern_regex(source))
@@ -124,7 +134,7 @@ class PatternProperties:
                 raise GrammarError(
                     keyword="patternProperties", pointer=pointer, detail=str(exc)
                 ) from None
-        universal = json_char_regex(CharSet.universe()) + "*"
+        universal = any_json_char_regex() + "*"
         everything = all(r == universal for r in self.key_regexes)
         schemas = [(schema, f"{self.pointer}/{escape_pointer(k)}") for k, schema in self.items]
         if everything:  # every name matches: additionalProperties never applies
@@ -144,7 +154,8 @@ class PatternProperties:
 
     def matches(self, index: int, name: str) -> tuple[bool, bool]:
         """(our reading of pattern `index` matches `name`, Python's `re.search` does)."""
-        ours = re.fullmatch(self.key_regexes[index], encode_string(name)[1:-1]) is not None
+        regex = self.key_regexes[index]  # None: the pattern matches no string we can write
+        ours = regex is not None and re.fullmatch(regex, encode_string(name)[1:-1]) is not None
         return ours, self.python[index].search(name) is not None
 
     def schemas_for(self, name: str) -> list[tuple[object, str]]:
@@ -213,34 +224,42 @@ def _min_max_properties(s: dict, properties: list, additional: Node | None, poin
 # Presence constraints: (keyword, names involved, predicate on the set of present names).
 
 
+Presence = Callable[[frozenset[str]], bool]  # which property names may be present together
+
+
 def presence_constraints(
     s: dict, closed: bool, pointer: str
-) -> list[tuple[str, list[str], object]]:
-    constraints = []
+) -> list[tuple[str, list[str], Presence]]:
+    """(keyword, names it involves, predicate over the set of present names) per constraint."""
+    constraints: list[tuple[str, list[str], Presence]] = []
     for name, deps in s.get("dependentRequired", {}).items():
         if not isinstance(deps, list):
             raise GrammarError(keyword="dependentRequired", pointer=pointer, detail="malformed")
-        constraints.append(
-            (
-                "dependentRequired",
-                [name, *deps],
-                lambda p, n=name, d=frozenset(deps): n not in p or d <= p,
-            )
-        )
+        rule = partial(_dependent_present, name=name, deps=frozenset(deps))
+        constraints.append(("dependentRequired", [name, *deps], rule))
     for keyword, names in s.get("_not_all", []):
-        constraints.append((keyword, list(names), lambda p, ns=frozenset(names): not ns <= p))
+        constraints.append(
+            (keyword, list(names), partial(_not_all_present, names=frozenset(names)))
+        )
     if closed and ("minProperties" in s or "maxProperties" in s):
         low = non_negative_int(s, "minProperties", pointer, 0)
         high = non_negative_int(s, "maxProperties", pointer, None)
-        names = list(s.get("properties", {}))
-        constraints.append(
-            (
-                "minProperties" if "minProperties" in s else "maxProperties",
-                names,
-                lambda p, lo=low, hi=high: lo <= len(p) and (hi is None or len(p) <= hi),
-            )
-        )
+        keyword = "minProperties" if "minProperties" in s else "maxProperties"
+        rule = partial(_count_present, low=low, high=high)
+        constraints.append((keyword, list(s.get("properties", {})), rule))
     return constraints
+
+
+def _dependent_present(present: frozenset[str], name: str, deps: frozenset[str]) -> bool:
+    return name not in present or deps <= present
+
+
+def _not_all_present(present: frozenset[str], names: frozenset[str]) -> bool:
+    return not names <= present
+
+
+def _count_present(present: frozenset[str], low: int, high: int | None) -> bool:
+    return low <= len(present) and (high is None or len(present) <= high)
 
 
 def enumerate_presence(obj: Object, constraints: list, pointer: str) -> Node:
@@ -266,7 +285,7 @@ def enumerate_presence(obj: Object, constraints: list, pointer: str) -> Node:
         raise GrammarError(
             keyword=constraints[0][0], pointer=pointer, detail="too many property combinations"
         )
-    options = [_variant(obj, set(free), present) for present in variants]
+    options: list[Node] = [_variant(obj, set(free), present) for present in variants]
     return Union(options) if len(options) > 1 else options[0] if options else Never()
 
 

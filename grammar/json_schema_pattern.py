@@ -37,17 +37,17 @@ class Chars:
 
 @dataclass(frozen=True)
 class Seq:
-    items: tuple
+    items: tuple[PatternNode, ...]
 
 
 @dataclass(frozen=True)
 class Alt:
-    options: tuple
+    options: tuple[PatternNode, ...]
 
 
 @dataclass(frozen=True)
 class Repeat:
-    item: object
+    item: PatternNode
     min_count: int
     max_count: int | None
 
@@ -55,6 +55,9 @@ class Repeat:
 @dataclass(frozen=True)
 class Anchor:
     kind: str  # "^" or "$"
+
+
+PatternNode = Chars | Seq | Alt | Repeat | Anchor  # a parsed ECMA pattern
 
 
 LINE_TERMINATORS = CharSet.of("\n\r\u2028\u2029")
@@ -119,26 +122,26 @@ class _Parser:
         self.pos += 1
         return c
 
-    def parse(self) -> object:
+    def parse(self) -> PatternNode:
         node = self.alternation()
         if self.pos != len(self.source):
             raise self.error("unbalanced ')'")
         return node
 
-    def alternation(self) -> object:
+    def alternation(self) -> PatternNode:
         options = [self.sequence()]
         while self.peek() == "|":
             self.pos += 1
             options.append(self.sequence())
         return options[0] if len(options) == 1 else Alt(tuple(options))
 
-    def sequence(self) -> object:
+    def sequence(self) -> PatternNode:
         items = []
         while self.peek() not in (None, "|", ")"):
             items.append(self.quantified(self.atom()))
         return items[0] if len(items) == 1 else Seq(tuple(items))
 
-    def atom(self) -> object:
+    def atom(self) -> PatternNode:
         c = self.take()
         if c in "^$":
             return Anchor(c)
@@ -156,7 +159,7 @@ class _Parser:
             raise self.error("nothing to repeat before '{'")
         return Chars(CharSet.of(c))
 
-    def group(self) -> object:
+    def group(self) -> PatternNode:
         if self.source.startswith("?:", self.pos):
             self.pos += 2
         elif self.source.startswith("?<", self.pos) and self.source[
@@ -174,14 +177,15 @@ class _Parser:
         self.pos += 1
         return node
 
-    def quantified(self, node: object) -> object:
+    def quantified(self, node: PatternNode) -> PatternNode:
         while True:
             c = self.peek()
             if c in ("*", "+", "?"):
                 self.pos += 1
                 bounds = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
-            elif c == "{" and self.quantifier_bounds(peek_only=True) is not None:
-                bounds = self.quantifier_bounds(peek_only=False)
+            elif c == "{" and (peeked := self.quantifier_bounds(peek_only=True)) is not None:
+                self.quantifier_bounds(peek_only=False)  # consumes what the peek read
+                bounds = peeked
             else:
                 return node
             if isinstance(node, Anchor):
@@ -205,7 +209,7 @@ class _Parser:
             self.pos = end + 1
         return bounds
 
-    def escape(self) -> object:
+    def escape(self) -> PatternNode:
         c = self.take()
         shorthand = _class_escape(c)
         if shorthand is not None:
@@ -291,11 +295,11 @@ def _as_set(atom: str | CharSet) -> CharSet:
     return atom if isinstance(atom, CharSet) else CharSet.of(atom)
 
 
-def parse_pattern(source: str) -> object:
+def parse_pattern(source: str) -> PatternNode:
     return _Parser(source).parse()
 
 
-def lengths(node: object) -> tuple[int, int | None]:
+def lengths(node: PatternNode) -> tuple[int, int | None]:
     """Minimum and maximum length (None: unbounded) of the strings `node` matches."""
     if isinstance(node, Chars):
         return 1, 1
@@ -303,18 +307,20 @@ def lengths(node: object) -> tuple[int, int | None]:
         return 0, 0
     if isinstance(node, Seq):
         spans = [lengths(i) for i in node.items]
-        high = None if any(h is None for _, h in spans) else sum(h for _, h in spans)
+        highs = [h for _, h in spans if h is not None]
+        high = sum(highs) if len(highs) == len(spans) else None
         return sum(lo for lo, _ in spans), high
     if isinstance(node, Alt):
         spans = [lengths(o) for o in node.options]
-        high = None if any(h is None for _, h in spans) else max(h for _, h in spans)
+        highs = [h for _, h in spans if h is not None]
+        high = max(highs) if len(highs) == len(spans) else None
         return min(lo for lo, _ in spans), high
     lo, hi = lengths(node.item)
     high = None if node.max_count is None or hi is None else hi * node.max_count
     return lo * node.min_count, (0 if hi == 0 else high)
 
 
-def to_regex(node: object) -> str | None:
+def to_regex(node: PatternNode) -> str | None:
     """Regex over JSON string contents for an anchor-free AST."""
     if isinstance(node, Chars):
         return json_char_regex(node.chars)
@@ -327,7 +333,7 @@ def to_regex(node: object) -> str | None:
     raise PatternError("anchor inside the pattern")
 
 
-def search_branches(node: object) -> list[tuple[bool, object, bool]]:
+def search_branches(node: PatternNode) -> list[tuple[bool, PatternNode, bool]]:
     """The pattern as a union of (anchored at start, anchor-free body, anchored at end)."""
     if isinstance(node, Alt):
         return [b for o in node.options for b in search_branches(o)]
@@ -346,7 +352,7 @@ def search_branches(node: object) -> list[tuple[bool, object, bool]]:
     return [(start, Seq(tuple(items)), end)]
 
 
-def _has_anchor(node: object) -> bool:
+def _has_anchor(node: PatternNode) -> bool:
     if isinstance(node, Anchor):
         return True
     if isinstance(node, Seq):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from urllib.parse import unquote, urldefrag, urljoin
 
 from .errors import GrammarError
+from .json_schema_values import JSON, json_equal
 
 # Keywords whose value is a schema / list of schemas / map of schemas (for $id discovery).
 SCHEMA_VALUED = frozenset(
@@ -143,7 +144,9 @@ def normalize(schema: dict, draft: int) -> dict:
         s["_nots"] = [*s.get("_nots", []), s.pop("not")]
     if "const" in s:
         s["enum"] = (
-            [s.pop("const")] if "enum" not in s else [v for v in s["enum"] if _equal(v, s["const"])]
+            [s.pop("const")]
+            if "enum" not in s
+            else [v for v in s["enum"] if json_equal(v, s["const"])]
         )
         s.pop("const", None)
     return s
@@ -234,13 +237,7 @@ class Resolver:
         )
 
 
-def _equal(a: object, b: object) -> bool:
-    from .json_schema_values import json_equal
-
-    return json_equal(a, b)
-
-
-def pair(a: object, b: object) -> object:
+def pair(a: JSON, b: JSON) -> JSON:
     """The schema for "valid under a and under b", without merging yet."""
     if a is True or a == {}:
         return b
@@ -273,11 +270,11 @@ def merge(a: dict, b: dict, pointer: str) -> dict:
     return out
 
 
-def _merge_keyword(key: str, x: object, y: object, pointer: str) -> object:
+def _merge_keyword(key: str, x: JSON, y: JSON, pointer: str) -> JSON:
     if key == "type":
         return _intersect_types(x, y)
     if key == "enum":
-        return [v for v in x if any(_equal(v, w) for w in y)]
+        return [v for v in x if any(json_equal(v, w) for w in y)]
     if key == "required":
         return list(dict.fromkeys([*x, *y]))
     if key in _MAXIMA:
@@ -293,12 +290,12 @@ def _merge_keyword(key: str, x: object, y: object, pointer: str) -> object:
         for name, names in y.items():
             merged[name] = list(dict.fromkeys([*merged.get(name, []), *names]))
         return merged
-    if _equal(x, y):
+    if json_equal(x, y):
         return x
     raise GrammarError(keyword=key, pointer=pointer, detail="allOf with two different values")
 
 
-def _intersect_types(x: object, y: object) -> list[str]:
+def _intersect_types(x: JSON, y: JSON) -> list[str]:
     xs = {x} if isinstance(x, str) else set(x)
     ys = {y} if isinstance(y, str) else set(y)
     both = xs & ys
@@ -315,13 +312,13 @@ def _merge_group(out: dict, a: dict, b: dict, keys: tuple, merger, pointer: str)
         out.update({k: b[k] for k in keys if k in b})
 
 
-def _merge_objects(a: dict, b: dict, pointer: str) -> dict:
+def _merge_objects(a: dict, b: dict, pointer: str) -> dict[str, JSON]:
     if a.get("patternProperties") or b.get("patternProperties"):
         raise GrammarError(keyword="patternProperties", pointer=pointer, detail="inside allOf")
     props_a, props_b = a.get("properties", {}), b.get("properties", {})
     extra_a, extra_b = a.get("additionalProperties", True), b.get("additionalProperties", True)
     names = list(dict.fromkeys([*props_a, *props_b]))
-    merged = {
+    merged: dict[str, JSON] = {
         "properties": {n: pair(props_a.get(n, extra_a), props_b.get(n, extra_b)) for n in names}
     }
     if "additionalProperties" in a or "additionalProperties" in b:

@@ -55,6 +55,13 @@ def json_char_regex(chars: CharSet) -> str | None:
     return _json_char_regex(tuple(chars.ranges))
 
 
+def any_json_char_regex() -> str:
+    """Any one character, JSON-encoded canonically."""
+    regex = json_char_regex(CharSet.universe())
+    assert regex is not None  # the universe is not empty
+    return regex
+
+
 @functools.lru_cache(maxsize=4096)
 def _json_char_regex(ranges: tuple[tuple[int, int], ...]) -> str | None:
     chars = CharSet(ranges)
@@ -104,7 +111,7 @@ def _string_not_in_regex(excluded: tuple[str, ...]) -> str:
 
 def _not_in(node: dict) -> str | None:
     children = [c for c in node if c is not None]
-    any_char = json_char_regex(CharSet.universe())
+    any_char = any_json_char_regex()
     leave = json_char_regex(CharSet.universe() - CharSet.of("".join(children)))
     options: list[str | None] = []
     if None not in node:

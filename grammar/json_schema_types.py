@@ -159,6 +159,7 @@ class TypeLowering:
         if bound is None:
             return None
         raw = bound.raw
+        assert raw is not None  # bounds read from a schema keep the number as written
         if abs(bound.value) >= _FLOAT_EXACT_LIMIT:
             if bound.strict or isinstance(raw, int):
                 keyword = "exclusiveMaximum" if upper else "exclusiveMinimum"

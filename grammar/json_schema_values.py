@@ -7,8 +7,12 @@ compact, objects in their own key order, strings as `encode_string`, numbers as
 
 from __future__ import annotations
 
+from typing import Any
+
 from .json_schema_numbers import canonical_number
 from .json_schema_strings import encode_string
+
+JSON = Any  # a JSON value as json.loads gives it; code narrows it by json_type / isinstance
 
 
 def json_type(value: object) -> str:
@@ -50,7 +54,7 @@ def write_generic(value: object) -> str:
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 
-def json_equal(a: object, b: object, *, strict_numbers: bool = False) -> bool:
+def json_equal(a: JSON, b: JSON, *, strict_numbers: bool = False) -> bool:
     """JSON Schema equality: 1 == 1.0 (unless `strict_numbers`: an int is never equal to a
     float, as draft-04 types tell them apart), true != 1; objects ignore key order."""
     ta, tb = json_type(a), json_type(b)

@@ -181,18 +181,17 @@ class GrammarMatcher:
         """
         mask = self.current_mask()
         view = self._numpy_view(bitmask)
-        target = view[row] if view is not None else bitmask[row]
         words = mask.shape[0]
-        if target.shape[0] < words:
+        if bitmask.shape[-1] < words:
             raise ValueError(
-                f"fill_bitmask: rows have {target.shape[0]} words, the vocabulary needs {words}"
+                f"fill_bitmask: rows have {bitmask.shape[-1]} words, the vocabulary needs {words}"
             )
         if view is None:
-            target[:words].copy_(torch.from_numpy(mask))
-            target[words:].zero_()
+            bitmask[row, :words].copy_(torch.from_numpy(mask))
+            bitmask[row, words:].zero_()
         else:
-            target[:words] = mask
-            target[words:] = 0
+            view[row, :words] = mask
+            view[row, words:] = 0
 
     def current_mask(self) -> np.ndarray:
         """The packed row of the current state (int32 [words], shared: do not modify)."""

@@ -273,8 +273,9 @@ class _Parser:
         if ch.lower() in _SHORTHANDS:
             ranges = _SHORTHANDS[ch.lower()]
             return complement(ranges) if ch.isupper() else ranges
+        following = self._peek()
         if ch in _CONTROL_ESCAPES and not (
-            ch == "0" and self._peek() is not None and self._peek().isdigit()
+            ch == "0" and following is not None and following.isdigit()
         ):
             return [(ord(_CONTROL_ESCAPES[ch]),) * 2]
         if ch in _HEX_ESCAPES:

@@ -93,7 +93,9 @@ class SafeRuns:
         character (as a character class covering U+0080..U+10FFFF builds them)."""
         if self._non_ascii is None:
             found = [self.store.find_seq(masks) for masks in _NON_ASCII]
-            self._non_ascii = frozenset(found) if None not in found else frozenset()
+            self._non_ascii = (
+                frozenset(f for f in found if f is not None) if None not in found else frozenset()
+            )
         store = self.store
         members = store.args[r] if store.kinds[r] == K_ALT else (r,)
         return bool(self._non_ascii) and self._non_ascii.issubset(members)

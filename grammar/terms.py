@@ -106,7 +106,7 @@ class TermStore:
     def find_seq(self, masks: list[int]) -> int | None:
         """The existing term of the concatenation of byte sets ``masks``, or None if the store
         has none (never creates terms)."""
-        term = EPS
+        term: int | None = EPS
         for mask in reversed(masks):
             head = self._ids.get((K_SET, mask))
             if head is None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict, deque
+from typing import cast
 
 import numpy as np
 
@@ -101,7 +102,8 @@ class MaskIndex:
         store = dfa.store
         limit = min(max_rows or self.max_masks, self.max_masks)
         bound = 2 * store.clip_bound
-        likely, later = deque([dfa.start]), deque()
+        likely: deque[int] = deque([dfa.start])
+        later: deque[int] = deque()
         seen, built = {dfa.mask_key(dfa.start)}, 0
         with dfa.lock:
             while (likely or later) and built < limit and time.monotonic() < deadline:
@@ -196,8 +198,8 @@ class MaskIndex:
                     pairs.append((key, after))
                     total += starts[key + 1] - starts[key]
         if not walk and total <= _SCALAR_MAX:
-            ok, final = self._walk_pairs(pairs)
-            return ok, None, successors | final
+            few, final = self._walk_pairs(pairs)
+            return few, None, successors | final
         keys = np.array([key for key, _ in pairs], dtype=np.int64)
         ids = np.concatenate([table.pair_ids(keys), *walk])
         ok, final = self._walk_ids(state, ids)
@@ -216,7 +218,7 @@ class MaskIndex:
         dfa, table = self.dfa, self.table
         ok: list[int] = []
         successors: set[int] = set()
-        token_bytes, class_list, terms = self.vocab.token_bytes, dfa.class_list, dfa.state_terms
+        token_bytes, class_list, terms = self._plain_bytes(), dfa.class_list, dfa.state_terms
         first_bytes, next_state, walk = dfa.store.first_bytes, dfa.next_state, dfa.walk
         for key, after in pairs:
             second = key % 257
@@ -244,21 +246,27 @@ class MaskIndex:
     def _walk_ids(self, state: int, ids: np.ndarray) -> tuple[np.ndarray, set[int]]:
         """(accepted ids, their final states) of ``ids`` walked from ``state``."""
         if ids.size <= _SCALAR_MAX:
-            ok, successors = [], set()
-            token_bytes = self.vocab.token_bytes
+            ok: list[int] = []
+            successors: set[int] = set()
+            token_bytes = self._plain_bytes()
             for token in ids.tolist():
                 end = self.dfa.walk(state, token_bytes[token])
                 if end != DEAD:
                     ok.append(token)
                     successors.add(end)
             return np.array(ok, dtype=np.int64), successors
-        ok, final = self._walk_vector(state, self.table.longest_first(ids))
-        return ok, set(np.unique(final).tolist())
+        accepted, final = self._walk_vector(state, self.table.longest_first(ids))
+        return accepted, set(np.unique(final).tolist())
+
+    def _plain_bytes(self) -> tuple[bytes, ...]:
+        """The vocabulary's token bytes as walks see them: the ids walked never include a
+        special token (the only ones without bytes; masks never walk them)."""
+        return cast("tuple[bytes, ...]", self.vocab.token_bytes)
 
     def _sample_successors(self, state: int, run_bytes: int) -> list[int]:
         """States after a couple of one-byte tokens of a safe run: hints for ``precompute``
         (the other safe tokens mostly lead to the same states)."""
-        token_bytes = self.vocab.token_bytes
+        token_bytes = self._plain_bytes()
         return [self.dfa.walk(state, token_bytes[i]) for i in self.table.one_byte_tokens(run_bytes)]
 
     def _walk_vector(self, state: int, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -276,7 +284,7 @@ class MaskIndex:
             if active == 0:
                 break
             if active <= _SCALAR_TAIL:
-                token_bytes = self.vocab.token_bytes
+                token_bytes = self._plain_bytes()
                 rest = zip(states[:active].tolist(), ids[:active].tolist())
                 states[:active] = [dfa.walk(s, token_bytes[i][k:]) for s, i in rest]
                 keep = states != DEAD

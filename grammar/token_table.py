@@ -10,12 +10,14 @@ from __future__ import annotations
 import codecs
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from .safe_runs import UTF8
 from .vocabulary import Vocabulary
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,9 @@ class TokenTable:
     vocab_size: int
     num_words: int
     eos_token_ids: tuple[int, ...]
-    token_bytes: list = field(repr=False, compare=False, default_factory=list)  # bytes or None
+    token_bytes: tuple[bytes | None, ...] = field(
+        repr=False, compare=False, default=()
+    )  # None: special
     _memo: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
     _pair_lists: dict[int, list[int]] = field(default_factory=dict, repr=False, compare=False)
     _pair_thirds: dict[int, list] = field(default_factory=dict, repr=False, compare=False)
@@ -258,7 +262,7 @@ class TokenTable:
             cached = self._remember(key, picks)
         return cached
 
-    def _remember(self, key: tuple, value: object) -> object:
+    def _remember(self, key: tuple, value: _T) -> _T:
         if len(self._memo) >= 256:  # entries are up to ~100 KB
             self._memo.pop(next(iter(self._memo)))
         self._memo[key] = value
