@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import jinja2.sandbox
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
+from .models.gguf_file import gguf_metadata
 from .models.hub import resolve_model
 
 # GGUF token types (llama.cpp): 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
@@ -51,7 +53,7 @@ class Tokenizer:
         chat_template: str | None,
         bos_token: str | None,
         eos_token: str | None,
-        extra_eos_token_ids: list[int] = (),
+        extra_eos_token_ids: Sequence[int] = (),
         add_bos_token: bool = False,
     ) -> None:
         self.backend = backend
@@ -147,8 +149,6 @@ def load_tokenizer(model: str | Path | None = None) -> Tokenizer:
 
 def tokenizer_from_gguf(path: str | Path) -> Tokenizer:
     """Rebuild the tokenizer from ``tokenizer.ggml.*`` metadata (byte-level BPE or SentencePiece BPE)."""
-    from .models.gguf_file import gguf_metadata
-
     meta = gguf_metadata(path, "tokenizer.")
     kind = meta.get("tokenizer.ggml.model")
     tokens: list[str] = meta["tokenizer.ggml.tokens"]
@@ -216,7 +216,7 @@ def _byte_level_bpe(
 ) -> HFTokenizer:
     alphabet = set(_bytes_to_unicode().values())
     spell = _bytes_to_unicode()
-    vocab = {}
+    vocab: dict[str, int] = {}
     for index, tok in enumerate(tokens):
         key = tok if set(tok) <= alphabet else "".join(spell[b] for b in tok.encode("utf-8"))
         vocab.setdefault(key, index)
