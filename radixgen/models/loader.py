@@ -48,12 +48,22 @@ def load_model(path: str | Path, dtype: torch.dtype, device: torch.device) -> Ll
 def _assemble(
     config: ModelConfig, get: Getter, dtype: torch.dtype, device: torch.device
 ) -> ModelWeights:
-    def cast(t: torch.Tensor | None) -> torch.Tensor | None:
-        return None if t is None else t.to(device=device, dtype=dtype).contiguous()
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        return t.to(device=device, dtype=dtype).contiguous()
 
-    def cat(*names: str) -> torch.Tensor | None:
-        parts = [get(n) for n in names]
-        return None if any(p is None for p in parts) else cast(torch.cat(parts))
+    def need(*names: str) -> torch.Tensor:
+        """The named tensors, concatenated (ValueError naming the first one absent)."""
+        parts = []
+        for name in names:
+            tensor = get(name)
+            if tensor is None:
+                raise ValueError(f"model: the checkpoint has no tensor {name!r}")
+            parts.append(tensor)
+        return cast(parts[0] if len(parts) == 1 else torch.cat(parts))
+
+    def maybe(*names: str) -> torch.Tensor | None:
+        """Like ``need``, or None when any is absent (optional biases and norms)."""
+        return need(*names) if all(get(n) is not None for n in names) else None
 
     layers = []
     for i in tqdm(range(config.num_layers), desc="loading layers", unit="layer", leave=False):
@@ -61,26 +71,26 @@ def _assemble(
         attn = p + "self_attn."
         layers.append(
             LayerWeights(
-                input_norm=cast(get(p + "input_layernorm.weight")),
+                input_norm=need(p + "input_layernorm.weight"),
                 qkv=PackedLinear(
-                    cat(attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"),
-                    cat(attn + "q_proj.bias", attn + "k_proj.bias", attn + "v_proj.bias"),
+                    need(attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"),
+                    maybe(attn + "q_proj.bias", attn + "k_proj.bias", attn + "v_proj.bias"),
                 ),
-                q_norm=cast(get(attn + "q_norm.weight")) if config.qk_norm else None,
-                k_norm=cast(get(attn + "k_norm.weight")) if config.qk_norm else None,
-                o_proj=PackedLinear(cast(get(attn + "o_proj.weight"))),
-                post_norm=cast(get(p + "post_attention_layernorm.weight")),
-                gate_up=PackedLinear(cat(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),
-                down=PackedLinear(cast(get(p + "mlp.down_proj.weight"))),
+                q_norm=need(attn + "q_norm.weight") if config.qk_norm else None,
+                k_norm=need(attn + "k_norm.weight") if config.qk_norm else None,
+                o_proj=PackedLinear(need(attn + "o_proj.weight")),
+                post_norm=need(p + "post_attention_layernorm.weight"),
+                gate_up=PackedLinear(need(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),
+                down=PackedLinear(need(p + "mlp.down_proj.weight")),
             )
         )
-    embed = cast(get("model.embed_tokens.weight"))
-    lm_head = None if config.tie_word_embeddings else cast(get("lm_head.weight"))
+    embed = need("model.embed_tokens.weight")
+    lm_head = None if config.tie_word_embeddings else maybe("lm_head.weight")
     return ModelWeights(
         embed=embed,
         layers=layers,
-        norm=cast(get("model.norm.weight")),
-        lm_head=embed if lm_head is None else lm_head,
+        norm=need("model.norm.weight"),
+        lm_head=embed if lm_head is None else lm_head,  # no head tensor: tied to the embedding
     )
 
 
