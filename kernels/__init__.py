@@ -14,7 +14,6 @@ from .bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, bitmas
 from .kv_store import store_kv
 from .norm import rms_norm
 from .rotary import apply_rotary, build_cos_sin_cache
-from .sampling import top_k_top_p_sample
 
 __all__ = [
     "allocate_token_bitmask",
@@ -27,5 +26,4 @@ __all__ = [
     "rms_norm",
     "silu_mul",
     "store_kv",
-    "top_k_top_p_sample",
 ]
