@@ -55,7 +55,8 @@ class lazy_jit:  # noqa: N801 - used as a decorator, named like triton.jit
 
     def __init__(self, fn: Callable[..., None]) -> None:
         self.fn = fn
-        functools.update_wrapper(self, fn)
+        # The stub wants a callable wrapper; this one is indexed (kernel[grid]), as triton.jit's.
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
         self._jitted: dict[bool, Any] = {}
 
     def __getitem__(self, grid: Any) -> Any:
