@@ -1,31 +1,67 @@
 """Kernels: Triton for the GPU path, small C kernels for the CPU path, each with a plain-torch
-reference.
+reference, one module per op.
 
-Every public function takes ``backend="auto" | "triton" | "torch"``: ``auto`` launches Triton
-when the tensors are on CUDA; on a float32 CPU batch it runs the compiled C kernel where one
-exists and built (``native.py``), else the reference; ``torch`` always runs the reference (see
-``_dispatch``). Triton is imported lazily and the C kernels are built on first use, so this
-package imports without either.
+    norm.py, rotary.py, activation.py   reference + Triton (norm, rotary) + C binding + dispatch
+    kv_store.py, bitmask.py             reference + Triton + dispatch
+    attention/                          decode (reference, Triton, C + shared-prefix cascade,
+                                        slot runs; plan_decode decides) and extend attention
+    linear.py                           PackedLinear (oneDNN-prepacked weights on CPU)
+    layer_ops.py                        LayerOps for the model: native (C, unchecked) or per-op
+    _cbuild.py                          build, cache and load csrc/ (ctypes)
+    _dispatch.py, _triton.py            backend choice; lazy Triton
+
+Every public op takes ``backend="auto" | "triton" | "torch"``: ``auto`` launches Triton when the
+tensors are on CUDA; on a float32 CPU batch it runs the compiled C kernel where one exists and
+built, else the reference; ``torch`` always runs the reference (see ``_dispatch``). Triton is
+imported lazily and the C kernels are built on first use, so this package imports without
+either. The runtime imports only the names below.
 """
 
 from .activation import silu_mul
-from .attention import decode_attention, extend_attention
+from .attention import (
+    CpuDecodePlan,
+    DecodePath,
+    DecodePlan,
+    DecodeRuns,
+    decode_attention,
+    extend_attention,
+    plan_decode,
+)
 from .bitmask import allocate_token_bitmask, apply_token_bitmask_inplace, bitmask_to_bool
 from .kv_store import store_kv
+from .layer_ops import (
+    HeadShape,
+    LayerOps,
+    NativeLayerOps,
+    PerOpLayerOps,
+    choose_layer_ops,
+    native_layer_ops,
+)
+from .linear import PackedLinear
 from .norm import rms_norm
 from .rotary import apply_rotary, build_cos_sin_cache
-from .sampling import top_k_top_p_sample
 
 __all__ = [
+    "CpuDecodePlan",
+    "DecodePath",
+    "DecodePlan",
+    "DecodeRuns",
+    "HeadShape",
+    "LayerOps",
+    "NativeLayerOps",
+    "PackedLinear",
+    "PerOpLayerOps",
     "allocate_token_bitmask",
     "apply_rotary",
     "apply_token_bitmask_inplace",
     "bitmask_to_bool",
     "build_cos_sin_cache",
+    "choose_layer_ops",
     "decode_attention",
     "extend_attention",
+    "native_layer_ops",
+    "plan_decode",
     "rms_norm",
     "silu_mul",
     "store_kv",
-    "top_k_top_p_sample",
 ]

@@ -19,6 +19,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 
 def triton_available() -> bool:
     """True when ``import triton`` works."""
@@ -45,8 +47,6 @@ def dot_upcast(dtype: Any) -> bool:
     Triton's interpreter (3.9) multiplies the raw uint16 bit patterns of bfloat16 operands
     (triton-lang/triton#11584), so kernels upcast there; compiled kernels keep bf16 operands.
     """
-    import torch
-
     return interpreting() and dtype == torch.bfloat16
 
 
@@ -55,7 +55,8 @@ class lazy_jit:  # noqa: N801 - used as a decorator, named like triton.jit
 
     def __init__(self, fn: Callable[..., None]) -> None:
         self.fn = fn
-        functools.update_wrapper(self, fn)
+        # The stub wants a callable wrapper; this one is indexed (kernel[grid]), as triton.jit's.
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
         self._jitted: dict[bool, Any] = {}
 
     def __getitem__(self, grid: Any) -> Any:

@@ -35,6 +35,7 @@ class PackedLinear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
+            assert self.weight is not None  # kept whenever packing failed
             return F.linear(x, self.weight, self.bias)
         if x.shape[0] == 0:
             return x.new_empty(0, self.out_features)

@@ -4,15 +4,22 @@ Semantics (both backends), per row of ``H`` features, math in float32::
 
     h   = (x + residual) rounded to x.dtype        (only when a residual is given)
     out = h * rsqrt(mean(h^2) + eps) * weight      rounded to x.dtype
+
+Three implementations: the torch reference, a Triton kernel (GPU) and a C kernel
+(``csrc/layer_ops.c``, float32 CPU rows in one pass, where torch spends most of a decode-sized
+call on dispatch). :func:`rms_norm` picks one.
 """
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
+from . import _cbuild
+from ._cbuild import F32, I64, PTR
 from ._dispatch import use_native, use_triton
 from ._triton import lazy_jit, next_power_of_2
-from .native import native_rms_norm
 
 try:
     import triton.language as tl
@@ -101,6 +108,92 @@ def rms_norm_triton(
     return out if h is None else (out, h.view(x.shape))
 
 
+# ---------------------------------------------------------------------------------------------
+# C: csrc/layer_ops.c, add_rms_norm_f32 (float32 CPU rows with unit last stride).
+# ---------------------------------------------------------------------------------------------
+
+_C_SIGNATURES = {"add_rms_norm_f32": (None, [PTR, I64, PTR, I64, PTR, PTR, PTR, I64, I64, F32])}
+
+
+def add_rms_norm_c(
+    lib: ctypes.CDLL,
+    x: torch.Tensor,  # [N, H] float32 CPU, unit last stride
+    weight: torch.Tensor,  # [H] contiguous
+    eps: float,
+    residual: torch.Tensor | None = None,  # [N, H], unit last stride
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The C kernel, unchecked, for inputs the caller vouches for: ``(out, h)`` as
+    :func:`rms_norm_ref` computes them, ``h`` being ``x`` itself without a residual."""
+    rows, hidden = x.shape
+    out = torch.empty(rows, hidden)
+    h = None if residual is None else torch.empty(rows, hidden)
+    lib.add_rms_norm_f32(
+        x.data_ptr(),
+        x.stride(0),
+        None if residual is None else residual.data_ptr(),
+        0 if residual is None else residual.stride(0),
+        weight.data_ptr(),
+        out.data_ptr(),
+        None if h is None else h.data_ptr(),
+        rows,
+        hidden,
+        float(eps),
+    )
+    return out, (x if h is None else h)
+
+
+def _probe_c(lib: ctypes.CDLL) -> bool:
+    """The C kernel must match the reference at decode and prefill sizes, with and without residual."""
+    g = torch.Generator().manual_seed(0)
+    for rows in (3, 100):
+        x, r = torch.randn(rows, 40, generator=g), torch.randn(rows, 40, generator=g)
+        w = torch.randn(40, generator=g)
+        want_out, want_h = rms_norm_ref(x, w, 1e-5, r)
+        out, h = add_rms_norm_c(lib, x, w, 1e-5, r)
+        alone, _ = add_rms_norm_c(lib, x, w, 1e-5)
+        if not (
+            torch.allclose(out, want_out, rtol=1e-5, atol=1e-5)
+            and torch.equal(h, want_h)
+            and torch.allclose(
+                alone, torch.nn.functional.rms_norm(x, (40,), w, 1e-5), rtol=1e-5, atol=1e-5
+            )
+        ):
+            return False
+    return True
+
+
+def rms_norm_c_library() -> ctypes.CDLL | None:
+    """The C library with ``add_rms_norm_f32`` declared and probed; ``None`` when unavailable."""
+    return _cbuild.bind("rms_norm", _C_SIGNATURES, _probe_c)
+
+
+def native_rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
+    """``rms_norm_ref`` for 2-D float32 CPU rows (unit last stride); ``None`` when the C kernel
+    is unavailable or declines these tensors."""
+    tensors = (x, weight) if residual is None else (x, weight, residual)
+    if not all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors):
+        return None
+    lib = rms_norm_c_library()
+    if (
+        lib is None
+        or x.dim() != 2
+        or weight.shape != (x.shape[1],)
+        or not weight.is_contiguous()
+        or any(t.stride(-1) != 1 for t in tensors)
+        or (residual is not None and residual.shape != x.shape)
+    ):
+        return None
+    out, h = add_rms_norm_c(lib, x, weight, eps, residual)
+    return out if residual is None else (out, h)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch.
+# ---------------------------------------------------------------------------------------------
+
+
 def rms_norm(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -112,12 +205,15 @@ def rms_norm(
 
     Without ``residual`` returns ``out``; with it returns ``(out, h)`` where ``h = x + residual``
     is the new residual stream and ``out = rms_norm(h)``. Never mutates its inputs.
+
+    Triton where :func:`use_triton` says so (CUDA tensors, or forced); a 2-D float32 CPU batch
+    under ``auto`` takes the C kernel when it built and passed its probe; else the reference.
     """
     _check(x, weight, residual)
     if use_triton(backend, x, weight):
         return rms_norm_triton(x, weight, eps, residual)
     if use_native(backend) and x.dim() == 2:
-        result = native_rms_norm(x, weight, eps, residual)  # float32 CPU: one C pass (native.py)
+        result = native_rms_norm(x, weight, eps, residual)  # float32 CPU: one C pass
         if result is not None:
             return result
     return rms_norm_ref(x, weight, eps, residual)

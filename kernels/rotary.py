@@ -1,14 +1,22 @@
-"""Rotary position embedding (rotate-half / NeoX layout, as Hugging Face Llama uses)."""
+"""Rotary position embedding (rotate-half / NeoX layout, as Hugging Face Llama uses).
+
+Three implementations: the torch reference, a Triton kernel (GPU) and C kernels
+(``csrc/layer_ops.c``: rotary on float32 CPU q/k in one pass, and ``rotary_store``, which also
+writes the rotated k and v of a fused qkv projection straight into their KV pool slots).
+:func:`apply_rotary` picks one; ``rotary_store_c`` serves the model's native layer path.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import math
 
 import torch
 
+from . import _cbuild
+from ._cbuild import I32, I64, PTR
 from ._dispatch import use_native, use_triton
 from ._triton import lazy_jit, next_power_of_2
-from .native import native_rotary
 
 try:
     import triton.language as tl
@@ -24,7 +32,8 @@ def build_cos_sin_cache(
         theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     )  # [D/2]
     positions = torch.arange(max_pos, dtype=torch.float64)
-    kind = (scaling or {}).get("rope_type")
+    scaling = scaling or {}
+    kind = scaling.get("rope_type")
     if kind == "linear":
         positions = positions / scaling["factor"]
     elif kind == "llama3":
@@ -151,6 +160,143 @@ def apply_rotary_triton(
     return q_out, k_out
 
 
+# ---------------------------------------------------------------------------------------------
+# C: csrc/layer_ops.c, rotary_f32 and rotary_store_f32 (float32 CPU, unit last stride).
+# ---------------------------------------------------------------------------------------------
+
+_C_SIGNATURES = {
+    "rotary_f32": (
+        I32,
+        [PTR, I64, I64, PTR, I64, I64, PTR, PTR, I64, PTR, PTR, I64, I32, I32, I64],
+    ),
+    "rotary_store_f32": (
+        I32,
+        [PTR, I64, PTR, PTR, I64, PTR, PTR, PTR, I64, PTR, I64, I32, I32, I64],
+    ),
+}
+
+
+def rotary_c(
+    lib: ctypes.CDLL,
+    q: torch.Tensor,  # [N, Hq, D] float32 CPU, unit last stride
+    k: torch.Tensor,  # [N, Hkv, D]
+    positions: torch.Tensor,  # [N] int
+    cos_sin_cache: torch.Tensor,  # [max_pos, D] contiguous
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The C kernel: :func:`apply_rotary_ref` out of place; positions are checked inside
+    (ValueError when one lies outside the cache)."""
+    tokens, num_q_heads, head_dim = q.shape
+    positions = positions.to(torch.int64).contiguous()
+    q_out, k_out = torch.empty(q.shape), torch.empty(k.shape)
+    bad = lib.rotary_f32(
+        q.data_ptr(),
+        q.stride(0),
+        q.stride(1),
+        k.data_ptr(),
+        k.stride(0),
+        k.stride(1),
+        positions.data_ptr(),
+        cos_sin_cache.data_ptr(),
+        cos_sin_cache.shape[0],
+        q_out.data_ptr(),
+        k_out.data_ptr(),
+        tokens,
+        num_q_heads,
+        k.shape[1],
+        head_dim,
+    )
+    if bad:
+        raise ValueError("apply_rotary: a position lies outside the cos/sin cache")
+    return q_out, k_out
+
+
+def rotary_store_c(
+    lib: ctypes.CDLL,
+    qkv: torch.Tensor,  # [N, (Hq + 2 Hkv) * D] float32 CPU, unit last stride
+    positions: torch.Tensor,  # [N] int64, contiguous
+    cos_sin_cache: torch.Tensor,  # [max_pos, D] contiguous
+    k_buffer: torch.Tensor,  # [S, Hkv, D] contiguous
+    v_buffer: torch.Tensor,  # [S, Hkv, D] contiguous
+    slots: torch.Tensor,  # [N] int64, contiguous
+    num_q_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+) -> torch.Tensor:  # [N, Hq, D]
+    """Rotary q out of the fused projection ``qkv``; rotary k and plain v written into their
+    pool slots (mutates the buffers). Positions and slots are checked before anything is
+    written (ValueError)."""
+    q_out = torch.empty(qkv.shape[0], num_q_heads, head_dim)
+    bad = lib.rotary_store_f32(
+        qkv.data_ptr(),
+        qkv.stride(0),
+        positions.data_ptr(),
+        cos_sin_cache.data_ptr(),
+        cos_sin_cache.shape[0],
+        slots.data_ptr(),
+        k_buffer.data_ptr(),
+        v_buffer.data_ptr(),
+        k_buffer.shape[0],
+        q_out.data_ptr(),
+        qkv.shape[0],
+        num_q_heads,
+        num_kv_heads,
+        head_dim,
+    )
+    if bad == 1:
+        raise ValueError("apply_rotary: a position lies outside the cos/sin cache")
+    if bad:
+        raise ValueError("store_kv: a slot lies outside the KV pool")
+    return q_out
+
+
+def _probe_c(lib: ctypes.CDLL) -> bool:
+    """Both C kernels must match the reference (rotary_store: and the pool writes) at decode
+    and prefill sizes."""
+    g = torch.Generator().manual_seed(0)
+    for rows in (3, 100):
+        q, k = torch.randn(rows, 6, 16, generator=g), torch.randn(rows, 2, 16, generator=g)
+        positions = torch.randint(0, 50, (rows,), generator=g)
+        cache = build_cos_sin_cache(16, 50, 10000.0)
+        got, want = rotary_c(lib, q, k, positions, cache), apply_rotary_ref(q, k, positions, cache)
+        if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(got, want)):
+            return False
+        qkv = torch.cat([q.flatten(1), k.flatten(1), torch.randn(rows, 2 * 16, generator=g)], dim=1)
+        k_buffer, v_buffer = torch.zeros(rows + 5, 2, 16), torch.zeros(rows + 5, 2, 16)
+        slots = torch.randperm(rows + 5, generator=g)[:rows]
+        q_out = rotary_store_c(lib, qkv, positions, cache, k_buffer, v_buffer, slots, 6, 2, 16)
+        if not (
+            torch.allclose(q_out, want[0], rtol=1e-5, atol=1e-5)
+            and torch.allclose(k_buffer[slots], want[1], rtol=1e-5, atol=1e-5)
+            and torch.equal(v_buffer[slots].flatten(1), qkv[:, -32:])
+        ):
+            return False
+    return True
+
+
+def rotary_c_library() -> ctypes.CDLL | None:
+    """The C library with the rotary kernels declared and probed; ``None`` when unavailable."""
+    return _cbuild.bind("rotary", _C_SIGNATURES, _probe_c)
+
+
+def native_rotary(
+    q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``apply_rotary_ref`` for float32 CPU ``q``/``k`` with unit last stride; ``None`` when the
+    C kernel is unavailable or declines these tensors."""
+    tensors = (q, k, cos_sin_cache)
+    if not all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors):
+        return None
+    lib = rotary_c_library()
+    if lib is None or q.stride(2) != 1 or k.stride(2) != 1 or not cos_sin_cache.is_contiguous():
+        return None
+    return rotary_c(lib, q, k, positions, cos_sin_cache)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dispatch.
+# ---------------------------------------------------------------------------------------------
+
+
 def apply_rotary(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -162,14 +308,15 @@ def apply_rotary(
 
     Returns new ``(q, k)`` in the inputs' dtypes; never mutates its inputs. ``cos_sin_cache``
     comes from :func:`build_cos_sin_cache` (rows must cover every position).
+
+    Triton where :func:`use_triton` says so (CUDA tensors, or forced); float32 CPU tensors under
+    ``auto`` take the C kernel when it built and passed its probe; else the reference.
     """
     _check(q, k, positions, cos_sin_cache)
     if use_triton(backend, q, k):
         return apply_rotary_triton(q, k, positions, cos_sin_cache)
     if use_native(backend):
-        result = native_rotary(
-            q, k, positions, cos_sin_cache
-        )  # float32 CPU: one C pass (native.py)
+        result = native_rotary(q, k, positions, cos_sin_cache)  # float32 CPU: one C pass
         if result is not None:
             return result
     return apply_rotary_ref(q, k, positions, cos_sin_cache)

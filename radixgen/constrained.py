@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .grammar.errors import GrammarError
-from .kernels.bitmask import allocate_token_bitmask
+from .kernels import allocate_token_bitmask
 from .request import Req
 from .sampling_params import SamplingParams
 from .tokenizer import Tokenizer

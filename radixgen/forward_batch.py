@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .kernels.attention import CpuDecodePlan, DecodeRuns
+from .kernels import DecodePlan
 from .mem_cache.memory_pool import KVPool
 
 
@@ -34,10 +34,9 @@ class ForwardBatch:
     kv_pool: KVPool
     req_to_token: torch.Tensor  # [R, max_context] int32
     attention_backend: str = "auto"
-    decode_runs: DecodeRuns | None = None  # the decode rows' keys as pool runs (CPU torch path)
-    decode_plan: CpuDecodePlan | None = (
-        None  # decode rows and the prefixes they share (CPU compiled kernel)
-    )
+    # How the decode rows' attention runs, decided once for the step (``kernels.plan_decode``);
+    # None: each layer's ``decode_attention`` decides.
+    decode_plan: DecodePlan | None = None
 
     @property
     def num_tokens(self) -> int:

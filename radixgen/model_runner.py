@@ -5,9 +5,7 @@ from __future__ import annotations
 import torch
 
 from .forward_batch import ForwardBatch
-from .kernels._dispatch import use_native, use_triton
-from .kernels.attention import plan_cpu_decode, plan_decode_runs
-from .kernels.native import native_decode_available
+from .kernels import DecodePlan, plan_decode
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool
 from .models.llama import LlamaModel
 from .request import Req
@@ -27,14 +25,6 @@ class ModelRunner:
         self.device = model.device
         self.attention_backend = attention_backend
 
-    def _native_decode(self, k_pool: torch.Tensor) -> bool:
-        """Whether decode attention runs the compiled CPU kernel (then no slot-run plan is needed)."""
-        return (
-            use_native(self.attention_backend)
-            and k_pool.dtype == torch.float32
-            and native_decode_available()
-        )
-
     def forward(self, reqs: list[Req], sampling: list[bool]) -> torch.Tensor:
         """Run one step for ``reqs`` (decode rows, i.e. ``extend_len == 1``, first).
 
@@ -45,14 +35,19 @@ class ModelRunner:
         return self.model.forward(self.prepare(reqs, sampling))
 
     def prepare(self, reqs: list[Req], sampling: list[bool]) -> ForwardBatch:
-        input_ids, positions, logits_indices = [], [], []
-        rows, prefix_lens, extend_lens = [], [], []
+        input_ids: list[int] = []
+        positions: list[int] = []
+        logits_indices: list[int] = []
+        rows: list[int] = []
+        prefix_lens: list[int] = []
+        extend_lens: list[int] = []
         for req, wants_logits in zip(reqs, sampling):
             start, n = req.computed_len, req.extend_len
             input_ids.extend(req.token_ids(start, start + n))
             positions.extend(range(start, start + n))
             if wants_logits:
                 logits_indices.append(len(input_ids) - 1)
+            assert req.pool_row is not None, "a scheduled request holds a req_to_token row"
             rows.append(req.pool_row)
             prefix_lens.append(start)
             extend_lens.append(n)
@@ -67,19 +62,7 @@ class ModelRunner:
             [table[r, s : s + n] for r, s, n in zip(rows, prefix_lens, extend_lens)]
         ).long()
         seq_t = prefix_t + extend_t
-        runs = cpu_plan = None
-        k_pool = self.kv_pool.k_buffers[0]
-        if (
-            num_decode
-            and k_pool.device.type == "cpu"
-            and not use_triton(self.attention_backend, k_pool)
-        ):
-            if self._native_decode(k_pool):  # the compiled kernel (kernels/cpu_decode.py)
-                cpu_plan = plan_cpu_decode(table, rows_t[:num_decode], seq_t[:num_decode])
-            else:  # the torch path reads contiguous slot runs as pool views (kernels/run_attention.py)
-                runs = plan_decode_runs(
-                    table[rows_t[:num_decode], : int(seq_t[:num_decode].max())], seq_t[:num_decode]
-                )
+        decode_plan = self._plan_decode(table, rows_t[:num_decode], seq_t[:num_decode])
         dev = self.device
         return ForwardBatch(
             input_ids=torch.tensor(input_ids, dtype=torch.int64).to(dev, non_blocking=True),
@@ -94,6 +77,23 @@ class ModelRunner:
             kv_pool=self.kv_pool,
             req_to_token=table,
             attention_backend=self.attention_backend,
-            decode_runs=runs,
-            decode_plan=cpu_plan,
+            decode_plan=decode_plan,
+        )
+
+    def _plan_decode(
+        self, table: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor
+    ) -> DecodePlan | None:
+        """The step's decode attention plan, made once for every layer (``kernels.plan_decode``
+        decides the path); ``None`` without decode rows. ``rows``/``seq_lens`` on the CPU."""
+        if not rows.numel():
+            return None
+        pool = self.kv_pool
+        return plan_decode(
+            table,
+            rows,
+            seq_lens,
+            pool.k_buffers[0],
+            pool.v_buffers[0],
+            self.attention_backend,
+            q_dtype=self.model.dtype,
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .kernels.bitmask import apply_token_bitmask_inplace
+from .kernels import apply_token_bitmask_inplace
 from .request import Req, TokenLogprob
 
 

@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from ..config import ModelConfig
-from ..kernels.linear import PackedLinear
+from ..kernels import PackedLinear
 from .gguf_file import gguf_metadata, open_gguf
 from .llama import LayerWeights, LlamaModel, ModelWeights
 

@@ -192,13 +192,16 @@ def test_triton_with_an_empty_extend_request(device, triton_backend, assert_clos
 
 
 def test_cpu_runs_the_compiled_kernel_or_the_reference(monkeypatch):
-    from radixgen.kernels.native import native_decode_attention, native_decode_available
+    from radixgen.kernels.attention.decode_native import (
+        native_decode_attention,
+        native_decode_available,
+    )
 
     args = decode_inputs(4, 1, 64, torch.float32, torch.device("cpu"))
     assert torch.equal(decode_attention(*args, backend="torch"), att.decode_attention_ref(*args))
     if (
         native_decode_available()
-    ):  # ``auto`` prefers the compiled CPU kernel (tests/kernels/test_native_attention.py)
+    ):  # ``auto`` prefers the compiled CPU kernel (tests/kernels/test_decode_native.py)
         assert torch.equal(decode_attention(*args), native_decode_attention(*args))
     monkeypatch.setenv("RADIXGEN_NATIVE_KERNELS", "0")
     assert torch.equal(decode_attention(*args), att.decode_attention_ref(*args))

@@ -32,3 +32,32 @@ def test_engine_outputs_equal_with_triton_and_reference_kernels(tiny_model_folde
     reference = _run(tiny_model_folder, monkeypatch, "torch")
     triton = _run(tiny_model_folder, monkeypatch, "triton")
     assert triton == reference
+
+
+@pytest.mark.parametrize("backend,path", [("torch", "slot_runs"), ("", "native")])
+def test_the_runner_plans_each_decode_step_once(tiny_model_folder, monkeypatch, backend, path):
+    """The model runner makes one decode plan per step (``kernels.plan_decode``) and the model
+    one choice of layer ops per forward: slot runs and the per-op functions when the torch
+    references are forced; the C cascade and the native layer ops by default (where built)."""
+    from radixgen.kernels import DecodePath, NativeLayerOps, PerOpLayerOps
+    from radixgen.kernels.layer_ops import native_layer_ops
+
+    monkeypatch.setenv("RADIXGEN_KERNEL_BACKEND", backend)
+    if path == "native" and native_layer_ops() is None:
+        pytest.skip("the C kernels are not built on this machine")
+    engine = Engine(str(tiny_model_folder), max_total_tokens=512)
+    model, seen = engine.model_runner.model, []
+    forward = model.forward
+    model.forward = lambda batch: (
+        seen.append((batch.decode_plan, model.layer_ops(batch))) or (forward(batch))
+    )
+    try:
+        params = SamplingParams(max_new_tokens=3, temperature=0.0, ignore_eos=True)
+        engine.generate(["Hello there, how are you today?", "1 2 3"], params)
+    finally:
+        engine.shutdown()
+    plans = [plan for plan, _ in seen if plan is not None]
+    assert plans and all(plan.path is DecodePath(path) for plan in plans)
+    assert all((plan.runs if path == "slot_runs" else plan.cpu) is not None for plan in plans)
+    layer_ops = NativeLayerOps if path == "native" else PerOpLayerOps
+    assert all(isinstance(ops, layer_ops) for _, ops in seen)

@@ -16,7 +16,7 @@ from radixgen.kernels.attention import (
     decode_attention_runs,
     plan_decode_runs,
 )
-from radixgen.kernels.run_attention import MIN_PIECE_KEYS
+from radixgen.kernels.attention.runs import MIN_PIECE_KEYS
 
 HEADS = [(2, 2), (3, 1), (9, 3), (8, 1)]  # (Hq, Hkv)
 DTYPES = [torch.float32, torch.bfloat16]

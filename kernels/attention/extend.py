@@ -1,5 +1,8 @@
 """Extend attention over the token pool: new tokens attend to their cached prefix plus
-causally among themselves (see ``attention`` for the layout).
+causally among themselves (see the ``attention`` package for the layout).
+
+Two implementations: the torch reference (one SDPA call per request; the CPU path) and a
+Triton kernel (GPU). :func:`extend_attention` picks one.
 """
 
 from __future__ import annotations
@@ -7,7 +10,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ._attention_common import (
+from .._dispatch import use_triton
+from .._triton import dot_upcast, lazy_jit, next_power_of_2
+from ._common import (
     _LOG2E,
     _check_batch,
     _check_pool,
@@ -15,8 +20,6 @@ from ._attention_common import (
     _dot_precision,
     _gather,
 )
-from ._dispatch import use_triton
-from ._triton import dot_upcast, lazy_jit, next_power_of_2
 
 try:
     import triton.language as tl
@@ -73,7 +76,10 @@ def extend_attention(
     sm_scale: float,
     backend: str = "auto",
 ) -> torch.Tensor:
-    """Attention of packed new tokens over cached prefix + causal self (see module docstring)."""
+    """Attention of packed new tokens over cached prefix + causal self (see module docstring).
+
+    Triton where :func:`use_triton` says so (CUDA tensors, or forced); else the reference.
+    Does not mutate its inputs."""
     if use_triton(backend, q, k_buffer):
         return extend_attention_triton(
             q,
@@ -252,8 +258,3 @@ def extend_attention_triton(
         num_stages=2,
     )
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Launch checks shared by both kernels.
-# ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from ._triton import interpreting
+from .._triton import interpreting
 
 
 def _gather(

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ._attention_common import _gather
+from ._common import _gather
 
 # A run becomes its own attention call when it holds at least this many keys, counted over all
 # requests that share it; shorter ones join the gathered tail. One call costs about as much as

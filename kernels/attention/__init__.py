@@ -4,6 +4,12 @@
 Both read K/V only from the pool: the caller stores the new tokens' K/V first
 (``kernels.kv_store.store_kv``), then calls these.
 
+    decode.py          reference, the path decision (plan_decode / DecodePlan), decode_attention
+    decode_triton.py   the GPU kernel          decode_native.py   the C kernel's binding
+    cascade.py         C kernel + shared prefixes attended once (float32 CPU)
+    runs.py            torch over contiguous slot runs (other CPU cases)
+    extend.py          reference, Triton kernel, extend_attention
+
 Extend layout for request ``i`` (row ``r = req_pool_indices[i]`` of ``req_to_token``)::
 
     req_to_token[r, 0 : prefix_len]                       cached prefix (radix hit or earlier chunk)
@@ -15,21 +21,33 @@ New token ``j`` (0-based within the extend) sees key positions ``0 .. prefix_len
 
 from __future__ import annotations
 
-from .cpu_decode import (
+from .cascade import (
     CpuDecodePlan,
     SharedPrefix,
     cascade_decode_attention,
     plan_cpu_decode,
     plan_shared_prefixes,
 )
-from .decode_attention import decode_attention, decode_attention_ref, decode_attention_triton
-from .extend_attention import extend_attention, extend_attention_ref, extend_attention_triton
-from .run_attention import DecodeRuns, decode_attention_runs, plan_decode_runs
+from .decode import (
+    DecodePath,
+    DecodePlan,
+    decode_attention,
+    decode_attention_ref,
+    decode_path,
+    plan_decode,
+)
+from .decode_triton import decode_attention_triton
+from .extend import extend_attention, extend_attention_ref, extend_attention_triton
+from .runs import DecodeRuns, decode_attention_runs, plan_decode_runs
 
 __all__ = [
+    "DecodePath",
+    "DecodePlan",
     "decode_attention",
     "decode_attention_ref",
     "decode_attention_triton",
+    "decode_path",
+    "plan_decode",
     "extend_attention",
     "extend_attention_ref",
     "extend_attention_triton",

@@ -1,6 +1,6 @@
-"""The compiled CPU kernels (kernels/native.py): decode attention and the shared-prefix cascade
-around it (kernels/cpu_decode.py), against ``decode_attention_ref`` on the slot layouts the
-engine makes; RMSNorm, SiLU x up and rotary against their torch references.
+"""The compiled decode attention kernel (kernels/attention/decode_native.py) and the
+shared-prefix cascade around it (kernels/attention/cascade.py), against ``decode_attention_ref``
+on the slot layouts the engine makes.
 
 Where a C compiler exists the kernel must build: these tests fail, rather than skip, when it
 does not, so a broken build cannot hide behind the torch fallback.
@@ -8,16 +8,15 @@ does not, so a broken build cannot hide behind the torch fallback.
 
 from __future__ import annotations
 
-import logging
 import math
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
-from radixgen.kernels import native
+from radixgen.kernels import NativeLayerOps
 from radixgen.kernels.attention import decode_attention, decode_attention_ref
-from radixgen.kernels.cpu_decode import (
+from radixgen.kernels.attention import decode_native as native
+from radixgen.kernels.attention.cascade import (
     MIN_SAVED_KEYS,
     cascade_decode_attention,
     plan_cpu_decode,
@@ -175,38 +174,6 @@ def test_disabled_by_environment(monkeypatch, assert_close):
     assert_close(decode_attention(*args), decode_attention_ref(*args))  # the torch path
 
 
-@pytest.mark.parametrize("failure", ["compiler fails", "cache folder unwritable"])
-def test_a_failed_build_falls_back_with_a_warning(
-    failure, monkeypatch, tmp_path, caplog, assert_close
-):
-    monkeypatch.setattr(native, "_state", {})
-    if failure == "compiler fails":
-        monkeypatch.setenv("RADIXGEN_CACHE", str(tmp_path))
-        monkeypatch.setenv("CC", shutil.which("false") or "/bin/false")
-    else:
-        (tmp_path / "a-file").write_text("")
-        monkeypatch.setenv(
-            "RADIXGEN_CACHE", str(tmp_path / "a-file")
-        )  # no folder can be made under it
-    args = make_inputs(layouts()["one run each"], 4, 2)
-    with caplog.at_level(logging.WARNING, logger="radixgen.kernels.native"):
-        assert native.native_decode_attention(*args) is None
-    assert "could not build" in caplog.text
-    assert_close(decode_attention(*args), decode_attention_ref(*args))
-
-
-def test_the_build_is_cached_per_machine(monkeypatch, tmp_path):
-    monkeypatch.setattr(native, "_state", {})
-    monkeypatch.setenv("RADIXGEN_CACHE", str(tmp_path))
-    assert native.native_decode_available()
-    built = list((tmp_path / "native").glob("cpu_kernels-*.so"))
-    assert len(built) == 1
-    stamp = built[0].stat().st_mtime_ns
-    monkeypatch.setattr(native, "_state", {})
-    assert native.native_decode_available()
-    assert built[0].stat().st_mtime_ns == stamp  # loaded, not rebuilt
-
-
 def test_engine_outputs_equal_with_and_without_the_kernel(tiny_model_folder, monkeypatch):
     """Greedy tokens of 8 requests behind one 300-token prefix (a cascade step) and 3 unrelated
     ones are the same through the compiled kernel and through the torch path."""
@@ -232,14 +199,14 @@ def test_engine_outputs_equal_with_and_without_the_kernel(tiny_model_folder, mon
                 forward = engine.model_runner.model.forward
                 model = engine.model_runner.model
                 model.forward = lambda batch: (
-                    plans.append((batch.decode_plan, model._cpu_ops(batch))) or forward(batch)
+                    plans.append((batch.decode_plan, model.layer_ops(batch))) or forward(batch)
                 )
             outs = [o.token_ids for o in engine.generate(prompts, params)]
             if native_on:
-                assert any(p is not None and p.prefixes for p, _ in plans), (
-                    "no decode step shared a prefix"
-                )
-                assert all(ops is not None for _, ops in plans), (
+                assert any(
+                    p is not None and p.cpu is not None and p.cpu.prefixes for p, _ in plans
+                ), "no decode step shared a prefix"
+                assert all(isinstance(ops, NativeLayerOps) for _, ops in plans), (
                     "a step did not run the model's C layer path"
                 )
             return outs
@@ -249,127 +216,25 @@ def test_engine_outputs_equal_with_and_without_the_kernel(tiny_model_folder, mon
     assert generate(True) == generate(False)
 
 
-# ------------------------------------------------------------------ the layer's elementwise kernels
+@pytest.mark.parametrize(
+    "backend,table_dtype,slot_runs,want",
+    [
+        ("auto", torch.int32, True, "native"),
+        ("auto", torch.int64, False, "native"),
+        ("torch", torch.int32, True, "slot_runs"),
+        ("torch", torch.int32, False, "reference"),
+    ],
+)
+def test_plan_decode_decides_the_path_once(backend, table_dtype, slot_runs, want, assert_close):
+    from radixgen.kernels import DecodePath, plan_decode
 
-
-@pytest.mark.parametrize("rows", [1, 32, 300])  # 300 rows of 576 spread over threads
-def test_rms_norm_matches_reference(rows):
-    from radixgen.kernels.norm import rms_norm, rms_norm_ref
-
-    x, residual, weight = torch.randn(rows, 576), torch.randn(rows, 576), torch.randn(576)
-    out, h = native.native_rms_norm(x, weight, 1e-6, residual)
-    want_out, want_h = rms_norm_ref(x, weight, 1e-6, residual)
-    torch.testing.assert_close(out, want_out, atol=1e-5, rtol=1e-5)
-    assert torch.equal(h, want_h)
-    torch.testing.assert_close(
-        rms_norm(x, weight, 1e-6), rms_norm_ref(x, weight, 1e-6), atol=1e-5, rtol=1e-5
-    )
-    strided = torch.randn(rows, 1000)[:, 100:676]  # rows of a wider tensor (unit last stride)
-    torch.testing.assert_close(
-        native.native_rms_norm(strided, weight, 1e-6),
-        rms_norm_ref(strided, weight, 1e-6),
-        atol=1e-5,
-        rtol=1e-5,
-    )
-
-
-@pytest.mark.parametrize("rows", [1, 32, 300])
-def test_silu_mul_matches_reference(rows):
-    from radixgen.kernels.activation import silu_mul, silu_mul_ref
-
-    gate_up = torch.randn(rows, 2 * 1536) * 6  # includes large |gate| where exp saturates
-    gate_up[0, :4] = torch.tensor([0.0, -0.0, 90.0, -90.0])
-    torch.testing.assert_close(silu_mul(gate_up), silu_mul_ref(gate_up), atol=1e-5, rtol=1e-5)
-    gate_up[0, :3] = torch.tensor([math.inf, -math.inf, math.nan])  # torch: inf, NaN, NaN
-    gate_up[0, 1536:1539] = 1.0
-    torch.testing.assert_close(
-        silu_mul(gate_up), silu_mul_ref(gate_up), atol=1e-5, rtol=1e-5, equal_nan=True
-    )
-    wide = torch.randn(rows, 4000)[:, : 2 * 1536]  # gate_up as a column slice
-    torch.testing.assert_close(
-        native.native_silu_mul(wide), silu_mul_ref(wide), atol=1e-5, rtol=1e-5
-    )
-
-
-@pytest.mark.parametrize("tokens", [1, 32, 200])
-def test_rotary_matches_reference(tokens):
-    from radixgen.kernels.rotary import apply_rotary, apply_rotary_ref, build_cos_sin_cache
-
-    cache = build_cos_sin_cache(64, 4096, 100000.0, {"rope_type": "llama3", "factor": 8.0})
-    qkv = torch.randn(tokens, (9 + 2 * 3) * 64)
-    q, k, _ = qkv.split(
-        [9 * 64, 3 * 64, 3 * 64], dim=-1
-    )  # views of a fused projection, as in the model
-    q, k = q.view(tokens, 9, 64), k.view(tokens, 3, 64)
-    positions = torch.randint(0, 4096, (tokens,))
-    for got, want in zip(
-        apply_rotary(q, k, positions, cache), apply_rotary_ref(q, k, positions, cache)
-    ):
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match="outside the cos/sin cache"):
-        native.native_rotary(q, k, positions + 4096, cache)
-
-
-def test_layer_ops_leave_other_dtypes_and_devices_to_torch():
-    x = torch.randn(4, 64, dtype=torch.bfloat16)
-    assert native.native_rms_norm(x, torch.ones(64, dtype=torch.bfloat16), 1e-6) is None
-    assert native.native_silu_mul(torch.randn(4, 64, dtype=torch.float64)) is None
-
-
-def test_every_c_file_ships_with_the_package():
-    """An installed (non-editable) package must carry the sources and headers it compiles."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-
-    pyproject = Path(__file__).parents[2] / "pyproject.toml"
-    patterns = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"][
-        "radixgen.kernels"
-    ]
-    kernels_dir = Path(native.__file__).parent
-    shipped = {path.name for pattern in patterns for path in kernels_dir.glob(pattern)}
-    on_disk = {
-        path.name for path in (kernels_dir / "csrc").iterdir() if path.suffix in (".c", ".h")
-    }
-    assert on_disk == set(native._SOURCES) | set(native._HEADERS)
-    assert on_disk <= shipped
-
-
-@pytest.mark.parametrize("tokens", [1, 7, 200])
-def test_rotary_store_matches_rotary_then_store(tokens, assert_close):
-    """The model's CPU step after the qkv projection: rotary q out, rotary k and v into their slots."""
-    from radixgen.kernels.kv_store import store_kv_ref
-    from radixgen.kernels.rotary import apply_rotary_ref, build_cos_sin_cache
-
-    ops = native.cpu_layer_ops()
-    cache = build_cos_sin_cache(64, 4096, 100000.0)
-    qkv = torch.randn(tokens, (9 + 2 * 3) * 64 + 8)[:, :-8]  # a row stride wider than the row
-    q, k, v = (t.reshape(tokens, -1, 64) for t in qkv.split([9 * 64, 3 * 64, 3 * 64], dim=-1))
-    positions = torch.randint(0, 4096, (tokens,))
-    slots = torch.randperm(tokens + 50)[:tokens]
-    k_buffer, v_buffer = torch.randn(tokens + 50, 3, 64), torch.randn(tokens + 50, 3, 64)
-    want_k, want_v = k_buffer.clone(), v_buffer.clone()
-    want_q, k_rot = apply_rotary_ref(q, k, positions, cache)
-    store_kv_ref(want_k, want_v, slots, k_rot, v)
-    got_q = ops.rotary_store(qkv, positions, cache, k_buffer, v_buffer, slots, 9, 3, 64)
-    assert_close(got_q, want_q)
-    assert_close(k_buffer, want_k)
-    assert torch.equal(v_buffer, want_v)
-
-
-@pytest.mark.parametrize("bad", ["position", "slot"])
-def test_rotary_store_checks_before_writing(bad):
-    from radixgen.kernels.rotary import build_cos_sin_cache
-
-    ops = native.cpu_layer_ops()
-    cache = build_cos_sin_cache(16, 64, 10000.0)
-    qkv = torch.randn(4, (2 + 2) * 16)
-    positions, slots = torch.arange(4), torch.arange(4)
-    if bad == "position":
-        positions[3] = 64
-    else:
-        slots[3] = 10
-    k_buffer, v_buffer = torch.zeros(10, 1, 16), torch.zeros(10, 1, 16)
-    with pytest.raises(
-        ValueError, match="cos/sin cache" if bad == "position" else "outside the KV pool"
-    ):
-        ops.rotary_store(qkv, positions, cache, k_buffer, v_buffer, slots, 2, 1, 16)
-    assert not k_buffer.any() and not v_buffer.any()  # nothing written
+    args = make_inputs(layouts()["shared prefix"], 9, 3, table_dtype=table_dtype)
+    q, k, v, table, rows, lens, scale = args
+    plan = plan_decode(table, rows, lens, k, v, backend, slot_runs=slot_runs)
+    assert plan.path is DecodePath(want)
+    assert (plan.cpu is not None) == (want == "native")
+    assert (plan.runs is not None) == (want == "slot_runs")
+    if want == "native":
+        assert plan.cpu.prefixes  # the 4 requests share their 700-key prefix
+    assert_close(plan.run(*args), decode_attention_ref(*args))
+    assert_close(decode_attention(*args, backend=backend, plan=plan), decode_attention_ref(*args))

@@ -1,6 +1,6 @@
 """CPU decode attention with the compiled kernel, reading a shared prefix once per step.
 
-The C kernel (``native.py``) reads every request's keys through its ``req_to_token`` row, so
+The C kernel (``decode_native.py``) reads every request's keys through its ``req_to_token`` row, so
 64 requests behind one 1,024-token system prompt read those 1,024 keys 64 times. When
 requests share a prefix (same slots from position 0: a radix-cache hit), the prefix is
 attended once for all of them by one SDPA call whose query rows are every member's query
@@ -15,12 +15,13 @@ layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ctypes
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from .native import check_decode_rows, run_decode_attention
+from .decode_native import check_decode_rows, decode_attention_c, decode_c_library
 
 # A shared prefix gets its own SDPA call when that saves the kernel at least this many key reads,
 # (members - 1) * length: one call plus the merge costs about what the kernel spends on ~2k keys.
@@ -49,12 +50,17 @@ class CpuDecodePlan:
     starts: (
         torch.Tensor | None
     )  # [B] int64, keys before it that a shared prefix covers; None: no prefixes
+    lib: ctypes.CDLL = field(repr=False)  # the probed C kernel, fetched once for the step
 
 
 def plan_cpu_decode(
     req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor
 ) -> CpuDecodePlan:
-    """Check the batch against ``req_to_token`` and find the prefixes its requests share."""
+    """Check the batch against ``req_to_token`` and find the prefixes its requests share.
+    RuntimeError when the C kernel is unavailable (see ``decode_native.native_decode_available``)."""
+    lib = decode_c_library()
+    if lib is None:
+        raise RuntimeError("plan_cpu_decode: the C decode attention kernel is not available")
     rows = req_pool_indices.to(torch.int64).contiguous()
     lens = seq_lens.to(torch.int64).contiguous()
     check_decode_rows(req_to_token, rows, lens)
@@ -66,7 +72,7 @@ def plan_cpu_decode(
         starts = torch.zeros(rows.numel(), dtype=torch.int64)
         for p in prefixes:
             starts[p.members] = p.length
-    return CpuDecodePlan(rows, lens, prefixes, starts)
+    return CpuDecodePlan(rows, lens, prefixes, starts, lib)
 
 
 def plan_shared_prefixes(slot_rows: torch.Tensor, seq_lens: torch.Tensor) -> list[SharedPrefix]:
@@ -111,13 +117,16 @@ def cascade_decode_attention(
     sm_scale: float,
 ) -> torch.Tensor:  # [B, Hq, D]
     """Decode attention: each shared prefix by one SDPA call, every request's remaining keys by
-    the compiled kernel, merged. The caller checked ``native.supports`` and that the kernels are
-    available. Does not mutate its inputs."""
+    the compiled kernel, merged. The caller checked ``decode_native.supports`` for these
+    tensors. Does not mutate its inputs."""
     if not plan.prefixes:
-        return run_decode_attention(
-            q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale
+        whole = decode_attention_c(
+            plan.lib, q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale
         )
-    out, lse = run_decode_attention(
+        assert isinstance(whole, torch.Tensor)
+        return whole
+    out, lse = decode_attention_c(
+        plan.lib,
         q,
         k_buffer,
         v_buffer,

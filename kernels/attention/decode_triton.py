@@ -1,103 +1,25 @@
-"""Decode attention over the token pool: one query token per request (see ``attention``).
+"""Decode attention in Triton (the GPU path): split-K over each request's keys, two stages.
 
-The reference gathers each request's keys and runs one batched SDPA; the Triton kernel splits
-each request's keys along the sequence and merges the partial softmaxes (two stages).
+Same arguments and result as ``decode.decode_attention_ref``.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from ._attention_common import (
+from .._triton import dot_upcast, lazy_jit, next_power_of_2
+from ._common import (
     _LOG2E,
     _check_batch,
     _check_pool,
     _default_block,
     _dot_precision,
-    _gather,
 )
-from ._dispatch import use_native, use_triton
-from ._triton import dot_upcast, lazy_jit, next_power_of_2
-from .cpu_decode import CpuDecodePlan, cascade_decode_attention, plan_cpu_decode
-from .native import native_decode_available, supports
-from .run_attention import DecodeRuns, decode_attention_runs
 
 try:
     import triton.language as tl
 except ImportError:  # the torch reference works without Triton
     tl = None
-
-
-def decode_attention_ref(
-    q: torch.Tensor,  # [B, Hq, D]
-    k_buffer: torch.Tensor,  # [S, Hkv, D]
-    v_buffer: torch.Tensor,  # [S, Hkv, D]
-    req_to_token: torch.Tensor,  # [R, max_context] int32
-    req_pool_indices: torch.Tensor,  # [B] int
-    seq_lens: torch.Tensor,  # [B] int, keys per request (including the current token)
-    sm_scale: float,
-) -> torch.Tensor:  # [B, Hq, D]
-    """Reference decode attention: gather each request's keys, pad to the longest, mask.
-
-    One batched SDPA call (4-D inputs take PyTorch's fused CPU kernel; GQA without copies).
-    """
-    batch, num_q_heads, head_dim = q.shape
-    max_len = int(seq_lens.max())
-    slots = req_to_token[req_pool_indices.long(), :max_len].long()  # [B, L]
-    k = _gather(k_buffer, slots).transpose(1, 2).float()  # [B, Hkv, L, D]
-    v = _gather(v_buffer, slots).transpose(1, 2).float()  # [B, Hkv, L, D]
-    valid = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None].to(
-        q.device
-    )  # [B, L]
-    out = F.scaled_dot_product_attention(
-        q.float()[:, :, None, :],
-        k,
-        v,
-        attn_mask=valid[:, None, None, :],
-        scale=sm_scale,
-        enable_gqa=True,
-    )  # [B, Hq, 1, D]
-    return out[:, :, 0, :].to(q.dtype)
-
-
-def decode_attention(
-    q: torch.Tensor,
-    k_buffer: torch.Tensor,
-    v_buffer: torch.Tensor,
-    req_to_token: torch.Tensor,
-    req_pool_indices: torch.Tensor,
-    seq_lens: torch.Tensor,
-    sm_scale: float,
-    backend: str = "auto",
-    runs: DecodeRuns | None = None,
-    cpu_plan: CpuDecodePlan | None = None,
-) -> torch.Tensor:
-    """Attention of one query token per request over its ``seq_lens[i]`` pooled keys.
-
-    Shapes as in :func:`decode_attention_ref`. Does not mutate its inputs. On CPU, ``auto``
-    runs the compiled C kernel when it is available (``native.py``), attending each prefix
-    that ``cpu_plan`` (from :func:`plan_cpu_decode`, built here when not given) finds shared
-    once for all its members (``cpu_decode.py``); otherwise ``runs`` (from
-    :func:`plan_decode_runs` on the same slots) lets the torch path read contiguous slot runs
-    as views of the pool instead of gathering them. The Triton kernel ignores both.
-    """
-    if use_triton(backend, q, k_buffer):
-        return decode_attention_triton(
-            q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale
-        )
-    if (
-        use_native(backend)
-        and supports(q, k_buffer, v_buffer, req_to_token)
-        and native_decode_available()
-    ):
-        plan = cpu_plan or plan_cpu_decode(req_to_token, req_pool_indices, seq_lens)
-        return cascade_decode_attention(q, k_buffer, v_buffer, req_to_token, plan, sm_scale)
-    if runs is not None:
-        return decode_attention_runs(q, k_buffer, v_buffer, runs, sm_scale)
-    return decode_attention_ref(
-        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,7 +168,7 @@ def decode_attention_triton(
     num_splits: int | None = None,  # tuning knobs, defaults chosen per device and dtype
     block_n: int | None = None,
 ) -> torch.Tensor:  # [B, Hq, D]
-    """Triton version of :func:`decode_attention_ref` (split-K, two stages). No host sync."""
+    """Triton version of ``decode_attention_ref`` (split-K, two stages). No host sync."""
     _check_pool(q, k_buffer, v_buffer, req_to_token, "decode_attention")
     _check_batch(req_pool_indices, seq_lens, q.shape[0], q.device, "decode_attention", "seq_lens")
     batch, num_q_heads, head_dim = q.shape
