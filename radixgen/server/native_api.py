@@ -267,7 +267,7 @@ async def get_server_info(request: Request) -> OrjsonResponse:
     client = _client(request)
     engine = client.engine
     settings = {k: v for k, v in dataclasses.asdict(client.settings).items() if k != "api_key"}
-    engine_config = {k: v for k, v in dataclasses.asdict(engine.config).items() if k != "extra"}
+    engine_config = dataclasses.asdict(engine.config)
     return OrjsonResponse({**settings, **engine_config, "stats": engine.stats()})
 
 
