@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +69,7 @@ class Generation:
                 self._client.live.discard(self)
         self._queue.put_nowait((index, delta))
 
-    async def deltas(self) -> AsyncIterator[tuple[int, Delta]]:
+    async def deltas(self) -> AsyncGenerator[tuple[int, Delta], None]:
         """Yield ``(index, delta)`` until every request finished; abort the rest if closed early."""
         done: set[int] = set()
         try:

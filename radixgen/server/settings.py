@@ -27,4 +27,4 @@ class ServerSettings:
     max_body_bytes: int = option(8 << 20, "request body limit (413 above)")
     max_n: int = 16  # most choices (n) per request, and most prompts x n per batch
     health_generate_timeout_s: float = 60.0
-    graceful_shutdown_s: float = 10.0  # in-flight requests get this long to finish on shutdown
+    graceful_shutdown_s: int = 10  # in-flight requests get this long to finish on shutdown
