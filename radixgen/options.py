@@ -27,7 +27,7 @@ import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -44,6 +44,16 @@ class Option:
     metavar: str | None = None
     parse: Callable[[str], Any] | None = None
     group: str | None = None  # a name callers select a subset by (``add_options(group=...)``)
+
+    def flag_for(self, name: str) -> str:
+        """The flag of field ``name``: ``flag``, or ``--`` + the name with dashes."""
+        return self.flag or "--" + name.replace("_", "-")
+
+
+class ArgumentContainer(Protocol):
+    """A parser, an argument group or a mutually exclusive group."""
+
+    def add_argument(self, *flags: str, **kwargs: Any) -> argparse.Action: ...
 
 
 def option(
@@ -74,7 +84,7 @@ def option_fields(
 
 
 def add_options(
-    parser: argparse.ArgumentParser | argparse._ActionsContainer,
+    parser: ArgumentContainer,
     cls: type,
     *,
     group: str | None = None,
@@ -89,8 +99,8 @@ def add_options(
     for f, spec in option_fields(cls, group):
         extra = (notes or {}).get(f.name)
         help_text = f"{spec.help}; {extra}" if extra else spec.help
-        flag = spec.flag or "--" + f.name.replace("_", "-")
-        parser.add_argument(flag, dest=f.name, **_argument(f, spec, hints[f.name], help_text))
+        argument = _argument(f, spec, hints[f.name], help_text)
+        parser.add_argument(spec.flag_for(f.name), dest=f.name, **argument)
 
 
 def _argument(f: dataclasses.Field[Any], spec: Option, hint: Any, help_text: str) -> dict[str, Any]:

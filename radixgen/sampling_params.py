@@ -27,9 +27,7 @@ class SamplingParams:
     top_p: float = option(
         1.0, "sample from the most likely tokens holding this much probability", group="sampling"
     )
-    top_k: int = option(
-        -1, "sample from the k most likely tokens (-1: off)", group="sampling"
-    )  # -1 = off
+    top_k: int = option(-1, "sample from the k most likely tokens (-1: off)", group="sampling")
     min_p: float = 0.0
     seed: int | None = option(None, "random seed (default: unseeded)", group="sampling")
     stop: str | list[str] | None = option(

@@ -111,7 +111,7 @@ def test_every_option_field_has_a_flag() -> None:
     flags = _flags("serve") | _flags("generate")
     for cls in (EngineConfig, ServerSettings, SamplingParams):
         for f, spec in option_fields(cls):
-            assert (spec.flag or "--" + f.name.replace("_", "-")) in flags, f.name
+            assert spec.flag_for(f.name) in flags, f.name
 
 
 @pytest.mark.parametrize("command", ["generate", "serve"])
