@@ -28,7 +28,7 @@ from .terms import Budget, TermStore
 from .token_table import TokenTable
 from .vocabulary import Vocabulary
 
-KINDS = ("json_schema", "regex", "choice", "json_object")
+KINDS = ("json_schema", "regex", "choices", "json_object")  # = SamplingParams fields
 
 
 class GrammarCompiler:
@@ -91,7 +91,7 @@ class GrammarCompiler:
 
     def compile_choice(self, choices: list[str]) -> CompiledGrammar:
         """Exactly one of ``choices`` (literal strings)."""
-        return self.compile("choice", choices)
+        return self.compile("choices", choices)
 
     def compile_json_object(
         self, *, max_depth: int | None = None, whitespace: str = "compact"
@@ -211,13 +211,13 @@ def _validate_spec(kind: str, spec: Any) -> Any:
             )
     elif kind == "regex" and not isinstance(spec, str):
         raise GrammarError(f"regex: expected a string, got {type(spec).__name__}", source="regex")
-    elif kind == "choice":
+    elif kind == "choices":
         if (
             not isinstance(spec, list | tuple)
             or not spec
             or not all(isinstance(c, str) for c in spec)
         ):
-            raise GrammarError("choice: expected a non-empty list of strings", source="choice")
+            raise GrammarError("choices: expected a non-empty list of strings", source="choices")
         spec = list(spec)
     return spec
 
@@ -226,7 +226,7 @@ def _front_end(
     kind: str, spec: Any, options: dict[str, Any]
 ) -> tuple[str | None, Callable[[Any], str] | None, Callable[[TermStore], int]]:
     """(regex source, canonical_json writer, term builder) for one grammar request."""
-    if kind == "choice":
+    if kind == "choices":
         return None, None, lambda store: store.alt(store.literal(c.encode("utf-8")) for c in spec)
     if kind == "regex":
         return spec, None, lambda store: regex_to_term(spec, store)

@@ -1,104 +1,30 @@
-"""Command line: ``radixgen serve | generate | chat | pull``."""
+"""Command line: ``radixgen serve | generate | chat | pull``.
+
+The engine, server and sampling flags are generated from ``EngineConfig``, ``ServerSettings`` and
+``SamplingParams`` (``radixgen.options``): their names, defaults, choices and help live with those
+dataclasses, and parsed flags go back into them with ``from_args``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import dataclasses
 import logging
 import sys
-from pathlib import Path
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
-from .models.hub import ALIASES, DEFAULT_MODEL
+from .config import EngineConfig
+from .models.hub import ALIASES, DEFAULT_MODEL, pull
+from .options import add_options, from_args
+from .sampling_params import SamplingParams
+from .server.settings import ServerSettings
 
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .request import Delta
 
-def _engine_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("engine")
-    g.add_argument(
-        "--model",
-        default=None,
-        help=f"Hugging Face folder, .gguf file or alias ({', '.join(sorted(ALIASES))}); default {DEFAULT_MODEL}",
-    )
-    g.add_argument(
-        "--dtype",
-        default="auto",
-        choices=["auto", "float32", "bfloat16", "float16"],
-        help="weights and KV dtype (auto: float32 on CPU, bfloat16 on CUDA)",
-    )
-    g.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto")
-    g.add_argument(
-        "--max-total-tokens",
-        type=int,
-        default=None,
-        help="KV pool size in tokens (default: sized from memory)",
-    )
-    g.add_argument(
-        "--max-running-requests", type=int, default=64, help="most requests decoding at once"
-    )
-    g.add_argument(
-        "--chunked-prefill-size",
-        type=int,
-        default=2048,
-        help="most prompt tokens computed per step (<= 0: no chunking)",
-    )
-    g.add_argument(
-        "--schedule-policy",
-        default="auto",
-        choices=["auto", "lpm", "fcfs", "dfs-weight"],
-        help="waiting-queue order (auto: lpm with the radix cache, fcfs without)",
-    )
-    g.add_argument(
-        "--disable-radix-cache", action="store_true", help="no prefix sharing across requests"
-    )
-    g.add_argument(
-        "--context-length", type=int, default=None, help="cap the context (default: the model's)"
-    )
-    g.add_argument(
-        "--disable-jump-forward",
-        action="store_true",
-        help="decode grammar-forced text token by token",
-    )
-    g.add_argument(
-        "--num-threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
-    )
-
-
-def engine_options(args: argparse.Namespace) -> dict:
-    return dict(
-        dtype=args.dtype,
-        device=args.device,
-        max_total_tokens=args.max_total_tokens,
-        max_running_requests=args.max_running_requests,
-        chunked_prefill_size=args.chunked_prefill_size,
-        schedule_policy=args.schedule_policy,
-        disable_radix_cache=args.disable_radix_cache,
-        context_length=args.context_length,
-        jump_forward=not args.disable_jump_forward,
-        num_threads=args.num_threads,
-    )
-
-
-def _sampling_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("sampling")
-    g.add_argument("--max-new-tokens", type=int, default=256)
-    g.add_argument("--temperature", type=float, default=0.7)
-    g.add_argument("--top-p", type=float, default=1.0)
-    g.add_argument("--top-k", type=int, default=-1)
-    g.add_argument("--seed", type=int, default=None)
-    g.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
-
-
-def _sampling_params(args: argparse.Namespace, **constraint):
-    from .sampling_params import SamplingParams
-
-    return SamplingParams(
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        seed=args.seed,
-        stop=args.stop,
-        **constraint,
-    )
+_ALIASES = ", ".join(sorted(ALIASES))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,7 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="logging level (default: info)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -115,43 +44,38 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", parents=[common], help="serve the OpenAI-compatible and native HTTP APIs"
     )
     _engine_args(serve)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=30000)
-    serve.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
-    serve.add_argument("--served-model-name", default=None, help="model id reported by /v1/models")
-    serve.add_argument(
-        "--max-queued-requests", type=int, default=256, help="waiting requests before 429"
-    )
-    serve.add_argument(
-        "--max-body-bytes", type=int, default=8 << 20, help="request body limit (413 above)"
-    )
+    add_options(serve.add_argument_group("server"), ServerSettings)
 
     gen = sub.add_parser(
         "generate", parents=[common], help="complete one prompt and print the result"
     )
-    gen.add_argument("prompt")
+    gen.add_argument("prompt", help="the prompt text")
     gen.add_argument(
         "--chat", action="store_true", help="wrap the prompt as a user message (chat template)"
     )
-    group = gen.add_mutually_exclusive_group()
-    group.add_argument("--json-schema", type=Path, help="constrain to the JSON Schema in this file")
-    group.add_argument("--regex", help="constrain to this regular expression")
-    group.add_argument(
-        "--choice", action="append", help="constrain to one of these strings (repeatable)"
-    )
+    constraint = gen.add_argument_group("constraint (at most one)")
+    add_options(constraint.add_mutually_exclusive_group(), SamplingParams, group="constraint")
     _engine_args(gen)
-    _sampling_args(gen)
+    add_options(gen.add_argument_group("sampling"), SamplingParams, group="sampling")
 
     chat = sub.add_parser("chat", parents=[common], help="interactive chat in the terminal")
     chat.add_argument("--system", default=None, help="system prompt")
     _engine_args(chat)
-    _sampling_args(chat)
+    add_options(chat.add_argument_group("sampling"), SamplingParams, group="sampling")
 
-    pull = sub.add_parser("pull", parents=[common], help="fetch a model alias into the cache")
-    pull.add_argument(
-        "model", nargs="?", default=DEFAULT_MODEL, help=f"alias ({', '.join(sorted(ALIASES))})"
+    pull_cmd = sub.add_parser("pull", parents=[common], help="fetch a model alias into the cache")
+    pull_cmd.add_argument(
+        "model",
+        nargs="?",
+        default=DEFAULT_MODEL,
+        help=f"alias ({_ALIASES}; default: {DEFAULT_MODEL})",
     )
     return parser
+
+
+def _engine_args(parser: argparse.ArgumentParser) -> None:
+    notes = {"model": f"aliases: {_ALIASES} (default: {DEFAULT_MODEL})"}
+    add_options(parser.add_argument_group("engine"), EngineConfig, notes=notes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,42 +83,37 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    commands = {"serve": _serve, "generate": _generate, "chat": _chat, "pull": _pull}
     try:
-        return {"serve": _serve, "generate": _generate, "chat": _chat, "pull": _pull}[args.command](
-            args
-        )
+        return commands[args.command](args)
     except (ValueError, RuntimeError) as exc:
         print(f"radixgen: error: {exc}", file=sys.stderr)
         return 2
 
 
 def _pull(args: argparse.Namespace) -> int:
-    from .models.hub import pull
-
     if args.model.lower() not in ALIASES:
-        raise ValueError(
-            f"pull: unknown alias {args.model!r} (known: {', '.join(sorted(ALIASES))})"
-        )
+        raise ValueError(f"pull: unknown alias {args.model!r} (known: {_ALIASES})")
     print(pull(args.model))
     return 0
 
 
-def _generate(args: argparse.Namespace) -> int:
+def _engine(args: argparse.Namespace) -> Engine:
+    """Load the engine the flags describe. Imported here, not at module level: the engine
+    pulls in torch and the model code (about 1.5 s), which ``radixgen --help`` and ``pull``
+    don't need. This is start-up time, not an import cycle."""
     from .engine import Engine
 
-    constraint = {}
-    if args.json_schema:
-        constraint["json_schema"] = json.loads(args.json_schema.read_text())
-    elif args.regex:
-        constraint["regex"] = args.regex
-    elif args.choice:
-        constraint["choices"] = args.choice
-    params = _sampling_params(args, **constraint)
-    engine = Engine(args.model, **engine_options(args))
+    return Engine(**dataclasses.asdict(from_args(EngineConfig, args)))
+
+
+def _generate(args: argparse.Namespace) -> int:
+    params = from_args(SamplingParams, args)
+    engine = _engine(args)
     try:
         prompt = [{"role": "user", "content": args.prompt}] if args.chat else args.prompt
-        for delta in engine.stream(prompt, params):
-            print(delta.text, end="", flush=True)
+        for _ in _print_through(engine.stream(prompt, params)):
+            pass
         print()
     finally:
         engine.shutdown()
@@ -202,10 +121,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace) -> int:
-    from .engine import Engine
-
-    engine = Engine(args.model, **engine_options(args))
-    params = _sampling_params(args)
+    params = from_args(SamplingParams, args)
+    engine = _engine(args)
     messages = [{"role": "system", "content": args.system}] if args.system else []
     print("radixgen chat — empty line or Ctrl-D to quit", file=sys.stderr)
     try:
@@ -226,16 +143,17 @@ def _chat(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_through(deltas):
+def _print_through(deltas: Iterable[Delta]) -> Iterator[str]:
     for delta in deltas:
         print(delta.text, end="", flush=True)
         yield delta.text
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # Imported here for start-up time like the engine (the server imports torch through it).
     from .server.app import serve
 
-    serve(args)
+    serve(from_args(EngineConfig, args), from_args(ServerSettings, args), args.log_level)
     return 0
 
 

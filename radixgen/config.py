@@ -1,9 +1,15 @@
-"""Frozen configuration dataclasses: the model's shape and the engine's options."""
+"""Frozen configuration dataclasses: the model's shape and the engine's options.
+
+``EngineConfig``'s fields are the ``Engine`` keyword options and, through ``radixgen.options``,
+the engine flags of the command line (name, default, choices and help stated once, here).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from .options import option
 
 
 @dataclass(frozen=True)
@@ -62,38 +68,54 @@ def _rope_scaling(config: dict[str, Any]) -> dict[str, Any] | None:
     return None if kind == "default" else {**scaling, "rope_type": kind}
 
 
+SCHEDULE_POLICIES = ("auto", "lpm", "fcfs", "dfs-weight")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
 @dataclass(frozen=True)
 class EngineConfig:
-    """Options of ``Engine`` (each is also a CLI flag)."""
+    """Options of ``Engine``; each is also a flag of ``radixgen serve | generate | chat``."""
 
-    model: str | None = None  # folder, .gguf file or alias; None = default model
-    dtype: str = "auto"  # auto = float32 on CPU, bfloat16 on CUDA
-    device: str = "auto"  # auto = cuda if available else cpu
-    max_total_tokens: int | None = None  # KV pool size in tokens; None = sized from memory
-    max_running_requests: int = 64
-    chunked_prefill_size: int = (
-        2048  # max prompt tokens computed in one step; <= 0 disables chunking
+    model: str | None = option(None, "Hugging Face folder, .gguf file or alias")
+    dtype: str = option(
+        "auto", "weights and KV dtype (auto: float32 on CPU, bfloat16 on CUDA)", choices=DTYPES
     )
-    schedule_policy: str = "auto"  # auto = lpm with the radix cache, fcfs without
-    disable_radix_cache: bool = False
-    context_length: int | None = None  # None = the model's
-    jump_forward: bool = True
-    num_threads: int | None = None  # torch CPU threads; None = torch's default
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    device: str = option("auto", "cpu, cuda, cuda:N or auto (cuda if available, else cpu)")
+    max_total_tokens: int | None = option(
+        None, "KV pool size in tokens (default: sized from memory)"
+    )
+    max_running_requests: int = option(64, "most requests decoding at once")
+    chunked_prefill_size: int = option(
+        2048, "most prompt tokens computed per step (<= 0: no chunking)"
+    )
+    schedule_policy: str = option(
+        "auto",
+        "waiting-queue order (auto: lpm with the radix cache, fcfs without)",
+        choices=SCHEDULE_POLICIES,
+    )
+    disable_radix_cache: bool = option(False, "no prefix sharing across requests")
+    context_length: int | None = option(None, "cap the context (default: the model's)")
+    jump_forward: bool = option(
+        True, "decode grammar-forced text token by token", flag="--disable-jump-forward"
+    )
+    num_threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
 
     def validate(self) -> EngineConfig:
+        """Raise ``ValueError`` naming the field for a bad value; returns self for chaining."""
         if self.max_total_tokens is not None and self.max_total_tokens < 16:
             raise ValueError(f"max_total_tokens: expected >= 16, got {self.max_total_tokens}")
-        if self.schedule_policy not in ("auto", "lpm", "fcfs", "dfs-weight"):
+        if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(
-                f"schedule_policy: expected auto, lpm, fcfs or dfs-weight, got {self.schedule_policy!r}"
+                f"schedule_policy: expected {_one_of(SCHEDULE_POLICIES)}, got {self.schedule_policy!r}"
             )
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(
-                f"dtype: expected auto, float32, bfloat16 or float16, got {self.dtype!r}"
-            )
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: expected {_one_of(DTYPES)}, got {self.dtype!r}")
         if self.max_running_requests < 1:
             raise ValueError(
                 f"max_running_requests: expected >= 1, got {self.max_running_requests}"
             )
         return self
+
+
+def _one_of(names: tuple[str, ...]) -> str:
+    return f"{', '.join(names[:-1])} or {names[-1]}"

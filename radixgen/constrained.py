@@ -42,10 +42,7 @@ class Constraints:
         constraint = params.constraint
         if constraint is None:
             return
-        kind, spec = constraint
-        kind = (
-            "choice" if kind == "choices" else kind
-        )  # SamplingParams.choices -> the compiler's kind
+        kind, spec = constraint  # the compiler's kinds are SamplingParams' constraint fields
         future = self.compiler.compile_async(kind, True if kind == "json_object" else spec)
         req.matcher = future.result().matcher()
 

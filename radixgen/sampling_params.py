@@ -8,21 +8,31 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from .options import json_file, option
 
 CONSTRAINT_FIELDS = ("json_schema", "regex", "choices", "json_object")
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1  # -1 = off
+    """A request's decoding options. Those declared with ``option`` are also the sampling flags
+    of ``radixgen generate`` / ``chat`` (group "sampling") and the constraint flags of
+    ``generate`` (group "constraint"), with these defaults."""
+
+    max_new_tokens: int = option(128, "most tokens to generate", group="sampling")
+    temperature: float = option(1.0, "sampling temperature (0: greedy)", group="sampling")
+    top_p: float = option(
+        1.0, "sample from the most likely tokens holding this much probability", group="sampling"
+    )
+    top_k: int = option(-1, "sample from the k most likely tokens (-1: off)", group="sampling")
     min_p: float = 0.0
-    seed: int | None = None
-    stop: str | list[str] | None = None
+    seed: int | None = option(None, "random seed (default: unseeded)", group="sampling")
+    stop: str | list[str] | None = option(
+        None, "stop string (repeatable)", metavar="STRING", group="sampling"
+    )
     stop_token_ids: list[int] | None = None
     ignore_eos: bool = False
     repetition_penalty: float = 1.0
@@ -31,12 +41,23 @@ class SamplingParams:
     logit_bias: dict[int, float] | None = None
     logprobs: bool = False
     top_logprobs: int = 0
-    json_schema: dict | str | None = None
-    regex: str | None = None
-    choices: list[str] | None = None
+    json_schema: dict[str, Any] | str | None = option(
+        None,
+        "constrain to the JSON Schema in this file",
+        metavar="FILE",
+        parse=json_file,
+        group="constraint",
+    )
+    regex: str | None = option(None, "constrain to this regular expression", group="constraint")
+    choices: list[str] | None = option(
+        None,
+        "constrain to one of these strings (repeatable)",
+        flag="--choice",
+        metavar="CHOICE",
+        group="constraint",
+    )
     json_object: bool = False
     skip_special_tokens: bool = True
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     # ------------------------------------------------------------------ derived views
     @property
@@ -169,7 +190,7 @@ class SamplingParams:
         if self.choices is not None:
             _check(
                 isinstance(self.choices, list)
-                and self.choices
+                and len(self.choices) > 0
                 and all(isinstance(c, str) and c for c in self.choices),
                 "choices: expected a non-empty list of non-empty strings",
             )
@@ -188,7 +209,7 @@ class SamplingParams:
 
     @classmethod
     def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+        return [f.name for f in dataclasses.fields(cls)]
 
 
 def _is_number(value: Any) -> bool:

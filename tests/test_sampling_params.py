@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from radixgen.grammar.compiler import KINDS
 
 from radixgen import SamplingParams
+from radixgen.sampling_params import CONSTRAINT_FIELDS
 
 
 @pytest.mark.parametrize(
@@ -43,3 +47,14 @@ def test_from_dict_rejects_unknown_fields():
     with pytest.raises(ValueError, match="unknown field"):
         SamplingParams.from_dict({"max_new_tokens": 3, "bogus": 1})
     assert SamplingParams.from_dict({"max_new_tokens": 3}).max_new_tokens == 3
+
+
+def test_constraint_kinds_are_the_grammar_compilers():
+    """One spelling per constraint kind: the SamplingParams field is the compiler's kind."""
+    assert KINDS == CONSTRAINT_FIELDS
+    assert SamplingParams(choices=["a", "b"]).constraint == ("choices", ["a", "b"])
+
+
+def test_field_names_are_all_the_fields():
+    assert SamplingParams.field_names() == [f.name for f in dataclasses.fields(SamplingParams)]
+    assert "extra" not in SamplingParams.field_names()

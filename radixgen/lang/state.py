@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from ..sampling_params import SamplingParams
@@ -153,10 +154,7 @@ class ProgramState:
         pos = 0
         while True:
             with self._trace.cond:
-                self._trace.cond.wait_for(
-                    lambda seen=pos: len(self._source(var_name)) > seen or self._finished(var_name),
-                    timeout=POLL_S,
-                )
+                self._trace.cond.wait_for(partial(self._has_more, var_name, pos), timeout=POLL_S)
                 chunk = self._source(var_name)[pos:]
                 finished = self._finished(var_name)
             pos += len(chunk)
@@ -165,6 +163,9 @@ class ProgramState:
             elif finished:
                 break
         self.sync()
+
+    def _has_more(self, var_name: str | None, seen: int) -> bool:
+        return len(self._source(var_name)) > seen or self._finished(var_name)
 
     def _source(self, var_name: str | None) -> str:
         if var_name is None:

@@ -17,8 +17,8 @@ requests), then the lifespan exit calls ``Engine.shutdown()``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import dataclasses
 import logging
 import secrets
 from collections.abc import Callable
@@ -30,6 +30,8 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
+from ..config import EngineConfig
+from ..engine import Engine
 from . import native_api, openai_api
 from .engine_client import EngineClient
 from .errors import error_body, install_error_handlers
@@ -194,27 +196,23 @@ class _BodyLimit:
 # --------------------------------------------------------------------------- radixgen serve
 
 
-def serve(args: argparse.Namespace) -> None:
-    """``radixgen serve``: load the model, then serve until SIGINT/SIGTERM."""
-    from ..cli import engine_options
-    from ..engine import Engine
-
-    settings = ServerSettings.from_args(args)
-    logger.info("loading model %s", args.model or "(default)")
-    engine = Engine(args.model, **engine_options(args))
+def serve(config: EngineConfig, settings: ServerSettings, log_level: str = "info") -> None:
+    """``radixgen serve``: load the model ``config`` describes, then serve until SIGINT/SIGTERM."""
+    logger.info("loading model %s", config.model or "(default)")
+    engine = Engine(**dataclasses.asdict(config))
     try:
-        app = create_app(engine, settings, model_arg=args.model)
+        app = create_app(engine, settings, model_arg=config.model)
     except BaseException:
         engine.shutdown()
         raise
-    config = uvicorn.Config(
+    uvicorn_config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
-        log_level=args.log_level,
+        log_level=log_level,
         timeout_graceful_shutdown=settings.graceful_shutdown_s,
     )
-    _Server(config, app.state.client).run()
+    _Server(uvicorn_config, app.state.client).run()
 
 
 class _Server(uvicorn.Server):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from typing import Any
 from fastapi import Request
 
 from ..models.hub import ALIASES
+from ..prompts import prompt_ids
 from ..request import Delta, RequestOutput, TokenLogprob
 from ..sampling_params import SamplingParams
 from .errors import APIError
@@ -68,7 +69,7 @@ class Generation:
                 self._client.live.discard(self)
         self._queue.put_nowait((index, delta))
 
-    async def deltas(self) -> AsyncIterator[tuple[int, Delta]]:
+    async def deltas(self) -> AsyncGenerator[tuple[int, Delta], None]:
         """Yield ``(index, delta)`` until every request finished; abort the rest if closed early."""
         done: set[int] = set()
         try:
@@ -195,18 +196,14 @@ class EngineClient:
 
     def _prepare(self, job: Job) -> tuple[list[int], SamplingParams]:
         engine = self.engine
-        if isinstance(job.prompt, str):
-            if not job.prompt:
-                raise ValueError(f"{job.prompt_param}: must not be empty")
-            ids = engine.tokenizer.encode(job.prompt, add_special_tokens=job.add_special_tokens)
-        else:
-            ids = list(job.prompt)
         limit = min(engine.context_len, engine.max_total_tokens)
-        if len(ids) >= limit:
-            raise ValueError(
-                f"{job.prompt_param}: {len(ids)} tokens is longer than the context allows "
-                f"({limit - 1} tokens)"
-            )
+        ids = prompt_ids(  # token ids are checked against the vocabulary by add_request
+            job.prompt,
+            engine.tokenizer,
+            limit - 1,
+            add_special_tokens=job.add_special_tokens,
+            param=job.prompt_param,
+        )
         room = limit - len(ids)
         if job.max_tokens is not None:
             if isinstance(job.max_tokens, int) and job.max_tokens > room:

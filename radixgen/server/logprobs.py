@@ -22,7 +22,7 @@ def token_text(tokenizer: Any, token_id: int) -> str:
     return tokenizer.decode([token_id], skip_special_tokens=False)
 
 
-def _chat_entry(tokenizer: Any, token_id: int, logprob: float) -> dict[str, Any]:
+def _chat_entry(tokenizer: Any, token_id: int, logprob: float | None) -> dict[str, Any]:
     text = token_text(tokenizer, token_id)
     return {"token": text, "logprob": _finite(logprob), "bytes": list(text.encode("utf-8"))}
 

@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 import time
 from contextlib import aclosing
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
@@ -57,9 +57,10 @@ def _prompts(body: GenerateRequest) -> tuple[list[str | list[int]], bool]:
     if body.text is not None:
         return ([body.text], False) if isinstance(body.text, str) else (list(body.text), True)
     ids = body.input_ids
+    assert ids is not None  # checked above: text or input_ids
     if ids and isinstance(ids[0], list):
         return list(ids), True
-    return [list(ids)], False
+    return [cast(list[int], list(ids))], False
 
 
 def native_params(
@@ -194,7 +195,7 @@ class _Result:
         last = self.final
         meta: dict[str, Any] = {
             "id": gen.rids[index],
-            "finish_reason": self._finish_reason(client) if last else None,
+            "finish_reason": self._finish_reason(client, last) if last else None,
             "prompt_tokens": len(gen.prompt_ids[index]),
             "completion_tokens": len(self.output_ids),
             "cached_tokens": last.cached_tokens if last else 0,
@@ -207,8 +208,7 @@ class _Result:
             )
         return {"text": self.text, "output_ids": self.output_ids, "meta_info": meta, "index": index}
 
-    def _finish_reason(self, client: EngineClient) -> dict[str, Any]:
-        last = self.final
+    def _finish_reason(self, client: EngineClient, last: Delta) -> dict[str, Any]:
         if last.finish_reason == "length":
             return {"type": "length", "length": len(self.output_ids)}
         if last.finish_reason == "abort":
@@ -267,7 +267,7 @@ async def get_server_info(request: Request) -> OrjsonResponse:
     client = _client(request)
     engine = client.engine
     settings = {k: v for k, v in dataclasses.asdict(client.settings).items() if k != "api_key"}
-    engine_config = {k: v for k, v in dataclasses.asdict(engine.config).items() if k != "extra"}
+    engine_config = dataclasses.asdict(engine.config)
     return OrjsonResponse({**settings, **engine_config, "stats": engine.stats()})
 
 

@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
@@ -217,8 +217,10 @@ async def completions(body: CompletionRequest, request: Request):
             p, params, body.n, max_tokens=body.max_tokens, default_max_tokens=COMPLETION_MAX_TOKENS
         )
     ]
-    echo_lps = [None] * len(prompts)
-    if body.echo and wants_logprobs:  # the prompt's own logprobs, as OpenAI's legacy API gives them
+    echo_lps: list[dict[str, Any] | None] = [None] * len(prompts)
+    if (
+        body.echo and body.logprobs is not None
+    ):  # the prompt's own logprobs, as OpenAI's legacy API gives them
         echo_lps = [
             completion_logprobs(
                 engine.tokenizer, await client.prompt_logprobs(p, body.logprobs, "prompt")
@@ -280,8 +282,8 @@ def _prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str 
     if not prompt:
         raise APIError(400, "prompt: must not be empty", param="prompt")
     if all(isinstance(p, int) for p in prompt):
-        return [list(prompt)]
-    return list(prompt)
+        return [cast(list[int], list(prompt))]
+    return cast(list[str | list[int]], list(prompt))
 
 
 def _prompt_text(engine: Any, prompt: str | list[int]) -> str:

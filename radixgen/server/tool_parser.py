@@ -63,6 +63,7 @@ class ToolCallParser:
         return [e for e in self._drain() if e[1]]
 
     def finish(self) -> list[tuple[str, Any]]:
+        events: list[tuple[str, Any]]
         if self._bare:
             call = _call_from_json(self._buffer.strip(), self.names)
             events = [("call", call)] if call else [("content", self._buffer)]
@@ -162,6 +163,7 @@ class ToolOutput:
         return self._count(self._parser.finish()) if self._parser else []
 
     def _named(self, text: str, force: bool = False) -> list[tuple[str, Any]]:
+        assert self._tool is not None  # only a named tool_choice has a chosen tool
         events: list[tuple[str, Any]] = []
         if not self._started and (text or force):
             self._started = True

@@ -250,7 +250,8 @@ def _array_items(text: str) -> list[Any]:
     pos = len(text) - len(text.lstrip())
     if not text.startswith("[", pos):
         return []
-    items, pos = [], pos + 1
+    items: list[Any] = []
+    pos += 1
     while True:
         while pos < len(text) and text[pos] in " \t\n\r,":
             pos += 1

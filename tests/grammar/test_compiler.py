@@ -52,10 +52,10 @@ def test_failures_are_cached(compiler: GrammarCompiler) -> None:
 
 
 def test_compile_async(compiler: GrammarCompiler, tokenizer) -> None:
-    future = compiler.compile_async("choice", ["red", "green", "blue"])
+    future = compiler.compile_async("choices", ["red", "green", "blue"])
     assert isinstance(future, Future)
     grammar = future.result(timeout=10)
-    assert compiler.compile_async("choice", ["red", "green", "blue"]) is future
+    assert compiler.compile_async("choices", ["red", "green", "blue"]) is future
     assert _accepts(grammar, tokenizer, "green") and not _accepts(grammar, tokenizer, "gre")
     failed = compiler.compile_async("regex", 42)
     assert isinstance(failed.exception(timeout=10), GrammarError)
@@ -65,11 +65,11 @@ SPEC_ERRORS = [
     (
         "sql",
         "SELECT",
-        "grammar: unknown kind 'sql', expected one of json_schema, regex, choice, json_object",
+        "grammar: unknown kind 'sql', expected one of json_schema, regex, choices, json_object",
     ),
     ("regex", 42, "regex: expected a string, got int"),
-    ("choice", [], "choice: expected a non-empty list of strings"),
-    ("choice", ["a", 1], "choice: expected a non-empty list of strings"),
+    ("choices", [], "choices: expected a non-empty list of strings"),
+    ("choices", ["a", 1], "choices: expected a non-empty list of strings"),
     ("json_schema", "{not json", "json_schema: not valid JSON"),
     ("json_schema", [1], "json_schema: expected an object or a boolean, got list"),
 ]

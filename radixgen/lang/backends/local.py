@@ -48,6 +48,7 @@ class LocalBackend:
                 if on_text is not None:
                     on_text(delta.text)
             last = delta
+        assert last is not None, "Engine.stream ends with a finished delta"
         meta = CallMeta(
             "gen",
             prompt_tokens=last.prompt_tokens,

@@ -53,7 +53,7 @@ class OpenAI:
         api_key: str | None = None,
         **client_options: Any,
     ) -> None:
-        import openai
+        import openai  # the "client" extra: imported only when a backend is made
 
         key = api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
         self.client = openai.OpenAI(base_url=base_url, api_key=key, **client_options)

@@ -15,6 +15,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ...sampling_params import SamplingParams
+from ...tokenizer import Tokenizer, load_tokenizer
 from ..chat_template import RoleMarkers
 from .base import (
     CallMeta,
@@ -39,7 +40,7 @@ class RuntimeEndpoint:
         model: str | None = None,
         timeout: float = 600.0,
     ) -> None:
-        import httpx  # a dev/server extra: imported only when an endpoint is made
+        import httpx  # the "client" extra: imported only when an endpoint is made
 
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -98,9 +99,7 @@ class RuntimeEndpoint:
         self.client.close()
 
     # ------------------------------------------------------------------ HTTP
-    def _load_tokenizer(self):
-        from ...tokenizer import load_tokenizer
-
+    def _load_tokenizer(self) -> Tokenizer:
         source = self.model or self.get_model_info().get("model_path")
         try:
             return load_tokenizer(source)
