@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from .forward_batch import ForwardBatch
@@ -10,7 +12,7 @@ from .kernels.attention import plan_cpu_decode, plan_decode_runs
 from .kernels.native import native_decode_available
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool
 from .models.llama import LlamaModel
-from .request import Req
+from .request import ExtendRow
 
 
 class ModelRunner:
@@ -35,7 +37,7 @@ class ModelRunner:
             and native_decode_available()
         )
 
-    def forward(self, reqs: list[Req], sampling: list[bool]) -> torch.Tensor:
+    def forward(self, reqs: Sequence[ExtendRow], sampling: list[bool]) -> torch.Tensor:
         """Run one step for ``reqs`` (decode rows, i.e. ``extend_len == 1``, first).
 
         Each req's new slots must already be in ``req_to_token[pool_row, computed_len :
@@ -44,7 +46,7 @@ class ModelRunner:
         """
         return self.model.forward(self.prepare(reqs, sampling))
 
-    def prepare(self, reqs: list[Req], sampling: list[bool]) -> ForwardBatch:
+    def prepare(self, reqs: Sequence[ExtendRow], sampling: list[bool]) -> ForwardBatch:
         input_ids, positions, logits_indices = [], [], []
         rows, prefix_lens, extend_lens = [], [], []
         for req, wants_logits in zip(reqs, sampling):
