@@ -7,6 +7,8 @@ thread (never the engine thread), so an unsupported schema is a ``GrammarError``
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from .grammar.errors import GrammarError
@@ -14,6 +16,10 @@ from .kernels import allocate_token_bitmask
 from .request import Req
 from .sampling_params import SamplingParams
 from .tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from .grammar import GrammarCompiler
+    from .grammar.matcher import GrammarMatcher
 
 MAX_FORCED_TOKENS = 64  # jump-forward at most this many tokens per step
 
@@ -26,10 +32,10 @@ class Constraints:
         self.vocab_size = vocab_size
         self.device = device
         self.jump_forward = jump_forward
-        self._compiler = None
+        self._compiler: GrammarCompiler | None = None
 
     @property
-    def compiler(self):
+    def compiler(self) -> GrammarCompiler:
         """The engine's ``GrammarCompiler`` (built on first use: it indexes the vocabulary)."""
         if self._compiler is None:
             from .grammar import GrammarCompiler
@@ -53,8 +59,10 @@ class Constraints:
             return None, rows
         bitmask = allocate_token_bitmask(len(reqs), self.vocab_size)
         for i in rows:
+            matcher = reqs[i].matcher
+            assert matcher is not None
             try:
-                reqs[i].matcher.fill_bitmask(bitmask, i)
+                matcher.fill_bitmask(bitmask, i)
             except GrammarError as exc:  # its automaton outgrew the limits: end this request only
                 reqs[i].error = f"grammar: {exc}"
         return bitmask.to(self.device, non_blocking=True), rows
@@ -72,18 +80,18 @@ class Constraints:
                 raise AssertionError(
                     f"sampled token {token_id} was not allowed by the grammar mask"
                 )
-            return self._forced_tokens(req) if self.jump_forward else []
+            return self._forced_tokens(matcher) if self.jump_forward else []
         except GrammarError as exc:
             req.error = f"grammar: {exc}"
             return []
 
-    def _forced_tokens(self, req: Req) -> list[int]:
-        text = req.matcher.forced_text()
+    def _forced_tokens(self, matcher: GrammarMatcher) -> list[int]:
+        text = matcher.forced_text()
         if not text:
             return []
         accepted = []
         for token_id in self.tokenizer.encode(text)[:MAX_FORCED_TOKENS]:
-            if not req.matcher.accept_token(token_id):
+            if not matcher.accept_token(token_id):
                 break
             accepted.append(token_id)
         return accepted

@@ -1,9 +1,11 @@
 """Engine: the offline API and the engine thread.
 
-``Engine.step()`` is the main loop's table of contents: schedule, run the model, sample, post-process.
+``Engine.step()`` is the main loop's table of contents: schedule (``scheduler``), run the model
+(``model_runner``), sample (``sampler``), post-process (``output_processor``), emit. KV slots
+belong to the ``KVManager`` (``mem_cache.kv_manager``), which the scheduler and scoring share.
 Callers on other threads talk to the engine thread only through ``_inbox`` (commands) and each
-request's ``sink`` (deltas out), so the radix tree, scheduler and grammar matchers are touched by
-one thread.
+request's ``sink`` (deltas out), so the radix tree, scheduler and grammar matchers are touched
+by one thread.
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
+import os
 import queue
 import threading
 import time
 import traceback
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 
@@ -26,21 +29,30 @@ from .config import EngineConfig
 from .constrained import Constraints
 from .detokenizer import IncrementalDetokenizer, StopStringMatcher
 from .mem_cache.chunk_cache import ChunkCache
+from .mem_cache.kv_manager import KVManager
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator
+from .mem_cache.prefix_cache import PrefixCache
 from .mem_cache.radix_cache import RadixCache
 from .model_runner import ModelRunner
 from .models.hub import resolve_model
 from .models.loader import load_model
+from .output_processor import OutputProcessor, error_delta, make_delta
 from .outputs import EngineStats
-from .request import Delta, Req, ReqStatus, RequestOutput, TokenLogprob
+from .request import Delta, Req, ReqStatus, RequestOutput
 from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .scheduler.scheduler import Scheduler
+from .scoring import ScoreOutput, Scorer, score
 from .tokenizer import load_tokenizer
+
+if TYPE_CHECKING:
+    from .grammar import GrammarCompiler
 
 logger = logging.getLogger(__name__)
 
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
+T = TypeVar("T")
+Prompt = str | list[int]  # text, or token ids
 
 
 class Engine:
@@ -73,6 +85,9 @@ class Engine:
             jump_forward=self.config.jump_forward,
         )
         self.stats_counters = EngineStats()
+        self.output_processor = OutputProcessor(
+            self.constraints, self.tokenizer.eos_token_ids, self.context_len, self.stats_counters
+        )
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._reqs: dict[str, Req] = {}
         self._stopping = False
@@ -95,7 +110,7 @@ class Engine:
         )
 
     @property
-    def grammar_compiler(self):
+    def grammar_compiler(self) -> GrammarCompiler:
         return self.constraints.compiler
 
     def _build_memory(self) -> None:
@@ -117,32 +132,40 @@ class Engine:
             self.dtype,
             self.device,
         )
-        self.allocator = SlotAllocator(self.max_total_tokens)
-        self.req_to_token_pool = ReqToTokenPool(
+        allocator = SlotAllocator(self.max_total_tokens)
+        req_to_token_pool = ReqToTokenPool(
             self.config.max_running_requests, self.context_len + 1, self.device
         )
-        cache_cls = ChunkCache if self.config.disable_radix_cache else RadixCache
-        self.cache = cache_cls(self.allocator)
-        self.scheduler = Scheduler(
-            self.config, self.cache, self.allocator, self.req_to_token_pool, self.context_len
+        cache: PrefixCache = (
+            ChunkCache(allocator) if self.config.disable_radix_cache else RadixCache(allocator)
         )
-        self.model_runner = ModelRunner(self.model, self.kv_pool, self.req_to_token_pool)
+        self.kv = KVManager(cache, allocator, req_to_token_pool)
+        self.scheduler = Scheduler(self.config, self.kv)
+        self.model_runner = ModelRunner(self.model, self.kv_pool, req_to_token_pool)
+        self.scorer = Scorer(
+            self.model_runner,
+            self.kv,
+            cfg.vocab_size,
+            max_len=min(self.context_len, self.max_total_tokens) - 1,
+            share_prompt=not self.config.disable_radix_cache,
+        )
 
     # ================================================================== the main loop
     @torch.inference_mode()
     def step(self) -> None:
-        """One iteration: schedule, forward, sample, post-process (engine thread only)."""
-        reqs = self.scheduler.schedule()
-        if not reqs:
+        """One iteration: schedule, forward, sample, post-process, emit (engine thread only)."""
+        batch = self.scheduler.schedule()
+        if not batch:
             return
-        sampling = [r.computed_len + r.extend_len == r.seq_len for r in reqs]
-        logits = self.model_runner.forward(reqs, sampling)
-        to_sample = [r for r, s in zip(reqs, sampling) if s]
+        sampling = [r.computed_len + r.extend_len == r.seq_len for r in batch]
+        logits = self.model_runner.forward(batch, sampling)
+        to_sample = [r.req for r, s in zip(batch, sampling) if s]
         bitmask, masked_rows = self.constraints.bitmask(to_sample)
         next_ids, logprobs = self.sampler.sample(logits, to_sample, bitmask, masked_rows)
-        self.scheduler.advance(reqs)
+        self.scheduler.advance(batch)
         for req, token_id, logprob in zip(to_sample, next_ids, logprobs):
-            self._process_token(req, token_id, logprob)
+            reason = self.output_processor.process(req, token_id, logprob)
+            self._emit(req, reason)
         self.stats_counters.steps += 1
 
     def _loop(self) -> None:
@@ -154,9 +177,8 @@ class Engine:
                 break
             try:
                 self.step()
-            except (
-                Exception
-            ):  # a bug must not kill the thread silently: fail what runs, keep serving
+            except Exception:
+                # a bug must not kill the thread silently: fail what runs, keep serving
                 logger.error("engine step failed:\n%s", traceback.format_exc())
                 for req in list(self.scheduler.running) + list(self.scheduler.waiting):
                     self._fail(req, "internal error in the engine step")
@@ -170,86 +192,16 @@ class Engine:
         except queue.Empty:
             pass
 
-    # ================================================================== per-token post-processing
-    def _process_token(self, req: Req, token_id: int, logprob: TokenLogprob | None) -> None:
-        if req.error is not None:
-            self._fail(req, req.error)
-            return
-        req.output_ids.append(token_id)
-        if req.first_token_time is None:
-            req.first_token_time = time.monotonic()
-            self.stats_counters.record_ttft(req.first_token_time - req.arrival_time)
-        if logprob is not None:
-            req.pending_logprobs.append(logprob)
-        forced = self.constraints.accept(req, token_id)  # the matcher is now past ``forced`` too
-        if req.error is not None:
-            self._fail(req, req.error)
-            return
-        req.detokenizer.push([token_id])
-        reason = self._finish_reason(req, token_id, grammar_done=not forced)
-        if reason is None and forced:
-            reason = self._jump_forward(req, forced)
-        self._emit(req, reason)
-
-    def _finish_reason(self, req: Req, token_id: int, grammar_done: bool = True) -> str | None:
-        """Why ``req`` stops after ``token_id`` (None: it goes on). ``grammar_done=False`` while
-        grammar-forced tokens are still to be appended."""
-        p = req.params
-        if not p.ignore_eos and token_id in self.tokenizer.eos_token_ids:
-            return "stop"
-        if p.stop_token_ids and token_id in p.stop_token_ids:
-            return "stop"
-        if req.stop_matcher.find(req.detokenizer.text) is not None:
-            return "stop"
-        if grammar_done and self.constraints.finished(req):
-            return "stop"
-        if len(req.output_ids) >= p.max_new_tokens or req.seq_len >= self.context_len:
-            return "length"
-        return None
-
-    def _jump_forward(self, req: Req, forced_ids: list[int]) -> str | None:
-        """Append grammar-forced tokens without sampling; they are computed as one extend next step."""
-        room = min(req.params.max_new_tokens - len(req.output_ids), self.context_len - req.seq_len)
-        forced_ids = forced_ids[:room]
-        for i, token_id in enumerate(forced_ids, start=1):
-            req.output_ids.append(token_id)
-            req.detokenizer.push([token_id])
-            reason = self._finish_reason(req, token_id, grammar_done=i == len(forced_ids))
-            if reason is not None:
-                return reason
-        return None
-
+    # ================================================================== emitting
     def _emit(self, req: Req, reason: str | None) -> None:
-        text = req.detokenizer.text
-        if reason is not None:
-            text += req.detokenizer.flush()
-            cut = req.stop_matcher.find(text)
-            end = len(text) if cut is None else cut
-        else:
-            end = req.stop_matcher.safe_len(text)
-        delta_text = text[req.streamed_len : end] if end > req.streamed_len else ""
-        req.streamed_len = max(req.streamed_len, end)
-        new_ids = req.output_ids[req.num_sent_ids :]
-        req.num_sent_ids = len(req.output_ids)
-        delta = self._delta(req, delta_text, new_ids, reason)
+        """Send ``req``'s delta to its sink; end it when it finished or failed."""
+        if req.error is not None:
+            self._fail(req, req.error)
+            return
+        delta = self.output_processor.delta(req, reason)
         if reason is not None:
             self._finish(req, reason)
         req.sink(delta)
-
-    def _delta(self, req: Req, text: str, new_ids: list[int], reason: str | None) -> Delta:
-        logprobs = req.pending_logprobs if req.params.logprobs else None
-        req.pending_logprobs = []
-        return Delta(
-            rid=req.rid,
-            text=text,
-            token_ids=new_ids,
-            logprobs=logprobs,
-            finished=reason is not None,
-            finish_reason=reason,
-            prompt_tokens=len(req.prompt_ids),
-            completion_tokens=len(req.output_ids),
-            cached_tokens=req.cached_tokens,
-        )
 
     def _finish(self, req: Req, reason: str) -> None:
         req.finish_reason = reason
@@ -262,18 +214,7 @@ class Engine:
         """End ``req`` with an error delta (engine thread)."""
         self.scheduler.finish(req)
         self._reqs.pop(req.rid, None)
-        req.sink(
-            Delta(
-                rid=req.rid,
-                text="",
-                token_ids=[],
-                finished=True,
-                finish_reason="abort",
-                prompt_tokens=len(req.prompt_ids),
-                completion_tokens=len(req.output_ids),
-                error=message,
-            )
-        )
+        req.sink(error_delta(req, message))
 
     # ================================================================== public API (any thread)
     def add_request(
@@ -348,39 +289,41 @@ class Engine:
 
     def _emit_abort(self, req: Req) -> None:
         self._finish(req, "abort")
-        req.sink(self._delta(req, "", [], "abort"))
+        req.sink(make_delta(req, "", [], "abort"))
 
     def generate(
         self,
-        prompts: str | list[str] | list[list[int]],
+        prompts: Prompt | Sequence[Prompt],
         params: SamplingParams | list[SamplingParams] | None = None,
     ) -> list[RequestOutput]:
         """Generate for each prompt (text or token ids); blocks until all finish."""
-        single = isinstance(prompts, str) or (
-            isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
-        )
-        prompts = [prompts] if single else list(prompts)
-        if not prompts:
+        batch = _prompt_list(prompts)
+        if not batch:
             raise ValueError("prompts: expected at least one prompt")
-        params_list = params if isinstance(params, list) else [params] * len(prompts)
-        if len(params_list) != len(prompts):
+        params_list: Sequence[SamplingParams | None] = (
+            params if isinstance(params, list) else [params] * len(batch)
+        )
+        if len(params_list) != len(batch):
             raise ValueError(
-                f"params: got {len(params_list)} SamplingParams for {len(prompts)} prompts"
+                f"params: got {len(params_list)} SamplingParams for {len(batch)} prompts"
             )
-        collected = [self._collect(p, sp) for p, sp in zip(prompts, params_list)]
+        collected = [self._collect(p, sp) for p, sp in zip(batch, params_list)]
         return [
             RequestOutput.from_deltas(list(deltas), p if isinstance(p, str) else None)
-            for deltas, p in zip(collected, prompts)
+            for deltas, p in zip(collected, batch)
         ]
 
-    def _collect(self, prompt, params) -> Iterator[Delta]:
+    def _collect(self, prompt: Prompt, params: SamplingParams | None) -> Iterator[Delta]:
         """Submit now; the returned iterator yields the request's deltas until it finishes."""
         out: queue.SimpleQueue[Delta] = queue.SimpleQueue()
         rid = self.add_request(prompt, params, out.put)
         return _drain(out, rid, self)
 
     def chat(
-        self, messages: list[dict], params: SamplingParams | None = None, tools: list | None = None
+        self,
+        messages: list[dict[str, Any]],
+        params: SamplingParams | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> RequestOutput:
         """Render ``messages`` with the chat template and generate the assistant's reply."""
         prompt = self.tokenizer.apply_chat_template(
@@ -389,15 +332,16 @@ class Engine:
         return self.generate([prompt], params)[0]
 
     def stream(
-        self, prompt: str | list[int] | list[dict], params: SamplingParams | None = None
+        self, prompt: Prompt | list[dict[str, Any]], params: SamplingParams | None = None
     ) -> Iterator[Delta]:
         """Yield deltas as they are produced (``delta.text`` joins to the final text).
 
         ``prompt`` may be a list of chat messages. Closing the iterator early aborts the request.
         """
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
-            prompt = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
-        return self._collect(prompt, params)
+            text = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True)
+            return self._collect(text, params)
+        return self._collect(cast(Prompt, prompt), params)
 
     def score(
         self,
@@ -405,7 +349,7 @@ class Engine:
         continuations: list[str] | list[list[int]],
         *,
         top_logprobs: int = 0,
-    ):
+    ) -> ScoreOutput:
         """Teacher-forced logprob of every token of each continuation after ``prompt`` (no sampling),
         and the ``top_logprobs`` most likely tokens at each position.
 
@@ -413,48 +357,47 @@ class Engine:
         continuation on its own). The prompt's KV comes from / goes to the radix cache and is
         computed once for all continuations. Returns a :class:`radixgen.scoring.ScoreOutput`.
         """
-        from .scoring import score
-
         prompt_ids = self._prompt_ids(prompt)
         ids = [self.tokenizer.encode(c) if isinstance(c, str) else list(c) for c in continuations]
-        return score(self, prompt_ids, ids, top_k=top_logprobs)
+        return score(self.scorer, self.call, prompt_ids, ids, top_k=top_logprobs)
 
-    def prompt_logprobs(self, prompt: str | list[int], top_logprobs: int = 0):
+    def prompt_logprobs(
+        self, prompt: str | list[int], top_logprobs: int = 0
+    ) -> tuple[list[int], list[float | None], list[list[tuple[int, float]]]]:
         """``(token ids, logprob of each given the ones before — None for the first, top
         tokens per position)`` of the prompt, as a generation would tokenize it."""
-        from .scoring import score
-
         ids = self._prompt_ids(prompt)
         if len(ids) < 2:
             return ids, [None] * len(ids), [[] for _ in ids]
-        out = score(self, ids[:1], [ids[1:]], top_k=top_logprobs)
+        out = score(self.scorer, self.call, ids[:1], [ids[1:]], top_k=top_logprobs)
         return ids, [None, *out.token_logprobs[0]], [[], *out.top_logprobs[0]]
 
     def stats(self) -> dict[str, Any]:
         """Cache and scheduler counters (hit rate = cached prompt tokens / prompt tokens)."""
-        s = self.stats_counters
+        s, cache = self.stats_counters, self.kv.cache
         return {
             **s.as_dict(),
             "running": len(self.scheduler.running),
             "waiting": len(self.scheduler.waiting),
             "max_total_tokens": self.max_total_tokens,
-            "free_tokens": self.allocator.num_free,
-            "tokens_in_tree": self.cache.total_size(),
-            "evictable_tokens": self.cache.evictable_size,
-            "protected_tokens": self.cache.protected_size,
-            "evicted_tokens": self.cache.num_evictions,
+            "free_tokens": self.kv.num_free_slots,
+            "tokens_in_tree": cache.total_size(),
+            "evictable_tokens": cache.evictable_size,
+            "protected_tokens": cache.protected_size,
+            "evicted_tokens": cache.num_evictions,
             "retractions": self.scheduler.num_retractions,
             "radix_cache": not self.config.disable_radix_cache,
         }
 
-    def call(self, fn: Callable[[], Any], timeout: float = 60.0) -> Any:
+    def call(self, fn: Callable[[], T], timeout: float = 60.0) -> T:
         """Run ``fn`` on the engine thread and return its result (for flushes and checks)."""
-        box: queue.SimpleQueue = queue.SimpleQueue()
+        box: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
         self._inbox.put(lambda: box.put(_try(fn)))
         ok, value = box.get(timeout=timeout)
         if not ok:
             raise value
-        return value
+        result: T = value
+        return result
 
     def flush_cache(self) -> bool:
         """Drop every cached prefix; refused (False) while requests run."""
@@ -462,14 +405,14 @@ class Engine:
         def flush() -> bool:
             if self.scheduler.running or self.scheduler.waiting:
                 return False
-            self.cache.reset()
+            self.kv.cache.reset()
             return True
 
         return self.call(flush)
 
     def check_integrity(self) -> None:
         """Assert every KV slot is owned exactly once (free list, tree, or a running request)."""
-        self.call(lambda: self.cache.check_integrity(running_slots=self.scheduler.running_slots()))
+        self.call(self.kv.check_integrity)
 
     def shutdown(self) -> None:
         """Abort what is in flight and stop the engine thread."""
@@ -489,11 +432,20 @@ class Engine:
     def __enter__(self) -> Engine:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
 
-def _shutdown_at_exit(ref: weakref.ref) -> Callable[[], None]:
+def _prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
+    """One prompt (text or token ids) or a list of prompts -> the list of prompts."""
+    if isinstance(prompts, str) or (
+        isinstance(prompts, list) and prompts and isinstance(prompts[0], int)
+    ):
+        return [cast(Prompt, prompts)]
+    return list(cast(Sequence[Prompt], prompts))
+
+
+def _shutdown_at_exit(ref: weakref.ref[Engine]) -> Callable[[], None]:
     def shutdown() -> None:
         engine = ref()
         if engine is not None:
@@ -502,7 +454,7 @@ def _shutdown_at_exit(ref: weakref.ref) -> Callable[[], None]:
     return shutdown
 
 
-def _drain(out: queue.SimpleQueue, rid: str, engine: Engine) -> Iterator[Delta]:
+def _drain(out: queue.SimpleQueue[Delta], rid: str, engine: Engine) -> Iterator[Delta]:
     finished = False
     try:
         while not finished:
@@ -532,7 +484,9 @@ def _pick_device(device: str) -> torch.device:
 def _pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return getattr(torch, dtype)
+    value = getattr(torch, dtype)
+    assert isinstance(value, torch.dtype), dtype  # EngineConfig.validate checked the name
+    return value
 
 
 def _default_pool_tokens(bytes_per_token: int, device: torch.device) -> int:
@@ -541,7 +495,5 @@ def _default_pool_tokens(bytes_per_token: int, device: torch.device) -> int:
         free, _ = torch.cuda.mem_get_info(device)
         budget = free * 0.6
     else:
-        import os
-
         budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.10
     return int(max(1024, min(budget // bytes_per_token, 1 << 18)))

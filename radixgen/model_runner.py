@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from .forward_batch import ForwardBatch
 from .kernels import DecodePlan, plan_decode
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool
 from .models.llama import LlamaModel
-from .request import Req
+from .request import ExtendRow
 
 
 class ModelRunner:
@@ -25,7 +27,7 @@ class ModelRunner:
         self.device = model.device
         self.attention_backend = attention_backend
 
-    def forward(self, reqs: list[Req], sampling: list[bool]) -> torch.Tensor:
+    def forward(self, reqs: Sequence[ExtendRow], sampling: list[bool]) -> torch.Tensor:
         """Run one step for ``reqs`` (decode rows, i.e. ``extend_len == 1``, first).
 
         Each req's new slots must already be in ``req_to_token[pool_row, computed_len :
@@ -34,7 +36,7 @@ class ModelRunner:
         """
         return self.model.forward(self.prepare(reqs, sampling))
 
-    def prepare(self, reqs: list[Req], sampling: list[bool]) -> ForwardBatch:
+    def prepare(self, reqs: Sequence[ExtendRow], sampling: list[bool]) -> ForwardBatch:
         input_ids: list[int] = []
         positions: list[int] = []
         logits_indices: list[int] = []
@@ -47,7 +49,6 @@ class ModelRunner:
             positions.extend(range(start, start + n))
             if wants_logits:
                 logits_indices.append(len(input_ids) - 1)
-            assert req.pool_row is not None, "a scheduled request holds a req_to_token row"
             rows.append(req.pool_row)
             prefix_lens.append(start)
             extend_lens.append(n)

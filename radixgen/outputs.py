@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from .request import Req
@@ -40,8 +41,6 @@ class EngineStats:
         self.ttft.observe(seconds)
 
     def record_finish(self, req: Req) -> None:
-        import time
-
         self.num_finished += 1
         self.num_aborted += req.finish_reason == "abort"
         self.prompt_tokens += len(req.prompt_ids)
@@ -56,7 +55,7 @@ class EngineStats:
     def cache_hit_rate(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, float]:
         return {
             "num_finished": self.num_finished,
             "num_aborted": self.num_aborted,

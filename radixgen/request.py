@@ -1,13 +1,10 @@
-"""Req: one generation request as the scheduler and engine see it; plus what callers receive.
+"""Requests as the engine sees them, and what callers receive.
 
-KV bookkeeping of a request (``fill_ids = prompt_ids + output_ids``)::
-
-    fill_ids  [0 ........ num_tree_owned) [num_tree_owned ..... computed_len) [computed_len .. len)
-    slots      owned by the radix tree,     private to this request            no KV yet
-               locked through last_node
-
-``computed_len`` counts tokens whose K/V are in the pool; each step extends it towards
-``len(fill_ids)``; a step that reaches the end samples the next token.
+``Req`` is one generation request, waiting or running: its prompt, parameters, generated tokens
+and streaming state, but no KV. An admitted request is a ``RunningReq``: the ``Req`` plus the
+``KVRow`` it runs on (``radixgen.mem_cache.kv_manager``), so a running request always has a
+table row. ``fill_ids = prompt_ids + output_ids``; each step extends the row's ``computed_len``
+towards ``len(fill_ids)``, and a step that reaches the end samples the next token.
 """
 
 from __future__ import annotations
@@ -16,17 +13,21 @@ import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from .detokenizer import IncrementalDetokenizer, StopStringMatcher
+from .mem_cache.kv_manager import KVRow
 from .sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from .grammar.matcher import GrammarMatcher
 
 
 class ReqStatus(enum.Enum):
     WAITING = "waiting"  # queued (or compiling its grammar, or retracted)
-    RUNNING = "running"  # admitted: holds a req_to_token row and KV slots
+    RUNNING = "running"  # admitted: a ``RunningReq`` holds its KV row
     FINISHED = "finished"
 
 
@@ -84,8 +85,10 @@ class RequestOutput:
         )
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False)  # eq=False: requests hash and compare by identity
 class Req:
+    """One generation request (engine thread state); while it runs, a ``RunningReq`` holds its KV."""
+
     rid: str
     prompt_ids: list[int]
     params: SamplingParams
@@ -94,18 +97,10 @@ class Req:
     stop_matcher: StopStringMatcher
     output_ids: list[int] = field(default_factory=list)
     status: ReqStatus = ReqStatus.WAITING
-    pool_row: int | None = None
-    slots: torch.Tensor = field(
-        default_factory=lambda: torch.empty(0, dtype=torch.int64)
-    )  # [computed_len]
-    computed_len: int = 0
-    num_tree_owned: int = 0
-    last_node: Any = None
     cached_tokens: int = 0  # prompt tokens served from the radix cache (first admission)
-    extend_len: int = 0  # tokens scheduled in the current step
     prefix_hint: int = 0  # cached prefix length found by the policy (for ordering only)
     generator: torch.Generator | None = None
-    matcher: Any = None  # grammar matcher, when constrained
+    matcher: GrammarMatcher | None = None  # when constrained
     streamed_len: int = 0  # characters of output text already emitted
     num_sent_ids: int = 0  # output tokens already emitted
     finish_reason: str | None = None
@@ -137,3 +132,47 @@ class Req:
     @property
     def remaining_new_tokens(self) -> int:
         return self.params.max_new_tokens - len(self.output_ids)
+
+
+class ExtendRow(Protocol):
+    """What the model runner reads of each row it computes (a ``RunningReq`` or a scoring row):
+    tokens ``computed_len .. computed_len + extend_len`` go in, their slots are already in
+    ``req_to_token[pool_row]``."""
+
+    @property
+    def pool_row(self) -> int: ...
+
+    @property
+    def computed_len(self) -> int: ...
+
+    @property
+    def extend_len(self) -> int: ...
+
+    def token_ids(self, start: int, end: int) -> list[int]: ...
+
+
+@dataclass(slots=True, eq=False)
+class RunningReq:
+    """An admitted request and the KV row it runs on (made by the scheduler's admission)."""
+
+    req: Req
+    kv: KVRow
+
+    @property
+    def pool_row(self) -> int:
+        return self.kv.pool_row
+
+    @property
+    def computed_len(self) -> int:
+        return self.kv.computed_len
+
+    @property
+    def extend_len(self) -> int:
+        return self.kv.extend_len
+
+    @property
+    def seq_len(self) -> int:
+        return self.req.seq_len
+
+    def token_ids(self, start: int, end: int) -> list[int]:
+        return self.req.token_ids(start, end)

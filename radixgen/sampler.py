@@ -45,7 +45,9 @@ class Sampler:
             if not p.needs_penalties:
                 continue
             if p.repetition_penalty != 1.0:
-                seen = torch.tensor(req.prompt_ids + req.output_ids, device=self.device).unique()
+                seen = torch.unique(
+                    torch.tensor(req.prompt_ids + req.output_ids, device=self.device)
+                )
                 values = logits[row, seen]
                 logits[row, seen] = torch.where(
                     values > 0, values / p.repetition_penalty, values * p.repetition_penalty
@@ -74,11 +76,12 @@ class Sampler:
         sampled = [i for i, r in enumerate(reqs) if not r.params.is_greedy]
         if sampled:
             rows = torch.tensor(sampled, device=self.device)
-            probs = self._filtered_probs(logits[rows], [reqs[i].params for i in sampled])  # [S, V]
+            probs = self._filtered_probs(logits[rows], [reqs[i] for i in sampled])  # [S, V]
             next_ids[rows] = self._multinomial(probs, [reqs[i] for i in sampled])
         return next_ids.tolist()
 
-    def _filtered_probs(self, logits: torch.Tensor, params: list) -> torch.Tensor:
+    def _filtered_probs(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
+        params = [r.params for r in reqs]
         temps = torch.tensor([p.temperature for p in params], device=self.device)[:, None]
         logits = logits / temps
         top_k = [p.top_k for p in params]

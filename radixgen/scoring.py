@@ -13,19 +13,21 @@ yet), so the shared prompt is computed once however many continuations there are
 all continuations as one batch. Afterwards each row's tokens are inserted into the tree like a
 finished request's (so a following ``prompt + choice`` generation hits the cache), private
 duplicates are freed and the borrowed node unlocked: no slot changes owner for good except
-into the tree. Everything here runs on the engine thread, between steps (``Engine.call``).
+into the tree. All of it goes through the engine's ``KVManager`` (admit / release / discard,
+as the scheduler does) and runs on the engine thread, between steps: ``score`` hands
+``Scorer.try_score`` to the engine thread through the ``call`` it is given.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
-if TYPE_CHECKING:
-    from .engine import Engine
+from .mem_cache.kv_manager import KVManager, KVRow
+from .model_runner import ModelRunner
 
 RETRY_INTERVAL_S = 0.01  # wait for a free request row / KV slots while the engine is full
 
@@ -48,49 +50,62 @@ class ScoreOutput:
 
 
 @dataclass(slots=True)
-class _Row:
-    """One extend row: KV for ``ids`` after a borrowed tree prefix; logits of the last ``num_logits``.
-
-    Duck-types the ``Req`` fields that ``ModelRunner.prepare`` reads.
-    """
+class _RowSpec:
+    """A row to compute: KV for ``ids`` after at most ``match_len`` borrowed cached tokens;
+    logits of its last ``num_logits`` positions."""
 
     ids: list[int]
-    match_len: int  # borrow at most this many leading tokens from the tree
+    match_len: int
     num_logits: int
-    node: object = None
-    pool_row: int | None = None
-    computed_len: int = 0
-    extend_len: int = 0
-    slots: torch.Tensor = field(default_factory=lambda: torch.empty(0, dtype=torch.int64))
+
+
+@dataclass(slots=True, eq=False)
+class _Row:
+    """An admitted ``_RowSpec`` and its KV row (an ``ExtendRow`` for the model runner)."""
+
+    spec: _RowSpec
+    kv: KVRow
 
     @property
-    def fill_ids(self) -> list[int]:
-        return self.ids
+    def pool_row(self) -> int:
+        return self.kv.pool_row
+
+    @property
+    def computed_len(self) -> int:
+        return self.kv.computed_len
+
+    @property
+    def extend_len(self) -> int:
+        return self.kv.extend_len
 
     def token_ids(self, start: int, end: int) -> list[int]:
-        return self.ids[start:end]
+        return self.spec.ids[start:end]
+
+
+# runs a function on the engine thread (within a timeout, seconds) and returns its result
+RunOnEngine = Callable[[Callable[[], ScoreOutput | None], float], ScoreOutput | None]
 
 
 def score(
-    engine: Engine,
+    scorer: Scorer,
+    call: RunOnEngine,
     prompt_ids: list[int],
     continuations: list[list[int]],
     timeout: float = 300.0,
     top_k: int = 0,
 ) -> ScoreOutput:
     """Teacher-forced logprobs of each continuation after ``prompt_ids`` (any thread; blocks),
-    with the ``top_k`` most likely tokens at each position if asked.
+    with the ``top_k`` most likely tokens at each position if asked. ``call`` runs a function
+    on the engine thread and returns its result (``Engine.call``).
 
     Raises ``ValueError`` for an empty prompt or continuation, an out-of-vocabulary id, or a
     sequence longer than the context. Waits (up to ``timeout``) while the engine has no free
     request row or KV slots for the rows.
     """
-    _validate(engine, prompt_ids, continuations)
+    scorer.validate(prompt_ids, continuations)
     deadline = time.monotonic() + timeout
     while True:
-        result = engine.call(
-            lambda: _score_now(engine, prompt_ids, continuations, top_k), timeout=timeout
-        )
+        result = call(lambda: scorer.try_score(prompt_ids, continuations, top_k), timeout)
         if result is not None:
             return result
         if time.monotonic() > deadline:
@@ -98,44 +113,126 @@ def score(
         time.sleep(RETRY_INTERVAL_S)
 
 
-def _validate(engine: Engine, prompt_ids: list[int], continuations: list[list[int]]) -> None:
-    if not prompt_ids:
-        raise ValueError("score: prompt must not be empty")
-    if not continuations or any(not c for c in continuations):
-        raise ValueError("score: expected a non-empty list of non-empty continuations")
-    vocab = engine.model.config.vocab_size
-    for ids in [prompt_ids, *continuations]:
-        bad = [t for t in ids if not (isinstance(t, int) and 0 <= t < vocab)]
-        if bad:
-            raise ValueError(f"score: token id {bad[0]!r} is outside the vocabulary [0, {vocab})")
-    longest = len(prompt_ids) + max(len(c) for c in continuations)
-    limit = min(engine.context_len, engine.max_total_tokens) - 1
-    if longest > limit:
-        raise ValueError(
-            f"score: prompt + continuation is {longest} tokens, more than the context allows ({limit})"
-        )
+class Scorer:
+    """Scores over the engine's model and KV (``try_score`` on the engine thread only).
 
+    ``max_len``: the longest prompt + continuation allowed (context and pool limit);
+    ``share_prompt``: publish the shared prompt to the cache first (the radix cache is on).
+    """
 
-def _score_now(
-    engine: Engine, prompt_ids: list[int], continuations: list[list[int]], top_k: int = 0
-) -> ScoreOutput | None:
-    """Engine thread. ``None`` when rows or memory are short right now (the caller retries)."""
-    n = len(prompt_ids)
-    cached, _ = engine.cache.match_prefix(prompt_ids[:-1])
-    num_cached = len(cached)
-    if len(continuations) > 1 and num_cached < n - 1 and not engine.config.disable_radix_cache:
-        if _run_rows(engine, [_Row(prompt_ids[:-1], n - 1, 0)]) is None:
+    def __init__(
+        self,
+        model_runner: ModelRunner,
+        kv: KVManager,
+        vocab_size: int,
+        max_len: int,
+        share_prompt: bool,
+    ) -> None:
+        self.model_runner = model_runner
+        self.kv = kv
+        self.vocab_size = vocab_size
+        self.max_len = max_len
+        self.share_prompt = share_prompt
+
+    def validate(self, prompt_ids: list[int], continuations: list[list[int]]) -> None:
+        """Raise ``ValueError`` for input ``score`` refuses (any thread)."""
+        if not prompt_ids:
+            raise ValueError("score: prompt must not be empty")
+        if not continuations or any(not c for c in continuations):
+            raise ValueError("score: expected a non-empty list of non-empty continuations")
+        vocab = self.vocab_size
+        for ids in [prompt_ids, *continuations]:
+            bad = [t for t in ids if not (isinstance(t, int) and 0 <= t < vocab)]
+            if bad:
+                raise ValueError(
+                    f"score: token id {bad[0]!r} is outside the vocabulary [0, {vocab})"
+                )
+        longest = len(prompt_ids) + max(len(c) for c in continuations)
+        if longest > self.max_len:
+            raise ValueError(
+                f"score: prompt + continuation is {longest} tokens, more than the context "
+                f"allows ({self.max_len})"
+            )
+
+    def try_score(
+        self, prompt_ids: list[int], continuations: list[list[int]], top_k: int = 0
+    ) -> ScoreOutput | None:
+        """Engine thread. ``None`` when rows or memory are short right now (the caller retries)."""
+        n = len(prompt_ids)
+        cached, _ = self.kv.cache.match_prefix(prompt_ids[:-1])
+        num_cached = len(cached)
+        if len(continuations) > 1 and num_cached < n - 1 and self.share_prompt:
+            if self._run_rows([_RowSpec(prompt_ids[:-1], n - 1, 0)]) is None:
+                return None
+        specs = [_RowSpec(prompt_ids + c[:-1], n - 1, len(c)) for c in continuations]
+        group = self.kv.num_free_rows
+        if group == 0:
             return None
-    rows = [_Row(prompt_ids + c[:-1], n - 1, len(c)) for c in continuations]
-    group = engine.req_to_token_pool.num_free
-    if group == 0:
-        return None
-    parts = [_run_rows(engine, rows[i : i + group]) for i in range(0, len(rows), group)]
-    if any(p is None for p in parts):
-        return None
-    logprobs = torch.log_softmax(torch.cat(parts), dim=-1)  # [sum(len(c)), V]
+        parts = [self._run_rows(specs[i : i + group]) for i in range(0, len(specs), group)]
+        logits = [p for p in parts if p is not None]
+        if len(logits) < len(parts):
+            return None
+        logprobs = torch.log_softmax(torch.cat(logits), dim=-1)  # [sum(len(c)), V]
+        return _score_output(logprobs, continuations, top_k, n, num_cached)
+
+    def _run_rows(self, specs: list[_RowSpec]) -> torch.Tensor | None:
+        """Extend every row in one forward; logits ``[sum(num_logits), V]`` in row order (None:
+        rows or memory are short)."""
+        rows = self._admit(specs)
+        if rows is None:
+            return None
+        try:
+            logits = self._forward(rows)
+        except BaseException:
+            for row in rows:
+                self.kv.discard(row.kv)  # never publish KV that was not computed
+            raise
+        for row in rows:
+            row.kv.advance()
+            self.kv.release(row.kv, row.spec.ids)
+        return logits
+
+    def _admit(self, specs: list[_RowSpec]) -> list[_Row] | None:
+        """Borrow each row's cached prefix (locked), give it a request row and fresh slots for
+        the rest; None (nothing held) when rows or memory are short."""
+        if self.kv.num_free_rows < len(specs):
+            return None
+        prefixes = [self.kv.lock_prefix(s.ids[: s.match_len]) for s in specs]
+        kv_rows = self.kv.admit(
+            prefixes, [len(s.ids) - p.num_tokens for s, p in zip(specs, prefixes)]
+        )
+        if kv_rows is None:
+            for prefix in prefixes:
+                self.kv.unlock(prefix)
+            return None
+        return [_Row(spec, kv) for spec, kv in zip(specs, kv_rows)]
+
+    def _forward(self, rows: list[_Row]) -> torch.Tensor:
+        order = sorted(
+            range(len(rows)), key=lambda i: rows[i].extend_len != 1
+        )  # 1-token rows first
+        runner = self.model_runner
+        batch = runner.prepare([rows[i] for i in order], [False] * len(rows))
+        wanted: dict[int, list[int]] = {}
+        offset = 0
+        for i in order:
+            offset += rows[i].extend_len
+            wanted[i] = list(range(offset - rows[i].spec.num_logits, offset))
+        indices = [k for i in range(len(rows)) for k in wanted[i]]
+        batch.logits_indices = torch.tensor(indices, dtype=torch.int64).to(runner.device)
+        logits: torch.Tensor = runner.model.forward(batch)
+        return logits
+
+
+def _score_output(
+    logprobs: torch.Tensor,  # [sum(len(c)), V]
+    continuations: list[list[int]],
+    top_k: int,
+    prompt_tokens: int,
+    cached_tokens: int,
+) -> ScoreOutput:
     targets = torch.tensor([t for c in continuations for t in c], device=logprobs.device)
-    picked = logprobs.gather(1, targets[:, None]).squeeze(1).tolist()
+    picked: list[float] = logprobs.gather(1, targets[:, None]).squeeze(1).tolist()
     tops: list[list[tuple[int, float]]] = [[] for _ in picked]
     if top_k > 0:
         values, ids = logprobs.topk(min(top_k, logprobs.shape[-1]), dim=-1)
@@ -145,69 +242,6 @@ def _score_now(
         out.append(picked[start : start + len(c)])
         top_out.append(tops[start : start + len(c)])
         start += len(c)
-    return ScoreOutput(out, prompt_tokens=n, cached_tokens=num_cached, top_logprobs=top_out)
-
-
-def _run_rows(engine: Engine, rows: list[_Row]) -> torch.Tensor | None:
-    """Extend every row in one forward; logits ``[sum(num_logits), V]`` in row order, or None."""
-    if not _acquire(engine, rows):
-        return None
-    try:
-        order = sorted(
-            range(len(rows)), key=lambda i: rows[i].extend_len != 1
-        )  # 1-token rows first
-        batch = engine.model_runner.prepare([rows[i] for i in order], [False] * len(rows))
-        wanted: dict[int, list[int]] = {}
-        offset = 0
-        for i in order:
-            offset += rows[i].extend_len
-            wanted[i] = list(range(offset - rows[i].num_logits, offset))
-        indices = [k for i in range(len(rows)) for k in wanted[i]]
-        batch.logits_indices = torch.tensor(indices, dtype=torch.int64).to(engine.device)
-        logits = engine.model.forward(batch)
-    except BaseException:
-        _release(engine, rows, keep=False)  # never publish KV that was not computed
-        raise
-    _release(engine, rows, keep=True)
-    return logits
-
-
-def _acquire(engine: Engine, rows: list[_Row]) -> bool:
-    """Borrow each row's cached prefix (locked), give it a request row and fresh slots for the rest."""
-    cache, pool = engine.cache, engine.req_to_token_pool
-    if pool.num_free < len(rows):
-        return False
-    for row in rows:
-        prefix, row.node = cache.match_prefix(row.ids[: row.match_len])
-        cache.lock(row.node)
-        row.computed_len, row.extend_len = len(prefix), len(row.ids) - len(prefix)
-        row.slots = prefix
-    need = sum(r.extend_len for r in rows)
-    fresh = engine.allocator.alloc(need)
-    if fresh is None:
-        cache.evict(need - engine.allocator.num_free)
-        fresh = engine.allocator.alloc(need)
-    if fresh is None:
-        for row in rows:
-            cache.unlock(row.node)
-        return False
-    start = 0
-    for row in rows:
-        row.pool_row = pool.alloc()
-        row.slots = torch.cat([row.slots, fresh[start : start + row.extend_len].to(torch.int64)])
-        pool.write(row.pool_row, 0, row.slots)
-        start += row.extend_len
-    return True
-
-
-def _release(engine: Engine, rows: list[_Row], keep: bool) -> None:
-    """Hand each row's KV to the cache (as ``Scheduler.release`` does for a finished request),
-    or with ``keep=False`` free the row's private slots; unlock, free the request row."""
-    for row in rows:
-        if keep:
-            num_cached = engine.cache.insert(row.ids, row.slots)
-            engine.allocator.free(row.slots[row.computed_len : max(num_cached, row.computed_len)])
-        else:
-            engine.allocator.free(row.slots[row.computed_len :])
-        engine.cache.unlock(row.node)
-        engine.req_to_token_pool.free(row.pool_row)
+    return ScoreOutput(
+        out, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens, top_logprobs=top_out
+    )

@@ -236,7 +236,9 @@ class RadixCache:
                 self.protected_size -= len(node.key)
                 if node.is_leaf:
                     self._evictable_leaves.add(node)
-            node = node.parent
+            parent = node.parent
+            assert parent is not None  # a locked node is in the tree
+            node = parent
 
     # ------------------------------------------------------------------ eviction
 
@@ -386,7 +388,7 @@ def check_slot_ownership(
         else [free, cached_slots, running_slots.to(torch.int64)]
     )
     owned = torch.cat(parts)
-    assert owned.unique().numel() == owned.numel(), (
+    assert torch.unique(owned).numel() == owned.numel(), (
         "a slot is owned twice (free list / cache / running)"
     )
     assert owned.numel() == 0 or (owned.min() >= 1 and owned.max() <= allocator.size), (

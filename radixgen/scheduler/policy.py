@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from ..mem_cache.prefix_cache import PrefixCache
+from ..mem_cache.radix_cache import TreeNode
 from ..request import Req
 
 LPM_QUEUE_LIMIT = 256  # past this many waiting requests, matching each one costs more than it saves
 
 
-def order_waiting(waiting: list[Req], policy: str, cache) -> list[Req]:
+def order_waiting(waiting: list[Req], policy: str, cache: PrefixCache) -> list[Req]:
     """Return ``waiting`` in admission order (a new list; ``waiting`` is not mutated)."""
     if policy == "fcfs" or len(waiting) > LPM_QUEUE_LIMIT:
         return sorted(waiting, key=lambda r: r.arrival_time)
-    nodes = {}
+    nodes: dict[int, TreeNode] = {}
     for req in waiting:
         slots, node = cache.match_prefix(req.fill_ids[:-1])
         req.prefix_hint = len(slots)
@@ -27,15 +29,15 @@ def order_waiting(waiting: list[Req], policy: str, cache) -> list[Req]:
     return _dfs_weight(waiting, nodes, cache.root)
 
 
-def _dfs_weight(waiting: list[Req], nodes: dict, root) -> list[Req]:
+def _dfs_weight(waiting: list[Req], nodes: dict[int, TreeNode], root: TreeNode) -> list[Req]:
     """Visit the tree depth first, heavier subtrees (more waiting requests) first, so requests
     that share a prefix run back to back."""
-    by_node = defaultdict(list)
+    by_node: defaultdict[int, list[Req]] = defaultdict(list)
     for req in waiting:
         by_node[id(nodes[id(req)])].append(req)
     weight: dict[int, int] = defaultdict(int)
     for req in waiting:
-        node = nodes[id(req)]
+        node: TreeNode | None = nodes[id(req)]
         while node is not None:
             weight[id(node)] += 1
             node = node.parent

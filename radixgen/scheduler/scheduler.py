@@ -1,20 +1,18 @@
 """Scheduler: waiting/running queues, admission through the prefix cache, chunked prefill,
 slot allocation with eviction, and retraction under memory pressure.
 
-Slot ownership (see ``radixgen.request``): a running request's prefix ``[0, num_tree_owned)``
-belongs to the tree and is locked through ``req.last_node``; ``[num_tree_owned, computed_len)``
-is private. ``finish``/``abort``/``retract`` hand everything back through ``cache.insert``, so no
-slot is ever leaked or freed twice.
+The scheduler decides; the ``KVManager`` moves slots. A waiting request is a ``Req``; an
+admitted one is a ``RunningReq`` whose ``KVRow`` holds its table row, its locked cached prefix
+and its private slots. ``finish``/``retract`` hand everything back through
+``KVManager.release``, so no slot is ever leaked or freed twice.
 """
 
 from __future__ import annotations
 
-import torch
-
 from ..config import EngineConfig
-from ..mem_cache.memory_pool import ReqToTokenPool, SlotAllocator
+from ..mem_cache.kv_manager import KVManager
 from ..mem_cache.radix_cache import common_prefix_len
-from ..request import Req, ReqStatus
+from ..request import Req, ReqStatus, RunningReq
 from .policy import order_waiting
 
 INIT_NEW_TOKEN_RATIO = 0.7  # share of max_new_tokens we expect a running request to still use
@@ -26,19 +24,15 @@ SHARED_PREFIX_DEFER = (
 
 
 class Scheduler:
-    def __init__(
-        self,
-        config: EngineConfig,
-        cache,
-        allocator: SlotAllocator,
-        req_to_token_pool: ReqToTokenPool,
-        context_len: int,
-    ) -> None:
+    """Decides each step's rows; admits, advances, finishes and retracts requests.
+
+    Engine thread only. ``waiting`` holds ``Req``s; ``running`` maps each admitted ``Req`` to
+    its ``RunningReq`` in admission order (the order rows are batched and victims chosen in).
+    """
+
+    def __init__(self, config: EngineConfig, kv: KVManager) -> None:
         self.config = config
-        self.cache = cache
-        self.allocator = allocator
-        self.req_to_token_pool = req_to_token_pool
-        self.context_len = context_len
+        self.kv = kv
         self.shares_prefixes = not config.disable_radix_cache
         policy = config.schedule_policy
         self.policy = ("lpm" if self.shares_prefixes else "fcfs") if policy == "auto" else policy
@@ -46,7 +40,7 @@ class Scheduler:
             config.chunked_prefill_size if config.chunked_prefill_size > 0 else 1 << 30
         )
         self.waiting: list[Req] = []
-        self.running: list[Req] = []
+        self.running: dict[Req, RunningReq] = {}  # admission order
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.num_retractions = 0
 
@@ -58,7 +52,7 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     # ------------------------------------------------------------------ one step
-    def schedule(self) -> list[Req]:
+    def schedule(self) -> list[RunningReq]:
         """Pick this step's requests, set each ``extend_len``, allocate and record their new slots.
 
         Returns decode rows (``extend_len == 1``) first. Requests that cannot get memory are
@@ -66,26 +60,25 @@ class Scheduler:
         """
         budget = self.chunk_size
         self._reserve_running(budget)
-        budget -= sum(r.extend_len for r in self.running if r.extend_len > 1)
+        budget -= sum(r.extend_len for r in self.running.values() if r.extend_len > 1)
         if budget > 0 and len(self.running) < self.config.max_running_requests:
             self._admit(budget)
         self.new_token_ratio = max(
             MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY
         )
-        return sorted(self.running, key=lambda r: r.extend_len != 1)
+        return sorted(self.running.values(), key=lambda r: r.extend_len != 1)
 
     def _reserve_running(self, budget: int) -> None:
         """Give every running request its next token(s); retract the least advanced on shortage."""
-        for req in sorted(self.running, key=lambda r: r.arrival_time):
-            remaining = req.seq_len - req.computed_len
-            req.extend_len = 1 if remaining == 1 else max(1, min(remaining, budget))
+        extend_lens: dict[Req, int] = {}
+        for running in sorted(self.running.values(), key=lambda r: r.req.arrival_time):
+            remaining = running.seq_len - running.computed_len
+            extend_lens[running.req] = n = 1 if remaining == 1 else max(1, min(remaining, budget))
             if remaining > 1:
-                budget -= req.extend_len
+                budget -= n
         while self.running:
-            need = sum(r.extend_len for r in self.running)
-            slots = self._alloc(need)
-            if slots is not None:
-                self._assign(self.running, slots)
+            rows = list(self.running.values())
+            if self.kv.reserve([r.kv for r in rows], [extend_lens[r.req] for r in rows]):
                 return
             self.retract(self._retract_victim())
 
@@ -93,27 +86,12 @@ class Scheduler:
         # least progress: fewest generated tokens, then the longest prompt (frees the most)
         return min(self.running, key=lambda r: (len(r.output_ids), -len(r.prompt_ids)))
 
-    def _assign(self, reqs: list[Req], slots: torch.Tensor) -> None:
-        start = 0
-        for req in reqs:
-            self.req_to_token_pool.write(
-                req.pool_row, req.computed_len, slots[start : start + req.extend_len]
-            )
-            start += req.extend_len
-
-    def _alloc(self, n: int) -> torch.Tensor | None:
-        slots = self.allocator.alloc(n)
-        if slots is None and self.shares_prefixes:
-            self.cache.evict(n - self.allocator.num_free)
-            slots = self.allocator.alloc(n)
-        return slots
-
     # ------------------------------------------------------------------ admission
     def _admit(self, budget: int) -> None:
         admitted: list[Req] = []
         # prompts computed this step (running chunks and this round's admissions) reach the tree after it
-        computing = [r for r in self.running if r.extend_len > 1]
-        for req in order_waiting(self.waiting, self.policy, self.cache):
+        computing = [r.req for r in self.running.values() if r.extend_len > 1]
+        for req in order_waiting(self.waiting, self.policy, self.kv.cache):
             if budget <= 0 or len(self.running) >= self.config.max_running_requests:
                 break
             if self._defer_for_shared_prefix(req, computing):
@@ -140,32 +118,21 @@ class Scheduler:
 
     def _try_admit(self, req: Req, budget: int) -> int:
         """Admit ``req`` if memory allows; returns tokens scheduled (0 = not admitted)."""
-        prefix_slots, node = self.cache.match_prefix(req.fill_ids[:-1])
-        self.cache.lock(node)
-        prefix_len = len(prefix_slots)
-        extend_len = min(req.seq_len - prefix_len, budget)
-        if not self._fits(req, prefix_len) or self.req_to_token_pool.num_free == 0:
-            self.cache.unlock(node)
+        prefix = self.kv.lock_prefix(req.fill_ids[:-1])
+        extend_len = min(req.seq_len - prefix.num_tokens, budget)
+        rows = self.kv.admit([prefix], [extend_len]) if self._fits(req, prefix.num_tokens) else None
+        if rows is None:
+            self.kv.unlock(prefix)
             return 0
-        slots = self._alloc(extend_len)
-        if slots is None:
-            self.cache.unlock(node)
-            return 0
-        row = self.req_to_token_pool.alloc()
-        self.req_to_token_pool.write(row, 0, prefix_slots)
-        self.req_to_token_pool.write(row, prefix_len, slots)
-        req.pool_row, req.last_node = row, node
-        req.computed_len = req.num_tree_owned = prefix_len
-        req.extend_len = extend_len
         if req.num_retractions == 0:
-            req.cached_tokens = prefix_len
+            req.cached_tokens = prefix.num_tokens
         req.status = ReqStatus.RUNNING
-        self.running.append(req)
+        self.running[req] = RunningReq(req, rows[0])
         return extend_len
 
     def _fits(self, req: Req, prefix_len: int) -> bool:
         """Admission budget: free + evictable - reserved decode of running >= this request's need."""
-        evictable = self.cache.evictable_size if self.shares_prefixes else 0
+        evictable = self.kv.evictable_size if self.shares_prefixes else 0
         reserved = (
             sum(min(r.remaining_new_tokens, 4096) for r in self.running) * self.new_token_ratio
         )
@@ -173,51 +140,27 @@ class Scheduler:
         if (
             not self.running
         ):  # alone, it only needs room to start; decode retracts nobody but itself
-            return self.allocator.num_free + evictable >= prefill + 1
+            return self.kv.num_free_slots + evictable >= prefill + 1
         need = prefill + min(req.remaining_new_tokens, 4096) * self.new_token_ratio
-        return self.allocator.num_free + evictable - reserved >= need
+        return self.kv.num_free_slots + evictable - reserved >= need
 
     # ------------------------------------------------------------------ after the forward pass
-    def advance(self, reqs: list[Req]) -> None:
+    def advance(self, batch: list[RunningReq]) -> None:
         """Mark the step's tokens as computed; publish prefill chunks to the cache so that
         requests admitted later match them (call before appending the sampled tokens)."""
-        for req in reqs:
-            req.computed_len += req.extend_len
-            if self.shares_prefixes and req.extend_len > 1:
-                self._cache_unfinished(req)
-            req.extend_len = 0
-
-    def _cache_unfinished(self, req: Req) -> None:
-        ids = req.fill_ids[: req.computed_len]
-        slots = self._row_slots(req)
-        num_cached = self.cache.insert(ids, slots)
-        self.allocator.free(slots[req.num_tree_owned : num_cached])
-        tree_slots, node = self.cache.match_prefix(ids)
-        self.req_to_token_pool.write(req.pool_row, 0, tree_slots)
-        self.cache.lock(node)
-        self.cache.unlock(req.last_node)
-        req.last_node, req.num_tree_owned = node, len(ids)
-
-    def _row_slots(self, req: Req) -> torch.Tensor:
-        return self.req_to_token_pool.table[req.pool_row, : req.computed_len].to("cpu", torch.int64)
+        for running in batch:
+            if running.kv.advance() > 1 and self.shares_prefixes:
+                self.kv.publish(running.kv, running.req.fill_ids)
 
     # ------------------------------------------------------------------ leaving
     def release(self, req: Req) -> None:
-        """Hand a running request's KV to the cache (which keeps or frees it) and drop it.
-
-        Inserts ``fill_ids[:computed_len]``, frees private duplicates, unlocks, frees the row.
-        """
-        if req.status is ReqStatus.RUNNING:
-            slots = self._row_slots(req)
-            num_cached = self.cache.insert(req.fill_ids[: req.computed_len], slots)
-            self.allocator.free(slots[req.num_tree_owned : max(num_cached, req.num_tree_owned)])
-            self.cache.unlock(req.last_node)
-            self.req_to_token_pool.free(req.pool_row)
-            self.running.remove(req)
+        """Drop ``req`` from its queue; a running request's KV goes to the cache
+        (``KVManager.release``: the cache keeps it evictable or frees it)."""
+        running = self.running.pop(req, None)
+        if running is not None:
+            self.kv.release(running.kv, req.fill_ids)
         elif req in self.waiting:
             self.waiting.remove(req)
-        req.pool_row, req.last_node = None, None
-        req.computed_len = req.num_tree_owned = req.extend_len = 0
 
     def finish(self, req: Req) -> None:
         self.release(req)
@@ -227,14 +170,9 @@ class Scheduler:
         """Send a running request back to the waiting queue; its KV goes to the cache (evictable)."""
         self.release(req)
         if self.shares_prefixes:
-            self.cache.evict(req.seq_len)
+            self.kv.evict(req.seq_len)
         req.status = ReqStatus.WAITING
         req.num_retractions += 1
         self.num_retractions += 1
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.waiting.append(req)
-
-    def running_slots(self) -> torch.Tensor:
-        """Private slots of running requests (for integrity checks)."""
-        parts = [self._row_slots(r)[r.num_tree_owned :] for r in self.running]
-        return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64)
