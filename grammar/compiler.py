@@ -20,6 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from . import json_schema
 from .automaton import LazyDFA
 from .errors import GrammarError
 from .matcher import CompiledGrammar
@@ -230,8 +231,6 @@ def _front_end(
         return None, None, lambda store: store.alt(store.literal(c.encode("utf-8")) for c in spec)
     if kind == "regex":
         return spec, None, lambda store: regex_to_term(spec, store)
-    from . import json_schema
-
     if kind == "json_object":
         regex = json_schema.json_object_regex(**options)
         rare = json_schema.ESCAPE_GROUPS

@@ -11,6 +11,8 @@ policy), constants every enum member (also those the grammar dropped).
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from .json_schema_ir import (
     AnyValue,
     Array,
@@ -94,8 +96,6 @@ def _object_excludes(node: Object, value: dict) -> bool:
 
 
 def _in_interval(value: int | float, lo: Bound | None, hi: Bound | None) -> bool:
-    from decimal import Decimal
-
     x = Decimal(value)
     above = lo is None or (x > lo.value if lo.strict else x >= lo.value)
     below = hi is None or (x < hi.value if hi.strict else x <= hi.value)

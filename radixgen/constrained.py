@@ -7,19 +7,15 @@ thread (never the engine thread), so an unsupported schema is a ``GrammarError``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
+from .grammar import GrammarCompiler
 from .grammar.errors import GrammarError
+from .grammar.matcher import GrammarMatcher
 from .kernels import allocate_token_bitmask
 from .request import Req
 from .sampling_params import SamplingParams
 from .tokenizer import Tokenizer
-
-if TYPE_CHECKING:
-    from .grammar import GrammarCompiler
-    from .grammar.matcher import GrammarMatcher
 
 MAX_FORCED_TOKENS = 64  # jump-forward at most this many tokens per step
 
@@ -38,8 +34,6 @@ class Constraints:
     def compiler(self) -> GrammarCompiler:
         """The engine's ``GrammarCompiler`` (built on first use: it indexes the vocabulary)."""
         if self._compiler is None:
-            from .grammar import GrammarCompiler
-
             self._compiler = GrammarCompiler(self.tokenizer)
         return self._compiler
 

@@ -38,6 +38,7 @@ from .models.hub import resolve_model
 from .models.loader import load_model
 from .output_processor import OutputProcessor, error_delta, make_delta
 from .outputs import EngineStats
+from .prompts import prompt_ids
 from .request import Delta, Req, ReqStatus, RequestOutput
 from .sampler import Sampler
 from .sampling_params import SamplingParams
@@ -252,30 +253,8 @@ class Engine:
         self.scheduler.add(req)
 
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if not prompt:
-                raise ValueError("prompt: must not be empty")
-            ids = self.tokenizer.encode(prompt, add_special_tokens=True)
-        elif isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
-            ids = list(prompt)
-            vocab = self.model.config.vocab_size
-            bad = [t for t in ids if not 0 <= t < vocab]
-            if bad:
-                raise ValueError(
-                    f"input_ids: token id {bad[0]} is outside the vocabulary [0, {vocab})"
-                )
-        else:
-            raise ValueError(
-                f"prompt: expected a string or a list of token ids, got {type(prompt).__name__}"
-            )
-        if not ids:
-            raise ValueError("prompt: must not be empty")
         limit = min(self.context_len, self.max_total_tokens) - 1
-        if len(ids) > limit:
-            raise ValueError(
-                f"prompt: {len(ids)} tokens is longer than the context allows ({limit} tokens)"
-            )
-        return ids
+        return prompt_ids(prompt, self.tokenizer, limit, vocab_size=self.model.config.vocab_size)
 
     def abort(self, rid: str) -> None:
         """Abort a request at any stage; its slots are freed and its nodes unlocked."""

@@ -33,7 +33,6 @@ class ForwardBatch:
     num_decode: int
     kv_pool: KVPool
     req_to_token: torch.Tensor  # [R, max_context] int32
-    attention_backend: str = "auto"
     # How the decode rows' attention runs, decided once for the step (``kernels.plan_decode``);
     # None: each layer's ``decode_attention`` decides.
     decode_plan: DecodePlan | None = None

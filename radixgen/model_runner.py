@@ -19,13 +19,11 @@ class ModelRunner:
         model: LlamaModel,
         kv_pool: KVPool,
         req_to_token_pool: ReqToTokenPool,
-        attention_backend: str = "auto",
     ) -> None:
         self.model = model
         self.kv_pool = kv_pool
         self.req_to_token_pool = req_to_token_pool
         self.device = model.device
-        self.attention_backend = attention_backend
 
     def forward(self, reqs: Sequence[ExtendRow], sampling: list[bool]) -> torch.Tensor:
         """Run one step for ``reqs`` (decode rows, i.e. ``extend_len == 1``, first).
@@ -77,7 +75,6 @@ class ModelRunner:
             num_decode=num_decode,
             kv_pool=self.kv_pool,
             req_to_token=table,
-            attention_backend=self.attention_backend,
             decode_plan=decode_plan,
         )
 
@@ -95,6 +92,5 @@ class ModelRunner:
             seq_lens,
             pool.k_buffers[0],
             pool.v_buffers[0],
-            self.attention_backend,
             q_dtype=self.model.dtype,
         )

@@ -82,7 +82,7 @@ class LlamaModel:
         """The layer ops for this forward, settled once (not per call): the unchecked C kernels
         for float32 on CPU with the default backend and no q/k norms, else the per-op functions."""
         return choose_layer_ops(
-            batch.attention_backend,
+            "auto",  # RADIXGEN_KERNEL_BACKEND=torch|triton forces a backend everywhere
             self.device,
             (self.dtype, batch.kv_pool.k_buffers[0].dtype),
             self.weights.layers[0].q_norm is not None,
@@ -137,7 +137,7 @@ class LlamaModel:
             if batch.decode_plan is not None:  # the runner's plan for the step
                 parts.append(batch.decode_plan.run(*decode_args))
             else:
-                parts.append(decode_attention(*decode_args, backend=batch.attention_backend))
+                parts.append(decode_attention(*decode_args))
         if nd < batch.req_pool_indices.shape[0]:
             parts.append(
                 extend_attention(
@@ -149,7 +149,6 @@ class LlamaModel:
                     batch.prefix_lens[nd:],
                     batch.extend_lens[nd:],
                     self.sm_scale,
-                    backend=batch.attention_backend,
                 )
             )
         return parts[0] if len(parts) == 1 else torch.cat(parts)
