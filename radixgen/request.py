@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from .detokenizer import IncrementalDetokenizer, StopStringMatcher
-from .mem_cache.kv_manager import KVRow
+from .mem_cache.kv_manager import KVRow, OnKVRow
 from .sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -152,23 +152,11 @@ class ExtendRow(Protocol):
 
 
 @dataclass(slots=True, eq=False)
-class RunningReq:
+class RunningReq(OnKVRow):
     """An admitted request and the KV row it runs on (made by the scheduler's admission)."""
 
     req: Req
     kv: KVRow
-
-    @property
-    def pool_row(self) -> int:
-        return self.kv.pool_row
-
-    @property
-    def computed_len(self) -> int:
-        return self.kv.computed_len
-
-    @property
-    def extend_len(self) -> int:
-        return self.kv.extend_len
 
     @property
     def seq_len(self) -> int:

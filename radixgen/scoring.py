@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .mem_cache.kv_manager import KVManager, KVRow
+from .mem_cache.kv_manager import KVManager, KVRow, OnKVRow
 from .model_runner import ModelRunner
 
 RETRY_INTERVAL_S = 0.01  # wait for a free request row / KV slots while the engine is full
@@ -60,23 +60,11 @@ class _RowSpec:
 
 
 @dataclass(slots=True, eq=False)
-class _Row:
+class _Row(OnKVRow):
     """An admitted ``_RowSpec`` and its KV row (an ``ExtendRow`` for the model runner)."""
 
     spec: _RowSpec
     kv: KVRow
-
-    @property
-    def pool_row(self) -> int:
-        return self.kv.pool_row
-
-    @property
-    def computed_len(self) -> int:
-        return self.kv.computed_len
-
-    @property
-    def extend_len(self) -> int:
-        return self.kv.extend_len
 
     def token_ids(self, start: int, end: int) -> list[int]:
         return self.spec.ids[start:end]

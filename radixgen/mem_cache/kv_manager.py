@@ -28,6 +28,26 @@ from .prefix_cache import PrefixCache
 from .radix_cache import TreeNode
 
 
+class OnKVRow:
+    """Mixin for an object computed on a ``KVRow`` held as ``self.kv``: the row fields the model
+    runner reads (with ``token_ids``, an ``ExtendRow``)."""
+
+    __slots__ = ()
+    kv: KVRow
+
+    @property
+    def pool_row(self) -> int:
+        return self.kv.pool_row
+
+    @property
+    def computed_len(self) -> int:
+        return self.kv.computed_len
+
+    @property
+    def extend_len(self) -> int:
+        return self.kv.extend_len
+
+
 @dataclass(slots=True, eq=False)
 class KVRow:
     """The KV a live row holds (see the module diagram); created by ``KVManager.admit``."""

@@ -139,15 +139,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         _chat_choice(i, r, outputs[i], engine.tokenizer, body.logprobs)
         for i, r in enumerate(results)
     ]
-    return OrjsonResponse(
-        {
-            **meta,
-            "object": "chat.completion",
-            "choices": choices,
-            "usage": usage(results, body.n),
-            "system_fingerprint": None,
-        }
-    )
+    return _completion_response(meta, "chat.completion", choices, usage(results, body.n))
 
 
 def _chat_params(
@@ -252,15 +244,7 @@ async def completions(body: CompletionRequest, request: Request):
         }
         for i, r in enumerate(results)
     ]
-    return OrjsonResponse(
-        {
-            **meta,
-            "object": "text_completion",
-            "choices": choices,
-            "usage": usage(results, body.n),
-            "system_fingerprint": None,
-        }
-    )
+    return _completion_response(meta, "text_completion", choices, usage(results, body.n))
 
 
 def _check_completion(body: CompletionRequest) -> None:
@@ -300,3 +284,12 @@ def _meta(prefix: str, client: EngineClient) -> dict[str, Any]:
         "created": int(time.time()),
         "model": client.model_name,
     }
+
+
+def _completion_response(
+    meta: dict[str, Any], kind: str, choices: list[dict[str, Any]], usage_: dict[str, Any]
+) -> OrjsonResponse:
+    """The non-streaming body of a chat or text completion (``kind``: its ``object``)."""
+    return OrjsonResponse(
+        {**meta, "object": kind, "choices": choices, "usage": usage_, "system_fingerprint": None}
+    )

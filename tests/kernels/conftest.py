@@ -10,12 +10,23 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture
+def native_env(monkeypatch):
+    """The C kernels as a user gets them: skipped without a C compiler, else with no
+    environment variable turning them off."""
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler on this machine")
+    monkeypatch.delenv("RADIXGEN_NATIVE_KERNELS", raising=False)
+    monkeypatch.delenv("RADIXGEN_KERNEL_BACKEND", raising=False)
 
 
 @pytest.fixture(autouse=True)

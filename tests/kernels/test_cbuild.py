@@ -18,15 +18,7 @@ from radixgen.kernels.attention.decode_native import (
     native_decode_available,
 )
 
-pytestmark = pytest.mark.skipif(
-    not any(shutil.which(c) for c in ("cc", "gcc", "clang")), reason="no C compiler on this machine"
-)
-
-
-@pytest.fixture(autouse=True)
-def _kernels_enabled(monkeypatch):
-    monkeypatch.delenv("RADIXGEN_NATIVE_KERNELS", raising=False)
-    monkeypatch.delenv("RADIXGEN_KERNEL_BACKEND", raising=False)
+pytestmark = pytest.mark.usefixtures("native_env")
 
 
 def make_inputs():

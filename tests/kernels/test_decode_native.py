@@ -9,7 +9,6 @@ does not, so a broken build cannot hide behind the torch fallback.
 from __future__ import annotations
 
 import math
-import shutil
 
 import pytest
 import torch
@@ -26,15 +25,9 @@ from radixgen.kernels.attention.cascade import (
 HEADS = [(2, 2), (3, 1), (9, 3), (8, 1)]  # (Hq, Hkv)
 NUM_SLOTS = 8000
 
-pytestmark = pytest.mark.skipif(
-    not any(shutil.which(c) for c in ("cc", "gcc", "clang")), reason="no C compiler on this machine"
-)
-
 
 @pytest.fixture(autouse=True)
-def _require_kernel(monkeypatch):
-    monkeypatch.delenv("RADIXGEN_NATIVE_KERNELS", raising=False)
-    monkeypatch.delenv("RADIXGEN_KERNEL_BACKEND", raising=False)
+def _require_kernel(native_env):
     assert native.native_decode_available(), (
         "a C compiler is present but the kernel did not build or load"
     )

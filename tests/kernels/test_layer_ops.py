@@ -8,7 +8,6 @@ Where a C compiler exists the kernels must build (these tests fail rather than s
 from __future__ import annotations
 
 import math
-import shutil
 
 import pytest
 import torch
@@ -24,15 +23,9 @@ from radixgen.kernels.rotary import (
     native_rotary,
 )
 
-pytestmark = pytest.mark.skipif(
-    not any(shutil.which(c) for c in ("cc", "gcc", "clang")), reason="no C compiler on this machine"
-)
-
 
 @pytest.fixture(autouse=True)
-def _require_kernels(monkeypatch):
-    monkeypatch.delenv("RADIXGEN_NATIVE_KERNELS", raising=False)
-    monkeypatch.delenv("RADIXGEN_KERNEL_BACKEND", raising=False)
+def _require_kernels(native_env):
     assert native_layer_ops() is not None, "a C compiler is present but the kernels did not build"
 
 
