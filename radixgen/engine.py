@@ -39,7 +39,7 @@ from .models.loader import load_model
 from .output_processor import OutputProcessor, error_delta, make_delta
 from .outputs import EngineStats
 from .prompts import prompt_ids
-from .request import Delta, Req, ReqStatus, RequestOutput
+from .request import Delta, Req, ReqStatus, RequestOutput, TokenLogprob
 from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .scheduler.scheduler import Scheduler
@@ -161,13 +161,53 @@ class Engine:
         sampling = [r.computed_len + r.extend_len == r.seq_len for r in batch]
         logits = self.model_runner.forward(batch, sampling)
         to_sample = [r.req for r, s in zip(batch, sampling) if s]
-        bitmask, masked_rows = self.constraints.bitmask(to_sample)
-        next_ids, logprobs = self.sampler.sample(logits, to_sample, bitmask, masked_rows)
+        drawn = self._sample(logits, to_sample)
         self.scheduler.advance(batch)
-        for req, token_id, logprob in zip(to_sample, next_ids, logprobs):
-            reason = self.output_processor.process(req, token_id, logprob)
-            self._emit(req, reason)
+        for req, token in zip(to_sample, drawn):
+            self._post_process(req, token)
         self.stats_counters.steps += 1
+
+    def _sample(
+        self, logits: torch.Tensor, reqs: list[Req]
+    ) -> list[tuple[int, TokenLogprob | None] | Exception]:
+        """Each request's (token, logprob), drawn for the whole batch at once. Should that fail,
+        each row is drawn alone, so that a row that fails (its exception in its place) fails
+        only its own request. ``logits`` [B, V] is mutated."""
+        # penalties and logit_bias change logits in place: keep them for a second try
+        backup = logits.clone() if any(_edits_logits(r.params) for r in reqs) else None
+        try:
+            bitmask, masked_rows = self.constraints.bitmask(reqs)
+            next_ids, logprobs = self.sampler.sample(logits, reqs, bitmask, masked_rows)
+            return list(zip(next_ids, logprobs))
+        except Exception:
+            logger.exception(
+                "sampling a batch of %d failed; sampling its rows one by one", len(reqs)
+            )
+        source = logits if backup is None else backup
+        return [self._sample_row(source[i : i + 1].clone(), req) for i, req in enumerate(reqs)]
+
+    def _sample_row(
+        self, logits: torch.Tensor, req: Req
+    ) -> tuple[int, TokenLogprob | None] | Exception:
+        try:
+            bitmask, masked_rows = self.constraints.bitmask([req])
+            next_ids, logprobs = self.sampler.sample(logits, [req], bitmask, masked_rows)
+            return next_ids[0], logprobs[0]
+        except Exception as exc:  # this request's own failure: it ends, the batch goes on
+            return exc
+
+    def _post_process(self, req: Req, drawn: tuple[int, TokenLogprob | None] | Exception) -> None:
+        """Hand the drawn token to the output processor and emit; a failure here (or in the
+        draw) ends this request alone with an error."""
+        try:
+            if isinstance(drawn, Exception):
+                raise drawn
+            reason = self.output_processor.process(req, *drawn)
+            self._emit(req, reason)
+        except Exception as exc:
+            logger.error("request %s failed: %s: %s", req.rid, type(exc).__name__, exc)
+            if req.status is not ReqStatus.FINISHED:
+                self._fail(req, f"internal error in this request: {type(exc).__name__}: {exc}")
 
     def _loop(self) -> None:
         if self.config.num_threads:  # OpenMP thread counts are per calling thread: set it here too
@@ -422,6 +462,11 @@ def _prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
     ):
         return [cast(Prompt, prompts)]
     return list(cast(Sequence[Prompt], prompts))
+
+
+def _edits_logits(params: SamplingParams) -> bool:
+    """Whether sampling ``params`` changes logits in place before the draw."""
+    return params.needs_penalties or bool(params.logit_bias)
 
 
 def _shutdown_at_exit(ref: weakref.ref[Engine]) -> Callable[[], None]:

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
 from .options import json_file, option
 
 CONSTRAINT_FIELDS = ("json_schema", "regex", "choices", "json_object")
+GREEDY_TEMPERATURE = 1e-5  # a temperature below this samples greedily (dividing by it overflows)
+MAX_TEMPERATURE = 1e6  # past this every distribution is uniform in float32 anyway
+PENALTY_RANGE = (1e-2, 1e2)  # repetition_penalty: logits scaled past float32 beyond these
+BOOL_FIELDS = ("ignore_eos", "logprobs", "json_object", "skip_special_tokens")
+INT64_RANGE = (-(2**63), 2**63 - 1)
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,7 @@ class SamplingParams:
 
     @property
     def is_greedy(self) -> bool:
-        return self.temperature == 0.0 or self.top_k == 1
+        return self.temperature < GREEDY_TEMPERATURE or self.top_k == 1
 
     @property
     def constraint(self) -> tuple[str, Any] | None:
@@ -89,30 +95,41 @@ class SamplingParams:
 
     # ------------------------------------------------------------------ validation
     def validate(self, vocab_size: int | None = None) -> SamplingParams:
-        """Raise ``ValueError`` naming the field for bad values; returns self for chaining."""
+        """Raise ``ValueError`` naming the field for bad values; returns the params to run:
+        ``self``, or a copy with ``top_k`` at or above ``vocab_size`` turned off (-1), as vLLM
+        reads it.
+
+        Every number is checked against what the sampler computes with: floats must be finite
+        (and temperature at most ``MAX_TEMPERATURE``; below ``GREEDY_TEMPERATURE`` it is greedy),
+        integers that reach torch fit int64, booleans must be booleans."""
+        for name in BOOL_FIELDS:
+            value = getattr(self, name)
+            _check(isinstance(value, bool), f"{name}: expected a boolean, got {value!r}")
         _check(
-            isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1,
+            _is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
             f"max_new_tokens: expected an integer >= 1, got {self.max_new_tokens!r}",
         )
         _check(
-            _is_number(self.temperature) and self.temperature >= 0.0,
-            f"temperature: expected a number >= 0, got {self.temperature!r}",
+            _is_number(self.temperature) and 0.0 <= self.temperature <= MAX_TEMPERATURE,
+            f"temperature: expected a number in [0, {MAX_TEMPERATURE:g}], got {self.temperature!r}",
         )
         _check(
             _is_number(self.top_p) and 0.0 < self.top_p <= 1.0,
             f"top_p: expected a number in (0, 1], got {self.top_p!r}",
         )
         _check(
-            isinstance(self.top_k, int) and (self.top_k == -1 or self.top_k >= 1),
+            _is_int(self.top_k) and (self.top_k == -1 or self.top_k >= 1),
             f"top_k: expected -1 (off) or an integer >= 1, got {self.top_k!r}",
         )
         _check(
             _is_number(self.min_p) and 0.0 <= self.min_p <= 1.0,
             f"min_p: expected a number in [0, 1], got {self.min_p!r}",
         )
+        low, high = PENALTY_RANGE
         _check(
-            _is_number(self.repetition_penalty) and self.repetition_penalty > 0.0,
-            f"repetition_penalty: expected a number > 0, got {self.repetition_penalty!r}",
+            _is_number(self.repetition_penalty) and low <= self.repetition_penalty <= high,
+            f"repetition_penalty: expected a number in [{low:g}, {high:g}], "
+            f"got {self.repetition_penalty!r}",
         )
         for name in ("frequency_penalty", "presence_penalty"):
             value = getattr(self, name)
@@ -121,19 +138,22 @@ class SamplingParams:
                 f"{name}: expected a number in [-2, 2], got {value!r}",
             )
         _check(
-            self.seed is None or isinstance(self.seed, int),
-            f"seed: expected an integer, got {self.seed!r}",
+            self.seed is None
+            or (_is_int(self.seed) and INT64_RANGE[0] <= self.seed <= INT64_RANGE[1]),
+            f"seed: expected a 64-bit integer, got {self.seed!r}",
         )
         _check(
-            isinstance(self.top_logprobs, int) and 0 <= self.top_logprobs <= 20,
+            _is_int(self.top_logprobs) and 0 <= self.top_logprobs <= 20,
             f"top_logprobs: expected an integer in [0, 20], got {self.top_logprobs!r}",
         )
-        self._validate_stops()
+        self._validate_stops(vocab_size)
         self._validate_logit_bias(vocab_size)
         self._validate_constraint()
+        if vocab_size is not None and self.top_k >= vocab_size:
+            return self.replace(top_k=-1)  # every token is in the top k: no filter
         return self
 
-    def _validate_stops(self) -> None:
+    def _validate_stops(self, vocab_size: int | None) -> None:
         stops = self.stop
         ok = (
             stops is None
@@ -148,9 +168,16 @@ class SamplingParams:
         )
         ids = self.stop_token_ids
         _check(
-            ids is None or (isinstance(ids, list) and all(isinstance(i, int) for i in ids)),
+            ids is None or (isinstance(ids, list) and all(_is_int(i) for i in ids)),
             f"stop_token_ids: expected a list of integers, got {ids!r}",
         )
+        if ids and vocab_size is not None:
+            bad = [i for i in ids if not 0 <= i < vocab_size]
+            _check(
+                not bad,
+                f"stop_token_ids: token id {bad[0] if bad else 0} is outside the vocabulary "
+                f"[0, {vocab_size})",
+            )
 
     def _validate_logit_bias(self, vocab_size: int | None) -> None:
         if self.logit_bias is None:
@@ -161,7 +188,7 @@ class SamplingParams:
         )
         for token_id, bias in self.logit_bias.items():
             _check(
-                isinstance(token_id, int)
+                _is_int(token_id)
                 and token_id >= 0
                 and (vocab_size is None or token_id < vocab_size),
                 f"logit_bias: token id {token_id!r} is not in the vocabulary",
@@ -213,7 +240,12 @@ class SamplingParams:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A finite int or float (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check(condition: bool, message: str) -> None:

@@ -29,11 +29,41 @@ from radixgen.sampling_params import CONSTRAINT_FIELDS
         (dict(regex="a+", choices=["a"]), "at most one constraint"),
         (dict(json_schema="{not json"), "json_schema"),
         (dict(choices=[]), "choices"),
+        # what the sampler cannot compute with is refused, naming the field
+        (dict(temperature=float("inf")), "temperature"),
+        (dict(temperature=1e308), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(top_p=float("nan")), "top_p"),
+        (dict(repetition_penalty=1e-300), "repetition_penalty"),
+        (dict(repetition_penalty=1e300), "repetition_penalty"),
+        (dict(presence_penalty=float("-inf")), "presence_penalty"),
+        (dict(logit_bias={5: float("nan")}), "logit_bias"),
+        (dict(seed=2**70), "seed: expected a 64-bit integer"),
+        (dict(seed="x"), "seed"),
+        (dict(seed=True), "seed"),
+        (dict(max_new_tokens=True), "max_new_tokens"),
+        (dict(ignore_eos="false"), "ignore_eos: expected a boolean"),
+        (dict(logprobs="true"), "logprobs: expected a boolean"),
+        (dict(stop_token_ids=[49152]), "stop_token_ids: token id 49152 is outside"),
+        (dict(stop_token_ids=[-1]), "stop_token_ids"),
     ],
 )
 def test_bad_values_raise(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SamplingParams(**kwargs).validate(vocab_size=49152)
+
+
+@pytest.mark.parametrize("top_k", [49152, 49153, 100_000, 10**20])
+def test_top_k_past_the_vocabulary_is_off(top_k):
+    """As vLLM reads it: every token is among the top k, so no filter (validate returns a copy)."""
+    assert SamplingParams(top_k=top_k).validate(vocab_size=49152).top_k == -1
+    assert SamplingParams(top_k=100).validate(vocab_size=49152).top_k == 100
+
+
+@pytest.mark.parametrize("temperature", [1e-40, 1e-300, 5e-6, 0.0])
+def test_tiny_temperatures_are_greedy(temperature):
+    assert SamplingParams(temperature=temperature).validate().is_greedy
+    assert not SamplingParams(temperature=1e-4).validate().is_greedy
 
 
 def test_defaults_are_valid_and_derived_views():
