@@ -36,7 +36,7 @@ def test_gen_options_are_sampling_params_fields(kwargs, overrides):
         ({"max_tokens": 0}, "max_new_tokens: expected an integer >= 1, got 0"),
         ({"max_tokens": 4, "max_new_tokens": 4}, "given twice"),
         ({"regex": "a", "choices": ["a"]}, "at most one constraint per request"),
-        ({"temperature": -1}, "temperature: expected a number >= 0"),
+        ({"temperature": -1}, "temperature: expected a number in [0, 1e+06], got -1"),
     ],
 )
 def test_gen_rejects_bad_options_where_they_are_written(kwargs, message):
