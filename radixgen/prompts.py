@@ -33,6 +33,7 @@ def prompt_ids(
     if isinstance(prompt, str):
         if not prompt:
             raise ValueError(f"{param}: must not be empty")
+        check_text(prompt, param)
         ids = tokenizer.encode(prompt, add_special_tokens=add_special_tokens)
     elif isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
         ids = list(prompt)
@@ -49,6 +50,17 @@ def prompt_ids(
             f"{param}: {len(ids)} tokens is longer than the context allows ({max_len} tokens)"
         )
     return ids
+
+
+def check_text(text: str, param: str) -> None:
+    """``ValueError`` for text that is not valid Unicode (a lone surrogate such as ``"\\ud800"``,
+    which JSON can carry but no tokenizer can encode)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"{param}: not valid Unicode text (a lone surrogate at character {err.start})"
+        ) from None
 
 
 def check_token_ids(ids: list[int], vocab_size: int, param: str = "input_ids") -> None:

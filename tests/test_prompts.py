@@ -49,3 +49,11 @@ def test_check_token_ids_names_its_param() -> None:
         ValueError, match=r"^score: token id -1 is outside the vocabulary \[0, 10\)$"
     ):
         check_token_ids([-1], 10, param="score")
+
+
+def test_a_lone_surrogate_is_a_value_error_naming_the_field() -> None:
+    """JSON can carry "\\ud800"; no tokenizer can encode it (it used to be a 500)."""
+    with pytest.raises(
+        ValueError, match=r"messages: not valid Unicode text \(a lone surrogate at character 1\)"
+    ):
+        prompt_ids("a\ud800b", CharTokenizer(), 100, param="messages")

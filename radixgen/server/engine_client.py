@@ -139,7 +139,15 @@ class EngineClient:
         return [TokenLogprob(*entry) for entry in zip(ids, values, tops)]
 
     async def submit(self, jobs: list[Job]) -> Generation:
-        """Start ``jobs`` (all or none); raises ``APIError`` 429 when the queue is full, 400 for bad input."""
+        """Start ``jobs`` (all or none); raises ``APIError`` 429 when the queue is full, 400 for bad
+        input and for more jobs than the server ever holds at once (retrying cannot help)."""
+        if len(jobs) > self.capacity:
+            raise APIError(
+                400,
+                f"this request asks for {len(jobs)} generations (prompts x n), more than the server "
+                f"holds at once ({self.capacity}: --max-running-requests + --max-queued-requests)",
+                code="request_too_large",
+            )
         if self.in_flight + len(jobs) > self.capacity:
             self.metrics.rejected += 1
             raise APIError(

@@ -219,6 +219,55 @@ BAD_REQUESTS = [
         "tempreature",
     ),
     ("no-such-route", "/v1/nothing", {"x": 1}, 404, None, "/v1/nothing"),
+    # values that used to reach the sampler or tokenizer and answer 500
+    (
+        "lone-surrogate",
+        "/v1/chat/completions",
+        b'{"model": "%s", "messages": [{"role": "user", "content": "a\\ud800b"}]}' % MODEL.encode(),
+        400,
+        "messages",
+        "lone surrogate",
+    ),
+    (
+        "temperature-overflow",
+        "/v1/chat/completions",
+        chat_body(temperature=1e308),
+        400,
+        "temperature",
+        "temperature",
+    ),
+    (
+        "seed-past-64-bits",
+        "/v1/completions",
+        {"model": MODEL, "prompt": "x", "seed": 2**70},
+        400,
+        "seed",
+        "64-bit",
+    ),
+    (
+        "string-boolean",
+        "/generate",
+        {"text": "x", "sampling_params": {"ignore_eos": "false"}},
+        400,
+        "ignore_eos",
+        "expected a boolean",
+    ),
+    (
+        "stop-token-outside-vocabulary",
+        "/generate",
+        {"text": "x", "sampling_params": {"stop_token_ids": [10**6]}},
+        400,
+        "stop_token_ids",
+        "outside the vocabulary",
+    ),
+    (
+        "never-fits",
+        "/generate",
+        {"text": ["x"] * 400, "sampling_params": {"max_new_tokens": 1}},
+        400,
+        None,
+        "more than the server holds at once",
+    ),
 ]
 GRAMMAR_BAD_REQUESTS = [
     # (id, body, param, words in the message)
