@@ -59,6 +59,8 @@ class Constraints:
                 matcher.fill_bitmask(bitmask, i)
             except GrammarError as exc:  # its automaton outgrew the limits: end this request only
                 reqs[i].error = f"grammar: {exc}"
+            except Exception as exc:  # any other fault in this row ends this request only too
+                reqs[i].error = f"grammar: {type(exc).__name__}: {exc}"
         return bitmask.to(self.device, non_blocking=True), rows
 
     def accept(self, req: Req, token_id: int) -> list[int]:

@@ -161,51 +161,21 @@ class Engine:
         sampling = [r.computed_len + r.extend_len == r.seq_len for r in batch]
         logits = self.model_runner.forward(batch, sampling)
         to_sample = [r.req for r, s in zip(batch, sampling) if s]
-        drawn = self._sample(logits, to_sample)
+        bitmask, masked_rows = self.constraints.bitmask(to_sample)
+        next_ids, logprobs = self.sampler.sample(logits, to_sample, bitmask, masked_rows)
         self.scheduler.advance(batch)
-        for req, token in zip(to_sample, drawn):
-            self._post_process(req, token)
+        for req, token_id, logprob in zip(to_sample, next_ids, logprobs):
+            self._post_process(req, token_id, logprob)
         self.stats_counters.steps += 1
 
-    def _sample(
-        self, logits: torch.Tensor, reqs: list[Req]
-    ) -> list[tuple[int, TokenLogprob | None] | Exception]:
-        """Each request's (token, logprob), drawn for the whole batch at once. Should that fail,
-        each row is drawn alone, so that a row that fails (its exception in its place) fails
-        only its own request. ``logits`` [B, V] is mutated."""
-        # penalties and logit_bias change logits in place: keep them for a second try
-        backup = logits.clone() if any(_edits_logits(r.params) for r in reqs) else None
+    def _post_process(self, req: Req, token_id: int, logprob: TokenLogprob | None) -> None:
+        """Hand the drawn token to the output processor and emit. A request whose own grammar
+        row or draw failed (``req.error``, set by constraints and the sampler) or whose
+        post-processing raises ends alone with an error; its batch-mates go on."""
         try:
-            bitmask, masked_rows = self.constraints.bitmask(reqs)
-            next_ids, logprobs = self.sampler.sample(logits, reqs, bitmask, masked_rows)
-            return list(zip(next_ids, logprobs))
-        except Exception:
-            logger.exception(
-                "sampling a batch of %d failed; sampling its rows one by one", len(reqs)
-            )
-        source = logits if backup is None else backup
-        return [self._sample_row(source[i : i + 1].clone(), req) for i, req in enumerate(reqs)]
-
-    def _sample_row(
-        self, logits: torch.Tensor, req: Req
-    ) -> tuple[int, TokenLogprob | None] | Exception:
-        try:
-            bitmask, masked_rows = self.constraints.bitmask([req])
-            next_ids, logprobs = self.sampler.sample(logits, [req], bitmask, masked_rows)
-            return next_ids[0], logprobs[0]
-        except Exception as exc:  # this request's own failure: it ends, the batch goes on
-            return exc
-
-    def _post_process(self, req: Req, drawn: tuple[int, TokenLogprob | None] | Exception) -> None:
-        """Hand the drawn token to the output processor and emit; a failure here (or in the
-        draw) ends this request alone with an error."""
-        try:
-            if isinstance(drawn, Exception):
-                raise drawn
-            reason = self.output_processor.process(req, *drawn)
+            reason = self.output_processor.process(req, token_id, logprob)
             self._emit(req, reason)
         except Exception as exc:
-            logger.error("request %s failed: %s: %s", req.rid, type(exc).__name__, exc)
             if req.status is not ReqStatus.FINISHED:
                 self._fail(req, f"internal error in this request: {type(exc).__name__}: {exc}")
 
@@ -253,6 +223,7 @@ class Engine:
 
     def _fail(self, req: Req, message: str) -> None:
         """End ``req`` with an error delta (engine thread)."""
+        logger.error("request %s failed: %s", req.rid, message)
         self.scheduler.finish(req)
         self._reqs.pop(req.rid, None)
         req.sink(error_delta(req, message))
@@ -462,11 +433,6 @@ def _prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
     ):
         return [cast(Prompt, prompts)]
     return list(cast(Sequence[Prompt], prompts))
-
-
-def _edits_logits(params: SamplingParams) -> bool:
-    """Whether sampling ``params`` changes logits in place before the draw."""
-    return params.needs_penalties or bool(params.logit_bias)
 
 
 def _shutdown_at_exit(ref: weakref.ref[Engine]) -> Callable[[], None]:

@@ -3,6 +3,9 @@
 Order per row: penalties -> logit_bias -> grammar mask -> (logprobs) -> temperature / top-k /
 top-p / min-p -> draw. Greedy rows take argmax. A request with a ``seed`` draws from its own
 ``torch.Generator``, so its tokens do not depend on its batch-mates.
+
+A row whose own processing fails gets ``req.error`` (the engine then fails that request alone)
+and a placeholder token; the other rows are drawn as if it were not there.
 """
 
 from __future__ import annotations
@@ -35,40 +38,56 @@ class Sampler:
         logprobs = (
             torch.log_softmax(logits, dim=-1) if any(r.params.logprobs for r in reqs) else None
         )
-        next_ids = self._draw(logits, reqs)
+        try:
+            next_ids = self._draw(logits, reqs)
+        except Exception:  # some row cannot be drawn: draw each alone (the draw reads logits only)
+            next_ids = [self._draw_alone(logits[i : i + 1], req) for i, req in enumerate(reqs)]
         return next_ids, self._logprobs(logprobs, next_ids, reqs)
+
+    def _draw_alone(self, logits: torch.Tensor, req: Req) -> int:
+        try:
+            return self._draw(logits, [req])[0]
+        except Exception as exc:
+            _fail_row(req, exc)
+            return 0  # a placeholder: the request ends with its error
 
     # ------------------------------------------------------------------ logit processing
     def _apply_penalties(self, logits: torch.Tensor, reqs: list[Req]) -> None:
         for row, req in enumerate(reqs):
-            p = req.params
-            if not p.needs_penalties:
-                continue
-            if p.repetition_penalty != 1.0:
-                seen = torch.unique(
-                    torch.tensor(req.prompt_ids + req.output_ids, device=self.device)
-                )
-                values = logits[row, seen]
-                logits[row, seen] = torch.where(
-                    values > 0, values / p.repetition_penalty, values * p.repetition_penalty
-                )
-            if req.output_ids and (p.frequency_penalty or p.presence_penalty):
-                counts = torch.bincount(
-                    torch.tensor(req.output_ids, device=self.device), minlength=logits.shape[1]
-                )
-                logits[row] -= (
-                    p.frequency_penalty * counts[: logits.shape[1]]
-                    + p.presence_penalty * (counts > 0)[: logits.shape[1]]
-                )
+            if req.params.needs_penalties:
+                try:
+                    self._penalize_row(logits, row, req)
+                except Exception as exc:
+                    _fail_row(req, exc)
+
+    def _penalize_row(self, logits: torch.Tensor, row: int, req: Req) -> None:
+        p = req.params
+        if p.repetition_penalty != 1.0:
+            seen = torch.unique(torch.tensor(req.prompt_ids + req.output_ids, device=self.device))
+            values = logits[row, seen]
+            logits[row, seen] = torch.where(
+                values > 0, values / p.repetition_penalty, values * p.repetition_penalty
+            )
+        if req.output_ids and (p.frequency_penalty or p.presence_penalty):
+            counts = torch.bincount(
+                torch.tensor(req.output_ids, device=self.device), minlength=logits.shape[1]
+            )
+            logits[row] -= (
+                p.frequency_penalty * counts[: logits.shape[1]]
+                + p.presence_penalty * (counts > 0)[: logits.shape[1]]
+            )
 
     def _apply_logit_bias(self, logits: torch.Tensor, reqs: list[Req]) -> None:
         for row, req in enumerate(reqs):
             bias = req.params.logit_bias
             if bias:
-                ids = torch.tensor(list(bias.keys()), device=self.device)
-                logits[row, ids] += torch.tensor(
-                    list(bias.values()), device=self.device, dtype=logits.dtype
-                )
+                try:
+                    ids = torch.tensor(list(bias.keys()), device=self.device)
+                    logits[row, ids] += torch.tensor(
+                        list(bias.values()), device=self.device, dtype=logits.dtype
+                    )
+                except Exception as exc:
+                    _fail_row(req, exc)
 
     # ------------------------------------------------------------------ drawing
     def _draw(self, logits: torch.Tensor, reqs: list[Req]) -> list[int]:
@@ -136,3 +155,9 @@ class Sampler:
                 top = list(zip(ids.tolist(), values.tolist()))
             out.append(TokenLogprob(token_id, logprobs[row, token_id].item(), top))
         return out
+
+
+def _fail_row(req: Req, exc: Exception) -> None:
+    """Mark ``req`` failed by its own sampling (the first error wins)."""
+    if req.error is None:
+        req.error = f"sampling: {type(exc).__name__}: {exc}"
