@@ -64,7 +64,9 @@ def check_text(text: str, param: str) -> None:
 
 
 def check_token_ids(ids: list[int], vocab_size: int, param: str = "input_ids") -> None:
-    """``ValueError`` naming the first id outside ``[0, vocab_size)``."""
-    bad = [t for t in ids if not 0 <= t < vocab_size]
+    """``ValueError`` naming the first id that is not an integer in ``[0, vocab_size)``."""
+    bad = [t for t in ids if not (isinstance(t, int) and 0 <= t < vocab_size)]
     if bad:
-        raise ValueError(f"{param}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
+        raise ValueError(
+            f"{param}: token id {bad[0]!r} is outside the vocabulary [0, {vocab_size})"
+        )

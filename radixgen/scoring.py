@@ -28,6 +28,7 @@ import torch
 
 from .mem_cache.kv_manager import KVManager, KVRow, OnKVRow
 from .model_runner import ModelRunner
+from .prompts import check_token_ids
 
 RETRY_INTERVAL_S = 0.01  # wait for a free request row / KV slots while the engine is full
 
@@ -128,13 +129,8 @@ class Scorer:
             raise ValueError("score: prompt must not be empty")
         if not continuations or any(not c for c in continuations):
             raise ValueError("score: expected a non-empty list of non-empty continuations")
-        vocab = self.vocab_size
         for ids in [prompt_ids, *continuations]:
-            bad = [t for t in ids if not (isinstance(t, int) and 0 <= t < vocab)]
-            if bad:
-                raise ValueError(
-                    f"score: token id {bad[0]!r} is outside the vocabulary [0, {vocab})"
-                )
+            check_token_ids(ids, self.vocab_size, param="score")
         longest = len(prompt_ids) + max(len(c) for c in continuations)
         if longest > self.max_len:
             raise ValueError(
