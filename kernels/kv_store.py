@@ -21,9 +21,8 @@ def store_kv_ref(
     v: torch.Tensor,  # [N, Hkv, D]
 ) -> None:
     """Reference: ``k_buffer[slots] = k; v_buffer[slots] = v`` (mutates the buffers)."""
-    slots = (
-        slots.long()
-    )  # index_copy_ is several times faster than advanced-index assignment on CPU
+    # index_copy_ is several times faster than advanced-index assignment on CPU
+    slots = slots.long()
     k_buffer.index_copy_(0, slots, k.to(k_buffer.dtype))
     v_buffer.index_copy_(0, slots, v.to(v_buffer.dtype))
 

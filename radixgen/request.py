@@ -104,9 +104,8 @@ class Req:
     streamed_len: int = 0  # characters of output text already emitted
     num_sent_ids: int = 0  # output tokens already emitted
     finish_reason: str | None = None
-    error: str | None = (
-        None  # set when the request must end with an error (e.g. its grammar failed)
-    )
+    # set when the request must end with an error (its grammar or its sampling failed)
+    error: str | None = None
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
     num_retractions: int = 0
     arrival_time: float = field(default_factory=time.monotonic)

@@ -18,9 +18,8 @@ from .policy import order_waiting
 INIT_NEW_TOKEN_RATIO = 0.7  # share of max_new_tokens we expect a running request to still use
 MIN_NEW_TOKEN_RATIO = 0.1
 NEW_TOKEN_RATIO_DECAY = 0.001  # per step
-SHARED_PREFIX_DEFER = (
-    32  # defer a request whose uncached part shares this many tokens with one admitted this round
-)
+# defer a request whose uncached part shares this many tokens with one admitted this round
+SHARED_PREFIX_DEFER = 32
 
 
 class Scheduler:
@@ -137,9 +136,7 @@ class Scheduler:
             sum(min(r.remaining_new_tokens, 4096) for r in self.running) * self.new_token_ratio
         )
         prefill = req.seq_len - prefix_len
-        if (
-            not self.running
-        ):  # alone, it only needs room to start; decode retracts nobody but itself
+        if not self.running:  # alone, it only needs room to start; decode retracts only itself
             return self.kv.num_free_slots + evictable >= prefill + 1
         need = prefill + min(req.remaining_new_tokens, 4096) * self.new_token_ratio
         return self.kv.num_free_slots + evictable - reserved >= need

@@ -29,9 +29,8 @@ from .tools import constrained_schema
 
 router = APIRouter()
 
-COMPLETION_MAX_TOKENS = (
-    16  # OpenAI's default max_tokens for /v1/completions (chat: up to the context)
-)
+# OpenAI's default max_tokens for /v1/completions (chat: up to the context)
+COMPLETION_MAX_TOKENS = 16
 
 
 def client_of(request: Request) -> EngineClient:
@@ -210,9 +209,7 @@ async def completions(body: CompletionRequest, request: Request):
         )
     ]
     echo_lps: list[dict[str, Any] | None] = [None] * len(prompts)
-    if (
-        body.echo and body.logprobs is not None
-    ):  # the prompt's own logprobs, as OpenAI's legacy API gives them
+    if body.echo and body.logprobs is not None:  # the prompt's logprobs, as OpenAI's legacy API
         echo_lps = [
             completion_logprobs(
                 engine.tokenizer, await client.prompt_logprobs(p, body.logprobs, "prompt")

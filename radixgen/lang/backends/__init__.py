@@ -26,9 +26,8 @@ def as_backend(obj: Any) -> Backend:
     """``obj`` as a backend: an ``Engine`` is wrapped in a ``LocalBackend``; backends pass through."""
     if isinstance(obj, (LocalBackend, RuntimeEndpoint, OpenAI)):
         return obj
-    if hasattr(obj, "add_request") and hasattr(
-        obj, "tokenizer"
-    ):  # an Engine (not imported: torch is heavy)
+    # an Engine (not imported: torch is heavy)
+    if hasattr(obj, "add_request") and hasattr(obj, "tokenizer"):
         return LocalBackend(obj)
     if all(hasattr(obj, m) for m in ("role_markers", "generate", "select", "cache_prefix")):
         return obj

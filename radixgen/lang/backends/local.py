@@ -82,9 +82,7 @@ class LocalBackend:
         prompt_ids = tokenizer.encode(text, add_special_tokens=True)
         whole = [tokenizer.encode(text + choice, add_special_tokens=True) for choice in choices]
         k = min(_common_prefix_len(prompt_ids, ids) for ids in whole)
-        if k == 0 or any(
-            len(ids) <= k for ids in whole
-        ):  # nothing to condition on: score choices alone
+        if k == 0 or any(len(ids) <= k for ids in whole):  # nothing to condition on: alone
             return prompt_ids, [tokenizer.encode(choice) for choice in choices]
         return prompt_ids[:k], [ids[k:] for ids in whole]
 
