@@ -1,4 +1,4 @@
-"""GrammarCompiler: JSON Schema / regex / choices / any-JSON -> CompiledGrammar, cached.
+"""GrammarCompiler: JSON Schema / regex / EBNF / choices / any-JSON -> compiled grammar, cached.
 
 Compilation runs in a small thread pool (``compile_async`` returns a ``Future``) so the
 engine thread keeps decoding other requests. Each compilation has a wall-clock budget and a
@@ -22,6 +22,7 @@ from typing import Any
 
 from . import json_schema
 from .automaton import LazyDFA
+from .cfg import CfgGrammar, compile_rules, parse_ebnf
 from .errors import GrammarError
 from .matcher import CompiledGrammar
 from .regex import regex_to_term
@@ -29,7 +30,7 @@ from .terms import Budget, TermStore
 from .token_table import TokenTable
 from .vocabulary import Vocabulary
 
-KINDS = ("json_schema", "regex", "choices", "json_object")  # = SamplingParams fields
+KINDS = ("json_schema", "regex", "ebnf", "choices", "json_object")  # = SamplingParams fields
 
 
 class GrammarCompiler:
@@ -90,6 +91,11 @@ class GrammarCompiler:
         """Strings ``pattern`` matches as a whole (syntax in ``regex.py``)."""
         return self.compile("regex", pattern)
 
+    def compile_ebnf(self, text: str, *, root: str = "root") -> CfgGrammar:
+        """Strings the EBNF (GBNF) grammar ``text`` derives from rule ``root`` (syntax in
+        ``cfg/ebnf.py``); bad text is a ``GrammarError`` naming line and column."""
+        return self.compile("ebnf", text, root=None if root == "root" else root)
+
     def compile_choice(self, choices: list[str]) -> CompiledGrammar:
         """Exactly one of ``choices`` (literal strings)."""
         return self.compile("choices", choices)
@@ -100,7 +106,7 @@ class GrammarCompiler:
         """Any JSON object (containers nested at most ``max_depth`` deep)."""
         return self.compile("json_object", None, max_depth=max_depth, whitespace=whitespace)
 
-    def compile(self, kind: str, spec: Any = None, **options: Any) -> CompiledGrammar:
+    def compile(self, kind: str, spec: Any = None, **options: Any) -> Any:
         """Compile (or fetch from the cache) and wait; raises ``GrammarError``.
 
         Waits at most twice the time budget (plus queueing slack): code outside our loops
@@ -181,8 +187,15 @@ class GrammarCompiler:
 
     def _build(
         self, kind: str, key: tuple[str, str, str], spec: Any, options: dict[str, Any]
-    ) -> CompiledGrammar:
+    ) -> CompiledGrammar | CfgGrammar:
         budget = Budget(timeout_s=self.timeout_s, max_terms=self.max_terms)
+        if kind == "ebnf":
+            rules = parse_ebnf(spec, root=options.get("root", "root"))
+            cfg = compile_rules(
+                rules, self.vocab, key=key, max_states=self.max_states, budget=budget
+            )
+            cfg.warm_up()
+            return cfg
         regex, canonical, build_term = _front_end(kind, spec, options)
         budget.check()
         store = TermStore(clip_bound=self.vocab.max_token_len + 1, budget=budget)
@@ -210,8 +223,8 @@ def _validate_spec(kind: str, spec: Any) -> Any:
             raise GrammarError(
                 f"json_schema: expected an object or a boolean, got {type(spec).__name__}"
             )
-    elif kind == "regex" and not isinstance(spec, str):
-        raise GrammarError(f"regex: expected a string, got {type(spec).__name__}", source="regex")
+    elif kind in ("regex", "ebnf") and not isinstance(spec, str):
+        raise GrammarError(f"{kind}: expected a string, got {type(spec).__name__}", source=kind)
     elif kind == "choices":
         if (
             not isinstance(spec, list | tuple)

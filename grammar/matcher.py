@@ -17,7 +17,7 @@ tokenization can hold back the last forced token and let the model write it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -27,7 +27,7 @@ from .errors import GrammarError
 from .token_index import MaskIndex
 from .vocabulary import Vocabulary
 
-_TERMINATED = -1  # history entry for an accepted EOS
+S = TypeVar("S")  # a matcher's automaton state
 
 
 class CompiledGrammar:
@@ -81,38 +81,37 @@ class CompiledGrammar:
         return f"CompiledGrammar(kind={self.kind!r}, states={self.num_states}, classes={self.dfa.num_classes})"
 
 
-class GrammarMatcher:
-    """One request's cursor in a ``CompiledGrammar``. Not thread-safe (one request, one thread).
+class TokenMatcher(Generic[S]):
+    """What every matcher offers the engine: a request's cursor in a compiled grammar.
 
-    History holds one DFA state per accepted step (token or ``accept_bytes`` call), so
-    ``rollback(n)`` undoes the last n steps.
-
-    States and masks the compiler did not precompute are built on first use, so
-    ``accept_token`` / ``fill_bitmask`` can raise ``GrammarError`` if that growth passes the
-    compiler's ``max_states`` (a grammar too large to decode): abort the request then.
+    The history holds one automaton state per accepted step (a token, an ``accept_bytes``
+    call, or ``None`` for an accepted EOS), so ``rollback(n)`` undoes the last n steps.
+    Subclasses say how a state steps over bytes (``_step``), whether it accepts, its mask
+    and its forced bytes; the rest of the contract is here.
     """
 
-    def __init__(self, grammar: CompiledGrammar) -> None:
-        self.grammar = grammar
-        self._dfa = grammar.dfa
-        self._token_bytes = grammar.vocab.token_bytes
-        self._eos = frozenset(grammar.vocab.eos_token_ids)
-        self._history: list[int] = [grammar.dfa.start]
-        self._view_of: torch.Tensor | None = None  # the bitmask last filled, and its numpy view
-        self._view: np.ndarray | None = None
+    _token_bytes: tuple[bytes | None, ...]
+    _eos: frozenset[int]
+    _history: list[S | None]
+    _view_of: torch.Tensor | None = None  # the bitmask last filled, and its numpy view
+    _view: np.ndarray | None = None
+
+    def _step(self, state: S, data: bytes) -> S | None:
+        """The state after ``data``, or None if the grammar rejects it."""
+        raise NotImplementedError
+
+    def _accepts(self, state: S) -> bool:
+        raise NotImplementedError
 
     @property
-    def state(self) -> int:
-        """Current DFA state (stays the last real state after EOS)."""
-        h = self._history
-        return h[-1] if h[-1] != _TERMINATED else next(s for s in reversed(h) if s != _TERMINATED)
+    def state(self) -> S:
+        """Current automaton state (stays the last real state after EOS)."""
+        return next(s for s in reversed(self._history) if s is not None)
 
     @property
     def num_steps(self) -> int:
         """Steps that ``rollback`` can undo."""
         return len(self._history) - 1
-
-    # ------------------------------------------------------------------ advancing
 
     def accept_token(self, token_id: int) -> bool:
         """Advance by one token; False (and no change) if the grammar rejects it."""
@@ -120,7 +119,7 @@ class GrammarMatcher:
         if token_id in self._eos:
             if not (self.is_terminated() or self.is_accepting()):
                 return False
-            self._history.append(_TERMINATED)
+            self._history.append(None)
             return True
         if self.is_terminated() or not 0 <= token_id < len(self._token_bytes):
             return False
@@ -136,9 +135,8 @@ class GrammarMatcher:
         return self.accept_bytes(text.encode("utf-8"))
 
     def _advance(self, data: bytes) -> bool:
-        with self._dfa.lock:
-            nxt = self._dfa.walk(self._history[-1], data)
-        if nxt == DEAD:
+        nxt = self._step(self.state, data)
+        if nxt is None:
             return False
         self._history.append(nxt)
         return True
@@ -153,22 +151,23 @@ class GrammarMatcher:
     def reset(self) -> None:
         del self._history[1:]
 
-    # ------------------------------------------------------------------ queries
-
     def is_terminated(self) -> bool:
         """True once EOS has been accepted."""
-        return self._history[-1] == _TERMINATED
+        return self._history[-1] is None
 
     def is_accepting(self) -> bool:
         """True if the text so far is a complete match (EOS allowed now)."""
-        return self.is_terminated() or self._dfa.accepting[self.state]
+        return self.is_terminated() or self._accepts(self.state)
 
     def can_finish(self) -> bool:
         """True if the output is complete and nothing but EOS may follow (stop without sampling)."""
-        if self.is_terminated():
-            return True
-        state = self.state
-        return self._dfa.accepting[state] and self.grammar.index.num_allowed(state) == 0
+        raise NotImplementedError
+
+    def current_mask(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def forced_bytes(self) -> bytes:
+        raise NotImplementedError
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int = 0) -> None:
         """Write this state's allowed tokens into ``bitmask[row]`` (int32 ``[batch, words]``).
@@ -193,12 +192,6 @@ class GrammarMatcher:
             view[row, :words] = mask
             view[row, words:] = 0
 
-    def current_mask(self) -> np.ndarray:
-        """The packed row of the current state (int32 [words], shared: do not modify)."""
-        if self._history[-1] == _TERMINATED:
-            return self.grammar.index.eos_only()
-        return self.grammar.index.mask(self._history[-1])
-
     def _numpy_view(self, bitmask: torch.Tensor) -> np.ndarray | None:
         """A numpy view of a CPU bitmask (cached for the tensor last seen), else None."""
         if bitmask is self._view_of:
@@ -217,13 +210,6 @@ class GrammarMatcher:
         bits = np.unpackbits(self.current_mask().view(np.uint8), bitorder="little")
         return np.flatnonzero(bits[: len(self._token_bytes)]).tolist()
 
-    def forced_bytes(self) -> bytes:
-        """Bytes every match continues with from here (empty if terminated or a choice exists)."""
-        if self.is_terminated():
-            return b""
-        with self._dfa.lock:
-            return self._dfa.forced_bytes(self.state)
-
     def forced_text(self) -> str:
         """``forced_bytes()`` as text, without a trailing incomplete character (jump-forward)."""
         data = self.forced_bytes()
@@ -231,3 +217,48 @@ class GrammarMatcher:
             return data.decode("utf-8")
         except UnicodeDecodeError as err:
             return data[: err.start].decode("utf-8", errors="ignore")
+
+
+class GrammarMatcher(TokenMatcher[int]):
+    """One request's cursor in a ``CompiledGrammar``. Not thread-safe (one request, one thread).
+
+    States and masks the compiler did not precompute are built on first use, so
+    ``accept_token`` / ``fill_bitmask`` can raise ``GrammarError`` if that growth passes the
+    compiler's ``max_states`` (a grammar too large to decode): abort the request then.
+    """
+
+    def __init__(self, grammar: CompiledGrammar) -> None:
+        self.grammar = grammar
+        self._dfa = grammar.dfa
+        self._token_bytes = grammar.vocab.token_bytes
+        self._eos = frozenset(grammar.vocab.eos_token_ids)
+        self._history: list[int | None] = [grammar.dfa.start]
+
+    def _step(self, state: int, data: bytes) -> int | None:
+        with self._dfa.lock:
+            nxt = self._dfa.walk(state, data)
+        return None if nxt == DEAD else nxt
+
+    def _accepts(self, state: int) -> bool:
+        return self._dfa.accepting[state]
+
+    def can_finish(self) -> bool:
+        """True if the output is complete and nothing but EOS may follow (stop without sampling)."""
+        if self.is_terminated():
+            return True
+        state = self.state
+        return self._dfa.accepting[state] and self.grammar.index.num_allowed(state) == 0
+
+    def current_mask(self) -> np.ndarray:
+        """The packed row of the current state (int32 [words], shared: do not modify)."""
+        state = self._history[-1]
+        if state is None:
+            return self.grammar.index.eos_only()
+        return self.grammar.index.mask(state)
+
+    def forced_bytes(self) -> bytes:
+        """Bytes every match continues with from here (empty if terminated or a choice exists)."""
+        if self.is_terminated():
+            return b""
+        with self._dfa.lock:
+            return self._dfa.forced_bytes(self.state)

@@ -7,11 +7,13 @@ thread (never the engine thread), so an unsupported schema is a ``GrammarError``
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .grammar import GrammarCompiler
 from .grammar.errors import GrammarError
-from .grammar.matcher import GrammarMatcher
+from .grammar.matcher import TokenMatcher
 from .kernels import allocate_token_bitmask
 from .request import Req
 from .sampling_params import SamplingParams
@@ -81,7 +83,7 @@ class Constraints:
             req.error = f"grammar: {exc}"
             return []
 
-    def _forced_tokens(self, matcher: GrammarMatcher) -> list[int]:
+    def _forced_tokens(self, matcher: TokenMatcher[Any]) -> list[int]:
         text = matcher.forced_text()
         if not text:
             return []

@@ -144,6 +144,16 @@ def json_file(path: str) -> Any:
         raise argparse.ArgumentTypeError(f"{path}: not valid JSON ({exc})") from None
 
 
+def text_file(path: str) -> str:
+    """``parse`` for a flag naming a text file (a grammar): the file's text."""
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{path}: not UTF-8 text ({exc})") from None
+
+
 def option_values(cls: type, args: argparse.Namespace) -> dict[str, Any]:
     """The option fields of ``cls`` found in ``args`` (flags ``add_options`` added), by name."""
     return {f.name: getattr(args, f.name) for f, _ in option_fields(cls) if hasattr(args, f.name)}

@@ -13,7 +13,7 @@ import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -22,7 +22,7 @@ from .mem_cache.kv_manager import KVRow, OnKVRow
 from .sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from .grammar.matcher import GrammarMatcher
+    from .grammar.matcher import TokenMatcher
 
 
 class ReqStatus(enum.Enum):
@@ -100,7 +100,7 @@ class Req:
     cached_tokens: int = 0  # prompt tokens served from the radix cache (first admission)
     prefix_hint: int = 0  # cached prefix length found by the policy (for ordering only)
     generator: torch.Generator | None = None
-    matcher: GrammarMatcher | None = None  # when constrained
+    matcher: TokenMatcher[Any] | None = None  # when constrained
     streamed_len: int = 0  # characters of output text already emitted
     num_sent_ids: int = 0  # output tokens already emitted
     finish_reason: str | None = None

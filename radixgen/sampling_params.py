@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from .options import json_file, option
+from .options import json_file, option, text_file
 
-CONSTRAINT_FIELDS = ("json_schema", "regex", "choices", "json_object")
+CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
 GREEDY_TEMPERATURE = 1e-5  # a temperature below this samples greedily (dividing by it overflows)
 MAX_TEMPERATURE = 1e6  # past this every distribution is uniform in float32 anyway
 PENALTY_RANGE = (1e-2, 1e2)  # repetition_penalty: logits scaled past float32 beyond these
@@ -55,6 +55,13 @@ class SamplingParams:
         group="constraint",
     )
     regex: str | None = option(None, "constrain to this regular expression", group="constraint")
+    ebnf: str | None = option(
+        None,
+        "constrain to the EBNF (GBNF) grammar in this file (start rule: root)",
+        metavar="FILE",
+        parse=text_file,
+        group="constraint",
+    )
     choices: list[str] | None = option(
         None,
         "constrain to one of these strings (repeatable)",
@@ -213,6 +220,10 @@ class SamplingParams:
         _check(
             self.regex is None or isinstance(self.regex, str),
             f"regex: expected a string, got {self.regex!r}",
+        )
+        _check(
+            self.ebnf is None or isinstance(self.ebnf, str),
+            f"ebnf: expected a string, got {type(self.ebnf).__name__}",
         )
         if self.choices is not None:
             _check(

@@ -65,7 +65,7 @@ SPEC_ERRORS = [
     (
         "sql",
         "SELECT",
-        "grammar: unknown kind 'sql', expected one of json_schema, regex, choices, json_object",
+        "grammar: unknown kind 'sql', expected one of json_schema, regex, ebnf, choices, json_object",
     ),
     ("regex", 42, "regex: expected a string, got int"),
     ("choices", [], "choices: expected a non-empty list of strings"),

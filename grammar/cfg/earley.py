@@ -1,0 +1,221 @@
+"""An Earley recognizer over rule DFAs, one byte class at a time, with interned columns.
+
+An item is ``(state, origin)``: a position inside one rule's DFA and the column where that
+rule started. A column is the set of items after some input. Scanning a byte class moves
+the items that have an edge on it (the *kernel* of the next column); the closure then adds
+predictions (a reference's rule starts here) and completions (a rule that reached an
+accepting state advances the items that waited for it at its origin). Nullable rules are
+handled as Aycock and Horspool do: predicting one also steps over it at once.
+
+Columns are interned by kernel: two inputs that leave the same items (the same states,
+with origins at the same column objects) share one column, its transitions and its token
+mask. Inside a JSON string every further character leads back to the same column, so the
+columns form a lazily built automaton (``table`` holds its transitions for vectorized
+walks; 0 is the dead state). The automaton is bounded: past ``max_columns`` it starts over
+(``generation`` changes; columns still held by matchers re-register on use).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from ..errors import GrammarError
+from .automata import RuleAutomata
+
+DEAD = 0
+UNKNOWN = -1
+
+Item = tuple[int, "Column"]
+
+
+class Column:
+    """The Earley items after some input; immutable once built."""
+
+    __slots__ = ("accepting", "by_class", "generation", "items", "kernel", "live", "uid", "waiting")
+
+    def __init__(self, kernel: frozenset[Item]) -> None:
+        self.kernel = kernel
+        self.items: list[Item] = []
+        self.waiting: dict[int, list[Item]] = {}  # rule -> items after it, for completions
+        self.by_class: dict[int, list[Item]] | None = None  # class -> scanned items, lazily
+        self.accepting = False
+        self.live = 0  # bit set of byte classes some item can scan
+        self.uid = DEAD
+        self.generation = -1
+
+
+class EarleyAutomaton:
+    """The interned columns of one grammar and their transitions (thread-safe via ``lock``)."""
+
+    def __init__(
+        self, rules: RuleAutomata, *, max_columns: int = 200_000, max_items: int = 20_000
+    ) -> None:
+        self.rules = rules
+        self.max_columns = max_columns
+        self.max_items = max_items
+        self.lock = threading.RLock()
+        self.generation = 0
+        self.num_classes = rules.num_classes
+        self.class_list = rules.class_of_byte
+        self._class_array = np.array(rules.class_of_byte, dtype=np.int64)
+        self.start = Column(frozenset())
+        self._close(self.start, [(rules.start[rules.root], self.start)])
+        self._reset()
+
+    # ------------------------------------------------------------------ columns
+
+    def _reset(self) -> None:
+        self.generation += 1
+        self.columns: list[Column | None] = [None]  # uid -> column; 0 is DEAD
+        self.rows: list[list[int]] = [[DEAD] * self.num_classes]
+        self.table = np.full((64, self.num_classes), UNKNOWN, dtype=np.int32)
+        self.table[DEAD] = DEAD
+        self._interned: dict[frozenset[Item], Column] = {}
+        self.register(self.start)
+
+    def maybe_reset(self) -> bool:
+        """Start over if the columns passed ``max_columns`` (call between walks only)."""
+        if len(self.columns) <= self.max_columns:
+            return False
+        self._reset()
+        return True
+
+    def register(self, col: Column) -> int:
+        """``col``'s uid in this generation (interning it again after a reset)."""
+        if col.generation == self.generation:
+            return col.uid
+        uid = len(self.columns)
+        if uid >= 4 * self.max_columns:
+            raise GrammarError(
+                f"grammar: too large to decode (more than {4 * self.max_columns} parser states)",
+                source="grammar",
+            )
+        if uid >= self.table.shape[0]:
+            grown = np.full((2 * uid, self.num_classes), UNKNOWN, dtype=np.int32)
+            grown[:uid] = self.table
+            self.table = grown
+        col.uid, col.generation = uid, self.generation
+        self.columns.append(col)
+        self.rows.append([UNKNOWN] * self.num_classes)
+        if col.kernel:
+            self._interned.setdefault(col.kernel, col)
+        return uid
+
+    def column(self, uid: int) -> Column:
+        col = self.columns[uid]
+        assert col is not None, "the dead state has no column"
+        return col
+
+    # ------------------------------------------------------------------ stepping
+
+    def next_uid(self, uid: int, cls: int) -> int:
+        """The state after byte class ``cls`` from state ``uid`` (computed on first use)."""
+        t = self.rows[uid][cls]
+        if t == UNKNOWN:
+            nxt = self._scan(self.column(uid), cls)
+            t = DEAD if nxt is None else self.register(nxt)
+            self.rows[uid][cls] = t
+            self.table[uid, cls] = t
+        return t
+
+    def step(self, col: Column, data: bytes) -> Column | None:
+        """The column after ``data`` from ``col``, or None if the grammar rejects it."""
+        uid = self.walk(self.register(col), data)
+        return None if uid == DEAD else self.column(uid)
+
+    def walk(self, uid: int, data: bytes) -> int:
+        """The state after ``data`` from state ``uid`` (``DEAD`` if rejected)."""
+        rows, class_list = self.rows, self.class_list
+        for byte in data:
+            cls = class_list[byte]
+            t = rows[uid][cls]
+            uid = self.next_uid(uid, cls) if t == UNKNOWN else t
+            if uid == DEAD:
+                break
+        return uid
+
+    def expand(self, flat: np.ndarray) -> None:
+        """Compute the unknown transitions among ``flat`` (indices into ``table.ravel()``)."""
+        for index in np.unique(flat).tolist():
+            uid, cls = divmod(index, self.num_classes)
+            self.next_uid(uid, cls)
+
+    def live_bytes(self, col: Column) -> int:
+        """Bit set of the bytes some item of ``col`` can scan."""
+        classes, out = col.live, 0
+        class_bytes = self.rules.class_bytes
+        while classes:
+            low = classes & -classes
+            classes ^= low
+            out |= class_bytes[low.bit_length() - 1]
+        return out
+
+    def _scan(self, col: Column, cls: int) -> Column | None:
+        if not (col.live >> cls) & 1:
+            return None
+        by_class = col.by_class
+        if by_class is None:
+            by_class = {}
+            byte_next = self.rules.byte_next
+            for s, origin in col.items:
+                for c, t in byte_next[s].items():
+                    by_class.setdefault(c, []).append((t, origin))
+            col.by_class = by_class
+        kernel = frozenset(by_class[cls])
+        found = self._interned.get(kernel)
+        if found is not None:
+            return found
+        nxt = Column(kernel)
+        self._close(nxt, list(kernel))
+        return nxt
+
+    def _close(self, col: Column, kernel: list[Item]) -> None:
+        """Fill ``col`` from its kernel: predictions, completions, acceptance."""
+        rules = self.rules
+        ref_next, accepting, rule_of = rules.ref_next, rules.accepting, rules.rule_of
+        start_of, nullable, root, start = rules.start, rules.nullable, rules.root, self.start
+        seen = set(kernel)
+        stack = list(kernel)
+        waiting: dict[int, list[Item]] = {}
+        is_accepting = False
+        while stack:
+            s, origin = stack.pop()
+            for rule, after in ref_next[s]:
+                advanced: Item = (after, origin)
+                wait = waiting.get(rule)
+                if wait is None:
+                    waiting[rule] = [advanced]
+                    predicted: Item = (start_of[rule], col)
+                    if predicted not in seen:
+                        seen.add(predicted)
+                        stack.append(predicted)
+                else:
+                    wait.append(advanced)
+                if nullable[rule] and advanced not in seen:
+                    seen.add(advanced)
+                    stack.append(advanced)
+            if accepting[s]:
+                rule = rule_of[s]
+                if origin is start and rule == root:
+                    is_accepting = True
+                if origin is not col:
+                    for item in origin.waiting.get(rule, ()):
+                        if item not in seen:
+                            seen.add(item)
+                            stack.append(item)
+            if len(seen) > self.max_items:
+                raise GrammarError(
+                    f"grammar: too ambiguous to decode (more than {self.max_items} parser "
+                    "items at one position)",
+                    source="grammar",
+                )
+        col.items = list(seen)
+        col.waiting = waiting
+        col.accepting = is_accepting
+        live_classes = rules.live_classes
+        live = 0
+        for s, _ in col.items:
+            live |= live_classes[s]
+        col.live = live

@@ -1,0 +1,168 @@
+"""Compiled context-free grammars and their per-request matchers.
+
+``CfgGrammar`` is shared (cached by the compiler): its rule automata, its interned Earley
+columns and their token masks. ``CfgMatcher`` is one request's position: a history of
+columns, so ``rollback`` pops and ``accept_token`` steps the shared automaton. The
+contract is ``GrammarMatcher``'s (see ``grammar/matcher.py``): EOS is allowed only where
+the grammar can end, ``forced_text`` is what every match continues with (jump-forward).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from ..errors import GrammarError
+from ..matcher import TokenMatcher
+from ..terms import Budget
+from ..token_table import TokenTable
+from ..vocabulary import Vocabulary
+from .automata import build_automata
+from .earley import Column, EarleyAutomaton
+from .masks import column_mask
+from .rules import Grammar
+
+
+def compile_rules(
+    grammar: Grammar,
+    vocab: Vocabulary,
+    *,
+    kind: str = "ebnf",
+    key: tuple[str, str, str] = ("ebnf", "", ""),
+    max_states: int = 200_000,
+    budget: Budget | None = None,
+) -> CfgGrammar:
+    """``grammar`` compiled against ``vocab`` (raises ``GrammarError``)."""
+    try:
+        rules = build_automata(grammar, max_states=max_states, budget=budget)
+    except RecursionError:
+        raise GrammarError(f"{kind}: the grammar is nested too deeply", source=kind) from None
+    return CfgGrammar(kind=kind, key=key, auto=EarleyAutomaton(rules), vocab=vocab)
+
+
+class CfgGrammar:
+    """A context-free grammar compiled against one vocabulary. Thread-safe to share."""
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        key: tuple[str, str, str],
+        auto: EarleyAutomaton,
+        vocab: Vocabulary,
+        max_masks: int = 4096,
+    ) -> None:
+        self.kind = kind
+        self.key = key
+        self.auto = auto
+        self.vocab = vocab
+        self.regex = None
+        self.table = TokenTable.of(vocab)
+        self.max_masks = max_masks
+        self._masks: OrderedDict[tuple[int, int], tuple[np.ndarray, int]] = OrderedDict()
+        self._eos_only: np.ndarray | None = None
+
+    def matcher(self) -> CfgMatcher:
+        return CfgMatcher(self)
+
+    def canonical_json(self, instance: Any) -> str:
+        raise GrammarError(
+            f"grammar: canonical_json needs a json_schema grammar, this one is {self.kind!r}",
+            source="grammar",
+        )
+
+    def warm_up(self, budget_s: float = 0.0, *, rare: bool = False) -> int:
+        """Compute the start column's mask (at compile time, off the engine thread)."""
+        self.mask(self.auto.start)
+        return 1
+
+    @property
+    def num_states(self) -> int:
+        return len(self.auto.columns) - 1
+
+    def mask(self, col: Column) -> tuple[np.ndarray, int]:
+        """(packed row with EOS iff ``col`` accepts, tokens allowed besides EOS). Shared."""
+        auto = self.auto
+        with auto.lock:
+            auto.maybe_reset()
+            key = (auto.generation, auto.register(col))
+            entry = self._masks.get(key)
+            if entry is None:
+                row, count = column_mask(auto, self.table, col)
+                if col.accepting:
+                    row = self.table.with_eos(row)
+                row.flags.writeable = False
+                entry = self._masks[key] = (row, count)
+                if len(self._masks) > self.max_masks:
+                    self._masks.popitem(last=False)
+            else:
+                self._masks.move_to_end(key)
+        return entry
+
+    def eos_only(self) -> np.ndarray:
+        if self._eos_only is None:
+            self._eos_only = self.table.with_eos(np.zeros(self.table.num_words, dtype=np.int32))
+        return self._eos_only
+
+    def __repr__(self) -> str:
+        rules = self.auto.rules
+        return (
+            f"CfgGrammar(kind={self.kind!r}, rules={len(rules.names)}, states={rules.num_states})"
+        )
+
+
+class CfgMatcher(TokenMatcher[Column]):
+    """One request's cursor in a ``CfgGrammar``. Not thread-safe (one request, one thread).
+
+    Columns and masks are built on first use, so ``accept_token`` / ``fill_bitmask`` can
+    raise ``GrammarError`` when the parse outgrows the automaton's limits (too ambiguous, too
+    many parser states): abort the request then.
+    """
+
+    def __init__(self, grammar: CfgGrammar) -> None:
+        self.grammar = grammar
+        self._auto = grammar.auto
+        self._token_bytes = grammar.vocab.token_bytes
+        self._eos = frozenset(grammar.vocab.eos_token_ids)
+        self._history: list[Column | None] = [grammar.auto.start]
+
+    def _step(self, state: Column, data: bytes) -> Column | None:
+        with self._auto.lock:
+            self._auto.maybe_reset()
+            return self._auto.step(state, data)
+
+    def _accepts(self, state: Column) -> bool:
+        return state.accepting
+
+    def can_finish(self) -> bool:
+        if self.is_terminated():
+            return True
+        col = self.state
+        return col.accepting and col.live == 0
+
+    def current_mask(self) -> np.ndarray:
+        col = self._history[-1]
+        if col is None:
+            return self.grammar.eos_only()
+        return self.grammar.mask(col)[0]
+
+    def forced_bytes(self, limit: int = 4096) -> bytes:
+        """Bytes every match continues with: while the column does not accept and exactly
+        one byte is live, take it."""
+        if self.is_terminated():
+            return b""
+        auto, col = self._auto, self.state
+        out = bytearray()
+        with auto.lock:
+            while len(out) < limit and not col.accepting:
+                live = auto.live_bytes(col)
+                if live == 0 or live & (live - 1):
+                    break
+                byte = live.bit_length() - 1
+                nxt = auto.step(col, bytes([byte]))
+                assert nxt is not None
+                out.append(byte)
+                col = nxt
+        return bytes(out)
