@@ -84,7 +84,8 @@ class TokenTable:
 
     @classmethod
     def _build(cls, vocab: Vocabulary) -> TokenTable:
-        size, max_len = vocab.vocab_size, vocab.max_token_len
+        size = vocab.vocab_size
+        max_len = max(vocab.max_token_len, 2)  # pairs read a second byte column
         padded = b"".join((b or b"").ljust(max_len, b"\0") for b in vocab.token_bytes)
         matrix = np.frombuffer(padded, dtype=np.uint8).reshape(size, max_len)
         lengths = np.array([len(b or b"") for b in vocab.token_bytes], dtype=np.int64)

@@ -319,6 +319,13 @@ GRAMMAR_BAD_REQUESTS = [
     ),
     ("regex-syntax-error", chat_body(regex="(ab"), "regex", "regex: missing )"),
     ("two-constraints", chat_body(regex="a", choices=["a"]), None, "at most one constraint"),
+    (
+        "ebnf-syntax-error",
+        chat_body(ebnf='root ::= "a'),
+        "ebnf",
+        "ebnf: line 1, column 10: string literal is never closed",
+    ),
+    ("ebnf-not-a-string", chat_body(ebnf=["root"]), "ebnf", "ebnf: expected a string"),
 ]
 
 

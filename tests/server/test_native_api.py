@@ -170,6 +170,34 @@ def test_generate_regex(http):
     assert r.json()["text"] in ("yes", "no")
 
 
+SQL_EBNF = r"""
+root ::= "SELECT " cols " FROM " name ";"
+cols ::= "*" | name (", " name)*
+name ::= [a-z_]+
+"""
+
+
+@needs_grammar
+def test_generate_ebnf(http):
+    from radixgen.grammar import Vocabulary
+    from radixgen.grammar.cfg import compile_rules, parse_ebnf
+
+    r = http.post(
+        "/generate",
+        json={
+            "text": "A SQL query that lists every user:",
+            "sampling_params": {"temperature": 0.7, "max_new_tokens": 32, "ebnf": SQL_EBNF},
+        },
+    )
+    out = r.json()
+    assert r.status_code == 200, out
+    if out["meta_info"]["finish_reason"]["type"] == "stop":
+        vocab = Vocabulary.from_token_bytes([b"a", b"b"], [1])
+        grammar = compile_rules(parse_ebnf(SQL_EBNF), vocab)
+        assert grammar.matcher().accept_string(out["text"]), out["text"]
+    assert out["text"].startswith("SELECT ")
+
+
 def test_model_info_and_operations(http):
     info = http.get("/get_model_info").json()
     assert info["is_generation"] is True and info["model_path"].endswith(".gguf")

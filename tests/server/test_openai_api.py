@@ -227,6 +227,24 @@ def test_regex_extension(client):
 
 
 @needs_grammar
+def test_ebnf_extension(client):
+    grammar = 'root ::= date (", " date)*\ndate ::= [12] [0-9]{3} "-" ("0" [1-9] | "1" [0-2])'
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Name two months, as year-month."}],
+        max_tokens=24,
+        temperature=0,
+        extra_body={"ebnf": grammar},
+    )
+    content = r.choices[0].message.content
+    pattern = r"[12][0-9]{3}-(0[1-9]|1[0-2])(, [12][0-9]{3}-(0[1-9]|1[0-2]))*"
+    if r.choices[0].finish_reason == "stop":
+        assert re.fullmatch(pattern, content), content
+    else:
+        assert re.match(pattern, content), content
+
+
+@needs_grammar
 def test_choices_extension(client):
     options = ["positive", "negative", "neutral"]
     r = client.completions.create(
