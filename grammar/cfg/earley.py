@@ -1,7 +1,8 @@
 """An Earley recognizer over rule DFAs, one byte class at a time, with interned columns.
 
 An item is ``(state, origin)``: a position inside one rule's DFA and the column where that
-rule started. A column is the set of items after some input. Scanning a byte class moves
+rule started (None for the column that holds the item, so columns form no reference cycles
+and are freed as soon as nothing holds them). A column is the set of items after some input. Scanning a byte class moves
 the items that have an edge on it (the *kernel* of the next column); the closure then adds
 predictions (a reference's rule starts here) and completions (a rule that reached an
 accepting state advances the items that waited for it at its origin). Nullable rules are
@@ -27,7 +28,7 @@ from .automata import RuleAutomata
 DEAD = 0
 UNKNOWN = -1
 
-Item = tuple[int, "Column"]
+Item = tuple[int, "Column | None"]  # origin None: this very column (no reference cycle)
 
 
 class Column:
@@ -61,7 +62,7 @@ class EarleyAutomaton:
         self.class_list = rules.class_of_byte
         self._class_array = np.array(rules.class_of_byte, dtype=np.int64)
         self.start = Column(frozenset())
-        self._close(self.start, [(rules.start[rules.root], self.start)])
+        self._close(self.start, [(rules.start[rules.root], None)])
         self._reset()
 
     # ------------------------------------------------------------------ columns
@@ -161,7 +162,7 @@ class EarleyAutomaton:
             byte_next = self.rules.byte_next
             for s, origin in col.items:
                 for c, t in byte_next[s].items():
-                    by_class.setdefault(c, []).append((t, origin))
+                    by_class.setdefault(c, []).append((t, col if origin is None else origin))
             col.by_class = by_class
         kernel = frozenset(by_class[cls])
         found = self._interned.get(kernel)
@@ -187,7 +188,7 @@ class EarleyAutomaton:
                 wait = waiting.get(rule)
                 if wait is None:
                     waiting[rule] = [advanced]
-                    predicted: Item = (start_of[rule], col)
+                    predicted: Item = (start_of[rule], None)
                     if predicted not in seen:
                         seen.add(predicted)
                         stack.append(predicted)
@@ -198,10 +199,11 @@ class EarleyAutomaton:
                     stack.append(advanced)
             if accepting[s]:
                 rule = rule_of[s]
-                if origin is start and rule == root:
+                if rule == root and (origin is start or (origin is None and col is start)):
                     is_accepting = True
-                if origin is not col:
-                    for item in origin.waiting.get(rule, ()):
+                if origin is not None:
+                    for after, above in origin.waiting.get(rule, ()):
+                        item = (after, origin if above is None else above)
                         if item not in seen:
                             seen.add(item)
                             stack.append(item)
