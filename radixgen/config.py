@@ -69,6 +69,8 @@ def _rope_scaling(config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 SCHEDULE_POLICIES = ("auto", "lpm", "fcfs", "dfs-weight")
+GRAMMAR_BACKENDS = ("radixgen", "xgrammar", "llguidance", "outlines")  # = grammar.backends'
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -98,12 +100,21 @@ class EngineConfig:
     jump_forward: bool = option(
         True, "decode grammar-forced text token by token", flag="--disable-jump-forward"
     )
+    grammar_backend: str = option(
+        "radixgen",
+        "grammar engine for json_schema/regex/ebnf/choices (others: optional extras)",
+        choices=GRAMMAR_BACKENDS,
+    )
     num_threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
 
     def validate(self) -> EngineConfig:
         """Raise ``ValueError`` naming the field for a bad value; returns self for chaining."""
         if self.max_total_tokens is not None and self.max_total_tokens < 16:
             raise ValueError(f"max_total_tokens: expected >= 16, got {self.max_total_tokens}")
+        if self.grammar_backend not in GRAMMAR_BACKENDS:
+            raise ValueError(
+                f"grammar_backend: expected {_one_of(GRAMMAR_BACKENDS)}, got {self.grammar_backend!r}"
+            )
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(
                 f"schedule_policy: expected {_one_of(SCHEDULE_POLICIES)}, got {self.schedule_policy!r}"

@@ -7,11 +7,13 @@ thread (never the engine thread), so an unsupported schema is a ``GrammarError``
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import torch
 
 from .grammar import GrammarCompiler
+from .grammar.backends import ExternalCompiler, make_compiler
 from .grammar.errors import GrammarError
 from .grammar.matcher import TokenMatcher
 from .kernels import allocate_token_bitmask
@@ -24,20 +26,29 @@ MAX_FORCED_TOKENS = 64  # jump-forward at most this many tokens per step
 
 class Constraints:
     def __init__(
-        self, tokenizer: Tokenizer, vocab_size: int, device: torch.device, jump_forward: bool = True
+        self,
+        tokenizer: Tokenizer,
+        vocab_size: int,
+        device: torch.device,
+        jump_forward: bool = True,
+        backend: str = "radixgen",
     ) -> None:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.device = device
         self.jump_forward = jump_forward
-        self._compiler: GrammarCompiler | None = None
+        self.backend = backend
+        self._compiler: GrammarCompiler | ExternalCompiler | None = None
+        self._compiler_lock = threading.Lock()
 
     @property
-    def compiler(self) -> GrammarCompiler:
-        """The engine's ``GrammarCompiler`` (built on first use: it indexes the vocabulary)."""
-        if self._compiler is None:
-            self._compiler = GrammarCompiler(self.tokenizer)
-        return self._compiler
+    def compiler(self) -> GrammarCompiler | ExternalCompiler:
+        """The engine's grammar compiler, of its ``grammar_backend`` (built on first use: it
+        indexes the vocabulary; a back end that is not installed is a ``GrammarError``)."""
+        with self._compiler_lock:
+            if self._compiler is None:
+                self._compiler = make_compiler(self.backend, self.tokenizer, self.vocab_size)
+            return self._compiler
 
     def start(self, req: Req, params: SamplingParams) -> None:
         """Compile ``params``' constraint (cached) and attach a matcher; raises ``GrammarError``."""

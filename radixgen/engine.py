@@ -49,6 +49,7 @@ from .tokenizer import load_tokenizer
 
 if TYPE_CHECKING:
     from .grammar import GrammarCompiler
+    from .grammar.backends import ExternalCompiler
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +86,7 @@ class Engine:
             self.model.config.vocab_size,
             self.device,
             jump_forward=self.config.jump_forward,
+            backend=self.config.grammar_backend,
         )
         self.stats_counters = EngineStats()
         self.output_processor = OutputProcessor(
@@ -116,7 +118,7 @@ class Engine:
         )
 
     @property
-    def grammar_compiler(self) -> GrammarCompiler:
+    def grammar_compiler(self) -> GrammarCompiler | ExternalCompiler:
         return self.constraints.compiler
 
     def _build_memory(self) -> None:
