@@ -31,6 +31,7 @@ ENGINE_FLAGS = {
     "--disable-radix-cache",
     "--context-length",
     "--disable-jump-forward",
+    "--grammar-backend",
     "--num-threads",
 }
 SAMPLING_FLAGS = {"--max-new-tokens", "--temperature", "--top-p", "--top-k", "--seed", "--stop"}
@@ -52,7 +53,7 @@ SERVER_FLAGS = {
             "generate",
             ENGINE_FLAGS
             | SAMPLING_FLAGS
-            | {"--chat", "--json-schema", "--regex", "--choice", "--log-level"},
+            | {"--chat", "--json-schema", "--regex", "--ebnf", "--choice", "--log-level"},
         ),
         ("chat", ENGINE_FLAGS | SAMPLING_FLAGS | {"--system", "--log-level"}),
         ("pull", {"--log-level"}),
