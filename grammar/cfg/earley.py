@@ -61,6 +61,8 @@ class EarleyAutomaton:
         self.num_classes = rules.num_classes
         self.class_list = rules.class_of_byte
         self._class_array = np.array(rules.class_of_byte, dtype=np.int64)
+        self.class_sizes: list[int] | None = None  # tokens per first-byte class (masks)
+        self._expansions: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         self.start = Column(frozenset())
         self._close(self.start, [(rules.start[rules.root], None)])
         self._reset()
@@ -172,52 +174,81 @@ class EarleyAutomaton:
         self._close(nxt, list(kernel))
         return nxt
 
+    def _expansion(self, s: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """What an item at state ``s`` brings into its column, whatever its origin:
+        (states reached over nullable references, which keep the item's origin; states
+        predicted from those, transitively, whose origin is this column). Cached."""
+        found = self._expansions.get(s)
+        if found is None:
+            rules = self.rules
+            ref_next, start_of, nullable = rules.ref_next, rules.start, rules.nullable
+            same = [s]
+            for x in same:
+                for rule, after in ref_next[x]:
+                    if nullable[rule] and after not in same:
+                        same.append(after)
+            predicted: set[int] = set()
+            stack = [start_of[rule] for x in same for rule, _ in ref_next[x]]
+            while stack:
+                y = stack.pop()
+                if y in predicted:
+                    continue
+                predicted.add(y)
+                for rule, after in ref_next[y]:
+                    stack.append(start_of[rule])
+                    if nullable[rule]:
+                        stack.append(after)
+            found = self._expansions[s] = (tuple(same), tuple(predicted))
+        return found
+
     def _close(self, col: Column, kernel: list[Item]) -> None:
-        """Fill ``col`` from its kernel: predictions, completions, acceptance."""
+        """Fill ``col`` from its kernel: predictions, completions, acceptance.
+
+        Predictions depend on states alone (``_expansion``); only completions, which move
+        items of earlier columns, are worked out per column."""
         rules = self.rules
-        ref_next, accepting, rule_of = rules.ref_next, rules.accepting, rules.rule_of
-        start_of, nullable, root, start = rules.start, rules.nullable, rules.root, self.start
-        seen = set(kernel)
-        stack = list(kernel)
-        waiting: dict[int, list[Item]] = {}
-        is_accepting = False
+        accepting, rule_of, root, start = rules.accepting, rules.rule_of, rules.root, self.start
+        expansions, expand = self._expansions, self._expansion
+        seen: set[Item] = set()
+        stack: list[Item] = []  # items with an origin in an earlier column, to complete
+        is_accepting = col is start and rules.nullable[root]
+
+        def add(s: int, origin: Column | None) -> None:
+            same, predicted = expansions.get(s) or expand(s)
+            for x in same:
+                item = (x, origin)
+                if item not in seen:
+                    seen.add(item)
+                    if origin is not None and accepting[x]:
+                        stack.append(item)
+            for y in predicted:
+                seen.add((y, None))
+
+        for s, origin in kernel:
+            add(s, origin)
         while stack:
             s, origin = stack.pop()
-            for rule, after in ref_next[s]:
-                advanced: Item = (after, origin)
-                wait = waiting.get(rule)
-                if wait is None:
-                    waiting[rule] = [advanced]
-                    predicted: Item = (start_of[rule], None)
-                    if predicted not in seen:
-                        seen.add(predicted)
-                        stack.append(predicted)
-                else:
-                    wait.append(advanced)
-                if nullable[rule] and advanced not in seen:
-                    seen.add(advanced)
-                    stack.append(advanced)
-            if accepting[s]:
-                rule = rule_of[s]
-                if rule == root and (origin is start or (origin is None and col is start)):
-                    is_accepting = True
-                if origin is not None:
-                    for after, above in origin.waiting.get(rule, ()):
-                        item = (after, origin if above is None else above)
-                        if item not in seen:
-                            seen.add(item)
-                            stack.append(item)
+            assert origin is not None
+            rule = rule_of[s]
+            if rule == root and origin is start:
+                is_accepting = True
+            for after, above in origin.waiting.get(rule, ()):
+                add(after, origin if above is None else above)
             if len(seen) > self.max_items:
                 raise GrammarError(
                     f"grammar: too ambiguous to decode (more than {self.max_items} parser "
                     "items at one position)",
                     source="grammar",
                 )
-        col.items = list(seen)
+        items = list(seen)
+        waiting: dict[int, list[Item]] = {}
+        ref_next, live_classes = rules.ref_next, rules.live_classes
+        live = 0
+        for s, origin in items:
+            live |= live_classes[s]
+            for rule, after in ref_next[s]:
+                waiting.setdefault(rule, []).append((after, origin))
+        col.items = items
         col.waiting = waiting
         col.accepting = is_accepting
-        live_classes = rules.live_classes
-        live = 0
-        for s, _ in col.items:
-            live |= live_classes[s]
         col.live = live

@@ -1,16 +1,19 @@
 """Token masks of Earley columns: which vocabulary tokens may come next.
 
 A column's mask is the set of tokens whose bytes lead from it to a live column (trimmed
-rules guarantee that a live column extends to a full match). Candidates are the tokens
-whose first byte some item can scan; they walk the column automaton together in numpy, one
-byte position per step, longest tokens first so the unfinished ones stay a prefix of the
-array; transitions not known yet are computed on the way (the Earley steps), and the last
-few tokens finish in a plain loop.
+rules guarantee that a live column extends to a full match). Tokens are taken by first-byte
+class (bytes the grammar never tells apart): the class leads to one column, ``after``.
 
-Tokens that stay inside one column (every byte of a JSON string's body leads back to the
-string's column) are allowed without walking: once the first byte's column is known, the
-bytes on which it loops to itself are a set, and every token whose remaining bytes lie in
-it is allowed at once (a vectorized look-up in the token table).
+1. Shortcut: where ``after`` loops to itself on a set of bytes (every byte of a JSON
+   string's body leads back to the string's column), every token of the group whose other
+   bytes lie in that set is allowed at once (a vectorized look-up in the token table).
+2. Pruning: the rest of the group keeps only tokens whose second byte ``after`` can scan
+   (by the token table's pair index when the class is one byte: after ``:`` most of the
+   30,000 tokens that start with a space die at their second byte).
+3. Walk: the candidates left walk the column automaton together in numpy, one byte
+   position per step, longest first so the unfinished ones stay a prefix of the array;
+   transitions not known yet are computed on the way (the Earley steps), and the last few
+   tokens finish in a plain loop.
 """
 
 from __future__ import annotations
@@ -23,53 +26,82 @@ from ..token_table import TokenTable, byte_flags
 from .earley import DEAD, UNKNOWN, Column, EarleyAutomaton
 
 _SCALAR_TAIL = 48  # the numpy walk hands its last few tokens to the plain loop
-_LOOP_MIN_GROUP = 256  # first-byte groups at least this big try the self-loop shortcut
+_LOOP_MIN_GROUP = 256  # groups at least this big try the self-loop shortcut
 
 
 def column_mask(auto: EarleyAutomaton, table: TokenTable, col: Column) -> tuple[np.ndarray, int]:
     """(packed int32 row [num_words] without EOS, number of tokens allowed)."""
-    live = auto.live_bytes(col)
+    live = auto.live_bytes(col) & table.usable_first_mask
     if not live:
         return np.zeros(table.num_words, dtype=np.int32), 0
     uid = auto.register(col)
-    candidates = table.ids_by_len[byte_flags(live)[table.first_byte[table.ids_by_len]]]
+    class_bytes, sizes = auto.rules.class_bytes, _class_sizes(auto, table)
+    by_after: dict[int, list[int]] = {}  # column after the first byte -> [bytes, tokens]
+    classes = col.live
+    while classes:
+        low = classes & -classes
+        classes ^= low
+        cls = low.bit_length() - 1
+        group_bytes = class_bytes[cls] & live
+        if group_bytes:
+            entry = by_after.setdefault(auto.next_uid(uid, cls), [0, 0])
+            entry[0] |= group_bytes
+            entry[1] += sizes[cls]
     allowed: list[np.ndarray] = []
-    walk = candidates
-    if candidates.size > _LOOP_MIN_GROUP:
-        safe = _looping_tokens(auto, table, uid, live)
-        if safe is not None:
-            allowed.append(np.flatnonzero(safe))
-            walk = candidates[~safe[candidates]]
-    allowed.append(_walk(auto, table, uid, walk))
+    walk: list[np.ndarray] = []
+    small = 0  # bytes of the groups too small for a shortcut: one filter for all of them
+    for after, (group_bytes, size) in by_after.items():
+        if size < _LOOP_MIN_GROUP:
+            small |= group_bytes
+            continue
+        safe, rest = _group(auto, table, after, group_bytes)
+        allowed.append(safe)
+        walk.append(rest)
+    if small:
+        walk.append(np.flatnonzero(byte_flags(small)[table.first_byte]))
+    candidates = np.concatenate(walk) if walk else np.zeros(0, dtype=np.int64)
+    allowed.append(_walk(auto, table, uid, table.longest_first(candidates)))
     ids = np.concatenate(allowed)
-    return table.pack(ids), int(ids.size)
+    return _pack(table, ids), int(ids.size)
 
 
-def _looping_tokens(
-    auto: EarleyAutomaton, table: TokenTable, uid: int, live: int
-) -> np.ndarray | None:
-    """bool [V]: tokens whose first byte leads to a column that loops on all their other
-    bytes (allowed without a walk), or None when no big group has such a loop."""
-    first_byte, class_list = table.first_byte, auto.class_list
-    safe: np.ndarray | None = None
-    done_classes: set[int] = set()
-    while live:
-        low = live & -live
-        live ^= low
-        b0 = low.bit_length() - 1
-        cls = class_list[b0]
-        if cls in done_classes or table.group_sizes[b0] < _LOOP_MIN_GROUP:
-            continue
-        done_classes.add(cls)
-        after = auto.next_uid(uid, cls)
-        loop = _loop_bytes(auto, after)
-        if not loop:
-            continue
-        class_bytes = auto.rules.class_bytes[cls]
-        in_class = byte_flags(class_bytes)[first_byte]
-        fits = in_class & ~table.uses_bytes_outside(loop, start=1)
-        safe = fits if safe is None else safe | fits
-    return safe
+def _class_sizes(auto: EarleyAutomaton, table: TokenTable) -> list[int]:
+    """Usable tokens per first-byte class (cached on the automaton)."""
+    sizes = auto.class_sizes
+    if sizes is None:
+        per_byte = table.group_sizes[:256]
+        sizes = [0] * auto.num_classes
+        for byte, cls in enumerate(auto.class_list):
+            sizes[cls] += int(per_byte[byte])
+        auto.class_sizes = sizes
+    return sizes
+
+
+def _pack(table: TokenTable, ids: np.ndarray) -> np.ndarray:
+    """int32 [num_words] bitmask row of ``ids`` (distinct)."""
+    bits = np.zeros(table.num_words * 32, dtype=bool)
+    bits[ids] = True
+    return np.packbits(bits, bitorder="little").view("<u4").view(np.int32).copy()
+
+
+def _group(
+    auto: EarleyAutomaton, table: TokenTable, after: int, group_bytes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ids allowed outright, ids to walk) among the tokens whose first byte is in
+    ``group_bytes`` (the bytes that lead to column ``after``)."""
+    second_live = byte_flags(auto.live_bytes(auto.column(after)))
+    if group_bytes & (group_bytes - 1) == 0:  # one byte: its pair groups
+        b0 = group_bytes.bit_length() - 1
+        start, end = table.pair_start_list[b0 * 257], table.pair_start_list[b0 * 257 + 257]
+        ids = table.ids_by_pair[start:end]
+    else:
+        ids = np.flatnonzero(byte_flags(group_bytes)[table.first_byte])
+    ok = table.lengths[ids] == 1  # ``after`` is live
+    loop = _loop_bytes(auto, after)
+    if loop:
+        ok |= ~table.uses_bytes_outside(loop, start=1)[ids]
+    rest = ~ok & second_live[table.byte_cols[1][ids]]
+    return ids[ok], ids[rest]
 
 
 def _loop_bytes(auto: EarleyAutomaton, uid: int) -> int:
