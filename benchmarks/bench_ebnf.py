@@ -26,10 +26,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "grammar"))
 from ebnf_grammars import GRAMMARS  # noqa: E402
-
-from radixgen import load_tokenizer  # noqa: E402
 from radixgen.grammar.backends import make_compiler  # noqa: E402
 from radixgen.kernels import allocate_token_bitmask  # noqa: E402
+
+from radixgen import load_tokenizer  # noqa: E402
 from radixgen.models.hub import resolve_model  # noqa: E402
 
 

@@ -17,7 +17,7 @@ import threading
 
 import numpy as np
 
-from .errors import GrammarError
+from .errors import GrammarError, GrammarTooLarge
 from .terms import EMPTY, TermStore
 from .token_table import byte_flags
 
@@ -74,7 +74,7 @@ class LazyDFA:
         if s is None:
             s = len(self.state_terms)
             if s >= self.max_states:
-                raise GrammarError(
+                raise GrammarTooLarge(
                     f"grammar: too large (more than {self.max_states} automaton states)"
                 )
             if s & 63 == 0:

@@ -13,6 +13,7 @@ failures are cached too, so resubmitting a bad schema costs a lookup.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -22,13 +23,17 @@ from typing import Any
 
 from . import json_schema
 from .automaton import LazyDFA
-from .cfg import CfgGrammar, compile_rules, parse_ebnf
-from .errors import GrammarError
+from .cfg import CfgGrammar, Grammar, compile_rules, parse_ebnf
+from .cfg.from_regex import regex_to_rule
+from .errors import GrammarError, GrammarTooLarge
+from .json_schema_rules import schema_rules
 from .matcher import CompiledGrammar
 from .regex import regex_to_term
 from .terms import Budget, TermStore
 from .token_table import TokenTable
 from .vocabulary import Vocabulary
+
+logger = logging.getLogger(__name__)
 
 KINDS = ("json_schema", "regex", "ebnf", "choices", "json_object")  # = SamplingParams fields
 
@@ -196,6 +201,22 @@ class GrammarCompiler:
             )
             cfg.warm_up()
             return cfg
+        try:
+            return self._build_regex(kind, key, spec, options, budget)
+        except GrammarTooLarge as err:
+            if kind != "json_schema":
+                raise
+            logger.info("%s; compiling the schema as rules instead", err)
+            return self._build_schema_rules(key, spec, options, budget)
+
+    def _build_regex(
+        self,
+        kind: str,
+        key: tuple[str, str, str],
+        spec: Any,
+        options: dict[str, Any],
+        budget: Budget,
+    ) -> CompiledGrammar:
         regex, canonical, build_term = _front_end(kind, spec, options)
         budget.check()
         store = TermStore(clip_bound=self.vocab.max_token_len + 1, budget=budget)
@@ -210,6 +231,28 @@ class GrammarCompiler:
         grammar.warm_up(self.precompute_s)
         budget.clear_deadline()
         return grammar
+
+    def _build_schema_rules(
+        self, key: tuple[str, str, str], spec: Any, options: dict[str, Any], budget: Budget
+    ) -> CfgGrammar:
+        """A schema too large for one regex, as rules on the EBNF engine (``json_schema_rules``)."""
+        try:
+            bodies, node, writer = schema_rules(spec, **options)
+            rules = {name: regex_to_rule(body, budget) for name, body in bodies.items()}
+        except RecursionError:
+            raise GrammarError("json_schema: nested too deeply to compile") from None
+        cfg = compile_rules(
+            Grammar(rules, "root"),
+            self.vocab,
+            kind="json_schema",
+            key=key,
+            max_states=self.max_states,
+            budget=budget,
+            canonical=lambda instance: node.write(instance, writer),
+        )
+        cfg.warm_up()
+        budget.clear_deadline()
+        return cfg
 
 
 def _validate_spec(kind: str, spec: Any) -> Any:

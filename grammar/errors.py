@@ -37,6 +37,11 @@ class GrammarError(ValueError):
         super().__init__(message)
 
 
+class GrammarTooLarge(GrammarError):
+    """The grammar's regex, automaton or terms outgrew a size limit (the JSON Schema
+    compiler then tries the schema as rules, which grow with the schema's size)."""
+
+
 def _format_message(
     source: str, keyword: str | None, pointer: str | None, detail: str | None
 ) -> str:

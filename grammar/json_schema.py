@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .errors import GrammarError
+from .errors import GrammarError, GrammarTooLarge
 from .json_schema_build import SchemaBuilder
 from .json_schema_ir import FLEXIBLE_WS, MAX_REGEX_CHARS, EmitContext, Node
 from .json_schema_strings import ESCAPE_GROUPS
@@ -79,7 +79,7 @@ def compile_schema(
             "json_schema: the schema accepts no value (within the recursion bound)", pointer="#"
         )
     if len(regex) > MAX_REGEX_CHARS:
-        raise GrammarError(
+        raise GrammarTooLarge(
             f"json_schema: the schema's regex is too large ({len(regex)} characters)", pointer="#"
         )
     return CompiledSchema(node, regex, writer, (*emit.extras, *ESCAPE_GROUPS))

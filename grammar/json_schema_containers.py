@@ -10,9 +10,13 @@ written as "which property comes first" alternatives, so it grows quadratically:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from .errors import GrammarTooLarge
 from .regex_builders import alt, concat, optional, repeat
+
+MAX_REGEX_CHARS = 4_000_000  # one schema's regex; past it, the schema compiles as rules
 
 
 def sequence_regex(
@@ -82,6 +86,13 @@ class ObjectShape:
         def tail(start: int) -> str:
             return "".join(sep + m if req else optional(sep + m) for m, req in self.members[start:])
 
+        if not self.has_required:  # quadratic: refuse early what would pass the size limit
+            size = sum(len(m) + len(sep) + 6 for m, _ in self.members) * (len(self.members) + 1) // 2
+            if size > MAX_REGEX_CHARS:
+                raise GrammarTooLarge(
+                    f"json_schema: the schema's regex is too large ({len(self.members)} "
+                    f"optional properties, about {size} characters)"
+                )
         for i, (member, required) in enumerate(self.members):
             if required:
                 head = "".join(optional(m + sep) for m, _ in self.members[:i])
@@ -89,14 +100,21 @@ class ObjectShape:
         return alt(member + tail(i + 1) for i, (member, _) in enumerate(self.members))
 
 
-def object_body(shapes: list[ObjectShape], extra: str | None, sep: str) -> str | None:
+def object_body(
+    shapes: list[ObjectShape],
+    extra: str | None,
+    sep: str,
+    listed: Callable[[ObjectShape], str | None] | None = None,
+) -> str | None:
     """Contents between the braces for the union of `shapes`, all followed by the same
-    extra members (`extra` regex, None: none allowed). None: no object qualifies."""
+    extra members (`extra` regex, None: none allowed). None: no object qualifies.
+    `listed` writes a shape's listings (default `ObjectShape.listed`)."""
     if not shapes:
         return None
     zero_listed = any(not s.has_required for s in shapes)
     empty = any(not s.has_required and not s.nonempty for s in shapes)
-    starts = alt([*(s.listed(sep) for s in shapes), extra if zero_listed else None])
+    write = listed or (lambda shape: shape.listed(sep))
+    starts = alt([*(write(s) for s in shapes), extra if zero_listed else None])
     extras_after = repeat(sep + extra, 0, None) if extra else ""
     body = concat([starts, extras_after])
     if empty:

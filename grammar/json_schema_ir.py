@@ -20,8 +20,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .errors import GrammarError
-from .json_schema_containers import ObjectShape, object_body, sequence_regex
+from .errors import GrammarTooLarge
+from .json_schema_containers import MAX_REGEX_CHARS, ObjectShape, object_body, sequence_regex
 from .json_schema_numbers import INTEGER, NUMBER, Bound
 from .json_schema_strings import (
     ANY_STRING,
@@ -33,7 +33,6 @@ from .json_schema_values import json_equal, json_type, write_generic
 from .regex_builders import alt, escape_literal
 
 FLEXIBLE_WS = r"[ \t\n]{0,16}"
-MAX_REGEX_CHARS = 4_000_000
 
 
 @dataclass
@@ -50,7 +49,7 @@ class EmitContext:
         if key not in self.regex_cache:
             regex = node.regex(self)
             if regex is not None and len(regex) > MAX_REGEX_CHARS:
-                raise GrammarError(
+                raise GrammarTooLarge(
                     f"json_schema: the schema's regex is too large (over {MAX_REGEX_CHARS} characters)"
                 )
             self.regex_cache[key] = (node, regex)
@@ -75,6 +74,10 @@ class EmitContext:
 
     def sep(self, token: str) -> str:
         return f"{self.ws}{escape_literal(token)}{self.ws}"
+
+    def listed(self, shape: ObjectShape) -> str | None:
+        """The listings of one object shape's members (see ``ObjectShape.listed``)."""
+        return shape.listed(self.sep(","))
 
 
 class Node:
@@ -426,5 +429,5 @@ def objects_regex(objects: list[Object], ctx: EmitContext) -> str | None:
         if members is not None:
             shapes.append(ObjectShape(members, obj.nonempty))
     extra = objects[0].extra_member(ctx)
-    body = object_body(shapes, extra, ctx.sep(","))
+    body = object_body(shapes, extra, ctx.sep(","), ctx.listed)
     return None if body is None else rf"\{{{ctx.ws}{body}{ctx.ws}\}}"

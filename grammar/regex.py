@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import NoReturn
+from typing import NoReturn, Protocol
 
 from .errors import GrammarError
-from .terms import EMPTY, EPS, TermStore
+from .terms import EMPTY, EPS, Budget
 from .utf8 import complement, normalize, utf8_sequences
 
 Ranges = list[tuple[int, int]]
@@ -35,7 +35,22 @@ _MEMO_MIN_LEN = 256
 _STRUCTURE = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[()]", re.DOTALL)
 
 
-def regex_to_term(pattern: str, store: TermStore, *, tag: Iterable[str] = ()) -> int:
+class TermBuilder(Protocol):
+    """What the parser builds with: a ``TermStore``, or ``cfg.from_regex.RulesBuilder``
+    (which also takes rule calls). Ids 0 and 1 are the empty language and the empty string."""
+
+    budget: Budget
+
+    def byteset(self, mask: int) -> int: ...
+    def literal(self, data: bytes) -> int: ...
+    def seq(self, items: list[int]) -> int: ...
+    def alt(self, items: Iterable[int]) -> int: ...
+    def rep(self, r: int, lo: int, hi: int | None) -> int: ...
+    def tag(self, r: int) -> int: ...
+    def ref(self, name: str) -> int: ...
+
+
+def regex_to_term(pattern: str, store: TermBuilder, *, tag: Iterable[str] = ()) -> int:
     """Parse ``pattern`` into ``store``; raise ``GrammarError`` naming the problem and position.
 
     ``tag``: groups of ``pattern`` (their source text, parentheses included) to wrap with
@@ -62,7 +77,7 @@ def _group_and_class_spans(pattern: str) -> dict[int, int]:
     return spans
 
 
-def ranges_to_term(ranges: Ranges, store: TermStore) -> int:
+def ranges_to_term(ranges: Ranges, store: TermBuilder) -> int:
     """The term matching one character from ``ranges`` (code points), as UTF-8 bytes."""
     alternatives = []
     for lo, hi in normalize(ranges):
@@ -75,7 +90,7 @@ def ranges_to_term(ranges: Ranges, store: TermStore) -> int:
 class _Parser:
     """Recursive descent: alternation -> sequence -> quantified atom."""
 
-    def __init__(self, pattern: str, store: TermStore, *, tag: frozenset[str]) -> None:
+    def __init__(self, pattern: str, store: TermBuilder, *, tag: frozenset[str]) -> None:
         self.src = pattern
         self.pos = 0
         self.store = store
@@ -203,6 +218,13 @@ class _Parser:
         return term
 
     def _group(self) -> int:
+        if self.src.startswith("?&", self.pos):  # (?&name): a call of rule ``name``
+            close = self.src.find(")", self.pos)
+            if close < 0:
+                self._fail("unterminated rule call")
+            name = self.src[self.pos + 2 : close]
+            self.pos = close + 1
+            return self.store.ref(name)
         if self.src.startswith("?", self.pos):
             if self.src.startswith("?:", self.pos):
                 self.pos += 2

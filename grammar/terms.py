@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from .errors import GrammarError
+from .errors import GrammarError, GrammarTooLarge
 
 EMPTY, EPS = 0, 1
 K_EMPTY, K_EPS, K_SET, K_CAT, K_ALT, K_REP, K_TAG = range(7)
@@ -88,7 +88,7 @@ class TermStore:
             term = len(self.kinds)
             if term & 1023 == 0:
                 if term >= self.budget.max_terms:
-                    raise GrammarError(
+                    raise GrammarTooLarge(
                         f"grammar: too large (more than {self.budget.max_terms} terms)"
                     )
                 self.budget.check()
@@ -220,6 +220,12 @@ class TermStore:
         if kind == K_TAG:
             return self.tag(self.deriv(args, byte))
         return EMPTY
+
+    def ref(self, name: str) -> int:
+        """A call of another rule (``(?&name)``): only grammars of rules have them."""
+        raise GrammarError(
+            f"regex: rule calls such as (?&{name}) are not supported", source="regex"
+        )
 
     def tag(self, r: int) -> int:
         """``r`` marked as rarely entered (see the module doc)."""

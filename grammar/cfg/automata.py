@@ -123,6 +123,7 @@ class _Nfa:
         self.budget = budget
         self.edges: list[list[tuple[int | None, int]]] = []
         self._class_sets: dict[int, list[int]] = {}
+        self._closures: dict[int, frozenset[int]] = {}
 
     def new(self) -> int:
         n = len(self.edges)
@@ -195,14 +196,23 @@ class _Nfa:
         return found
 
     def closure(self, states: frozenset[int] | set[int]) -> frozenset[int]:
-        seen = set(states)
-        stack = list(states)
-        while stack:
-            for symbol, target in self.edges[stack.pop()]:
-                if symbol is None and target not in seen:
-                    seen.add(target)
-                    stack.append(target)
-        return frozenset(seen)
+        """The states reachable from ``states`` by epsilon moves (per state, cached)."""
+        if len(states) == 1:
+            return self._closure_of(next(iter(states)))
+        return frozenset().union(*(self._closure_of(s) for s in states))
+
+    def _closure_of(self, state: int) -> frozenset[int]:
+        found = self._closures.get(state)
+        if found is None:
+            seen = {state}
+            stack = [state]
+            while stack:
+                for symbol, target in self.edges[stack.pop()]:
+                    if symbol is None and target not in seen:
+                        seen.add(target)
+                        stack.append(target)
+            found = self._closures[state] = frozenset(seen)
+        return found
 
 
 # ---------------------------------------------------------------------- DFA

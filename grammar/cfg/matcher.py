@@ -10,6 +10,7 @@ the grammar can end, ``forced_text`` is what every match continues with (jump-fo
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,13 +34,17 @@ def compile_rules(
     key: tuple[str, str, str] = ("ebnf", "", ""),
     max_states: int = 200_000,
     budget: Budget | None = None,
+    canonical: Callable[[Any], str] | None = None,
 ) -> CfgGrammar:
-    """``grammar`` compiled against ``vocab`` (raises ``GrammarError``)."""
+    """``grammar`` compiled against ``vocab`` (raises ``GrammarError``). ``canonical``:
+    how the grammar writes a JSON instance (JSON Schema grammars)."""
     try:
         rules = build_automata(grammar, max_states=max_states, budget=budget)
     except RecursionError:
         raise GrammarError(f"{kind}: the grammar is nested too deeply", source=kind) from None
-    return CfgGrammar(kind=kind, key=key, auto=EarleyAutomaton(rules), vocab=vocab)
+    return CfgGrammar(
+        kind=kind, key=key, auto=EarleyAutomaton(rules), vocab=vocab, canonical=canonical
+    )
 
 
 class CfgGrammar:
@@ -53,6 +58,7 @@ class CfgGrammar:
         auto: EarleyAutomaton,
         vocab: Vocabulary,
         max_masks: int = 4096,
+        canonical: Callable[[Any], str] | None = None,
     ) -> None:
         self.kind = kind
         self.key = key
@@ -63,11 +69,15 @@ class CfgGrammar:
         self.max_masks = max_masks
         self._masks: OrderedDict[tuple[int, int], tuple[np.ndarray, int]] = OrderedDict()
         self._eos_only: np.ndarray | None = None
+        self._canonical = canonical
 
     def matcher(self) -> CfgMatcher:
         return CfgMatcher(self)
 
     def canonical_json(self, instance: Any) -> str:
+        """How this grammar writes ``instance``; JSON Schema grammars only."""
+        if self._canonical is not None:
+            return self._canonical(instance)
         raise GrammarError(
             f"grammar: canonical_json needs a json_schema grammar, this one is {self.kind!r}",
             source="grammar",

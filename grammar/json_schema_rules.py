@@ -1,0 +1,79 @@
+"""JSON Schema -> rules: the IR written as rules that call each other, not as one regex.
+
+Used where the one regex would be too large: every object, array and union becomes a rule
+whose regex text calls its children as ``(?&name)`` (``cfg/from_regex.py`` reads it), so
+the text grows with the schema instead of with every place a subschema is used; the
+generic JSON value of ``additionalProperties`` is one rule per nesting depth, shared by
+all objects. A listing of optional properties (``a? b? c?``), quadratic as one regex, is
+linear here: each "rest of the members from i on" is a rule. Leaves (strings, numbers,
+constants) stay regexes inside their rules. The compiled grammar is the EBNF engine's
+(``cfg/``), with the IR's canonical writer.
+"""
+
+from __future__ import annotations
+
+from .errors import GrammarError
+from .json_schema import WHITESPACE, build_schema_ir
+from .json_schema_containers import ObjectShape
+from .json_schema_ir import MAX_REGEX_CHARS, AnyValue, Array, EmitContext, Node, Object, Union
+from .regex_builders import alt, optional
+
+
+class RuleEmitContext(EmitContext):
+    """Emits containers as rules; ``rules`` maps names to regex bodies."""
+
+    def __init__(self, ws: str) -> None:
+        super().__init__(ws=ws)
+        self.rules: dict[str, str] = {}
+
+    def rule(self, body: str) -> str:
+        if len(body) > MAX_REGEX_CHARS:
+            raise GrammarError(
+                f"json_schema: one part of the schema is too large ({len(body)} characters)"
+            )
+        name = f"r{len(self.rules)}"
+        self.rules[name] = body
+        return f"(?&{name})"
+
+    def regex(self, node: Node) -> str | None:
+        key = id(node)
+        if key not in self.regex_cache:
+            body = node.regex(self)
+            if body is not None and isinstance(node, Object | Array | Union):
+                body = self.rule(body)
+            self.regex_cache[key] = (node, body)
+        return self.regex_cache[key][1]
+
+    def any_regex(self, depth: int) -> str:
+        key = ("any", depth)
+        if key not in self.regex_cache:
+            body = AnyValue(depth).regex(self)
+            assert body is not None  # any value: never the empty language
+            self.regex_cache[key] = (None, self.rule(body))
+        return self.regex_cache[key][1]
+
+    def listed(self, shape: ObjectShape) -> str | None:
+        if shape.has_required:
+            return super().listed(shape)
+        sep, members = self.sep(","), [m for m, _ in shape.members]
+        rest = ""  # the members after i, each optional: one rule per i
+        starts = []
+        for i in range(len(members) - 1, -1, -1):
+            starts.append(members[i] + rest)
+            if i:
+                rest = self.rule(optional(sep + members[i]) + rest)
+        return alt(reversed(starts))
+
+
+def schema_rules(
+    schema: object, *, whitespace: str = "compact", max_depth: int = 2, strict: bool = False
+) -> tuple[dict[str, str], Node, EmitContext]:
+    """(rule name -> regex body with ``root`` the start, the IR, its writer context)."""
+    node, writer = build_schema_ir(schema, max_depth=max_depth, strict=strict)
+    emit = RuleEmitContext(WHITESPACE[whitespace])
+    root = emit.regex(node)
+    if root is None:
+        raise GrammarError(
+            "json_schema: the schema accepts no value (within the recursion bound)", pointer="#"
+        )
+    return {**emit.rules, "root": root}, node, writer
