@@ -87,7 +87,9 @@ class ObjectShape:
             return "".join(sep + m if req else optional(sep + m) for m, req in self.members[start:])
 
         if not self.has_required:  # quadratic: refuse early what would pass the size limit
-            size = sum(len(m) + len(sep) + 6 for m, _ in self.members) * (len(self.members) + 1) // 2
+            size = (
+                sum(len(m) + len(sep) + 6 for m, _ in self.members) * (len(self.members) + 1) // 2
+            )
             if size > MAX_REGEX_CHARS:
                 raise GrammarTooLarge(
                     f"json_schema: the schema's regex is too large ({len(self.members)} "
