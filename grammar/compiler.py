@@ -193,6 +193,14 @@ class GrammarCompiler:
     def _build(
         self, kind: str, key: tuple[str, str, str], spec: Any, options: dict[str, Any]
     ) -> CompiledGrammar | CfgGrammar:
+        try:
+            return self._build_any(kind, key, spec, options)
+        except RecursionError:  # a front end's recursion over a deeply nested spec
+            raise GrammarError(f"{kind}: nested too deeply to compile", source=kind) from None
+
+    def _build_any(
+        self, kind: str, key: tuple[str, str, str], spec: Any, options: dict[str, Any]
+    ) -> CompiledGrammar | CfgGrammar:
         budget = Budget(timeout_s=self.timeout_s, max_terms=self.max_terms)
         if kind == "ebnf":
             rules = parse_ebnf(spec, root=options.get("root", "root"))

@@ -75,6 +75,10 @@ class EmitContext:
     def sep(self, token: str) -> str:
         return f"{self.ws}{escape_literal(token)}{self.ws}"
 
+    def objects(self, objects: list[Object]) -> str | None:
+        """The regex of a union's objects that share their extra-property rule."""
+        return objects_regex(objects, self)
+
     def listed(self, shape: ObjectShape) -> str | None:
         """The listings of one object shape's members (see ``ObjectShape.listed``)."""
         return shape.listed(self.sep(","))
@@ -209,7 +213,7 @@ class Union(Node):
                 groups[key].append(option)
             else:
                 options.append(ctx.regex(option))
-        return alt(objects_regex(groups[o], ctx) if isinstance(o, tuple) else o for o in options)
+        return alt(ctx.objects(groups[o]) if isinstance(o, tuple) else o for o in options)
 
     def write(self, value: object, ctx: EmitContext) -> str:
         """Written as the first option that admits the value (else the first of its type)."""

@@ -6,7 +6,8 @@ the text grows with the schema instead of with every place a subschema is used; 
 generic JSON value of ``additionalProperties`` is one rule per nesting depth, shared by
 all objects. A listing of optional properties (``a? b? c?``), quadratic as one regex, is
 linear here: each "rest of the members from i on" is a rule. Leaves (strings, numbers,
-constants) stay regexes inside their rules. The compiled grammar is the EBNF engine's
+constants) stay regexes inside their rules unless they are long; rules with the same text
+are one rule (a thousand integer properties call one integer rule). The compiled grammar is the EBNF engine's
 (``cfg/``), with the IR's canonical writer.
 """
 
@@ -18,6 +19,8 @@ from .json_schema_containers import ObjectShape
 from .json_schema_ir import MAX_REGEX_CHARS, AnyValue, Array, EmitContext, Node, Object, Union
 from .regex_builders import alt, optional
 
+_LEAF_RULE_CHARS = 24  # a leaf regex longer than this is a rule of its own (shared by text)
+
 
 class RuleEmitContext(EmitContext):
     """Emits containers as rules; ``rules`` maps names to regex bodies."""
@@ -25,21 +28,27 @@ class RuleEmitContext(EmitContext):
     def __init__(self, ws: str) -> None:
         super().__init__(ws=ws)
         self.rules: dict[str, str] = {}
+        self._names: dict[str, str] = {}  # body -> its rule's call (equal bodies share one)
 
     def rule(self, body: str) -> str:
-        if len(body) > MAX_REGEX_CHARS:
-            raise GrammarError(
-                f"json_schema: one part of the schema is too large ({len(body)} characters)"
-            )
-        name = f"r{len(self.rules)}"
-        self.rules[name] = body
-        return f"(?&{name})"
+        call = self._names.get(body)
+        if call is None:
+            if len(body) > MAX_REGEX_CHARS:
+                raise GrammarError(
+                    f"json_schema: one part of the schema is too large ({len(body)} characters)"
+                )
+            name = f"r{len(self.rules)}"
+            self.rules[name] = body
+            call = self._names[body] = f"(?&{name})"
+        return call
 
     def regex(self, node: Node) -> str | None:
         key = id(node)
         if key not in self.regex_cache:
             body = node.regex(self)
-            if body is not None and isinstance(node, Object | Array | Union):
+            if body is not None and (
+                isinstance(node, Object | Array | Union) or len(body) > _LEAF_RULE_CHARS
+            ):
                 body = self.rule(body)
             self.regex_cache[key] = (node, body)
         return self.regex_cache[key][1]
@@ -52,17 +61,23 @@ class RuleEmitContext(EmitContext):
             self.regex_cache[key] = (None, self.rule(body))
         return self.regex_cache[key][1]
 
+    def objects(self, objects: list[Object]) -> str | None:
+        body = super().objects(objects)
+        return None if body is None else self.rule(body)
+
     def listed(self, shape: ObjectShape) -> str | None:
+        """Without a required member: ``first(i) ::= m_i rest(i+1) | first(i+1)`` and
+        ``rest(i) ::= (, m_i)? rest(i+1)``, two small rules per member."""
         if shape.has_required:
             return super().listed(shape)
         sep, members = self.sep(","), [m for m, _ in shape.members]
-        rest = ""  # the members after i, each optional: one rule per i
-        starts = []
+        rest = ""  # rest(i + 1)
+        first = ""  # first(i + 1)
         for i in range(len(members) - 1, -1, -1):
-            starts.append(members[i] + rest)
+            first = self.rule(alt([members[i] + rest, first or None]))
             if i:
                 rest = self.rule(optional(sep + members[i]) + rest)
-        return alt(reversed(starts))
+        return first
 
 
 def schema_rules(

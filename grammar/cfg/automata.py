@@ -129,8 +129,8 @@ class _Nfa:
         n = len(self.edges)
         if n >= self.max_states:
             raise GrammarError(
-                f"ebnf: grammar too large (more than {self.max_states} automaton states)",
-                source="ebnf",
+                f"grammar: too large (more than {self.max_states} automaton states)",
+                source="grammar",
             )
         if n & 1023 == 0 and self.budget is not None:
             self.budget.check()
@@ -233,8 +233,8 @@ def _determinize(nfa: _Nfa, ends: tuple[int, int], budget: Budget | None) -> _Df
     while len(moves) < len(order):
         if len(order) >= nfa.max_states:
             raise GrammarError(
-                f"ebnf: grammar too large (more than {nfa.max_states} automaton states)",
-                source="ebnf",
+                f"grammar: too large (more than {nfa.max_states} automaton states)",
+                source="grammar",
             )
         if budget is not None and len(moves) & 255 == 0:
             budget.check()
