@@ -17,7 +17,7 @@ from .errors import GrammarError
 from .json_schema import WHITESPACE, build_schema_ir
 from .json_schema_containers import ObjectShape
 from .json_schema_ir import MAX_REGEX_CHARS, AnyValue, Array, EmitContext, Node, Object, Union
-from .regex_builders import alt, optional
+from .regex_builders import optional
 
 _LEAF_RULE_CHARS = 24  # a leaf regex longer than this is a rule of its own (shared by text)
 
@@ -74,7 +74,7 @@ class RuleEmitContext(EmitContext):
         rest = ""  # rest(i + 1)
         first = ""  # first(i + 1)
         for i in range(len(members) - 1, -1, -1):
-            first = self.rule(alt([members[i] + rest, first or None]))
+            first = self.rule(members[i] + rest + (f"|{first}" if first else ""))
             if i:
                 rest = self.rule(optional(sep + members[i]) + rest)
         return first
