@@ -1,0 +1,93 @@
+"""Does compiling hostile grammars slow other requests? TTFT and TPOT of a plain request,
+idle and while hostile JSON Schemas compile, in one run.
+
+    python benchmarks/bench_fairness.py [--hostile 6] [--properties 2000] [--repeat 3]
+
+The hostile schemas are distinct objects with ``--properties`` optional properties (extra
+properties allowed): each makes the compiler try the one-regex path, give up on its size
+and try the rules path, which refuses them too (their extra-name exclusion is too large).
+They are submitted together through the engine's own compiler (its thread pool) and the
+plain request (greedy, 32 new tokens, streamed) runs while they compile. Reported: median
+TTFT and TPOT idle and under load, and the ratios (the issue asks TTFT ≤ 2x, TPOT ≤ 1.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from radixgen.grammar import GrammarError
+
+from radixgen import Engine, SamplingParams
+
+
+def plain_request(engine: Engine) -> tuple[float, float]:
+    """(TTFT s, TPOT s) of one streamed greedy request."""
+    params = SamplingParams(max_new_tokens=32, temperature=0.0, ignore_eos=True)
+    start = time.perf_counter()
+    stamps = []
+    for delta in engine.stream("The history of the printing press begins", params):
+        if delta.token_ids:
+            stamps.append(time.perf_counter())
+    ttft = stamps[0] - start
+    tpot = (stamps[-1] - stamps[0]) / max(1, len(stamps) - 1)
+    return ttft, tpot
+
+
+def hostile(i: int, properties: int) -> dict:
+    return {
+        "type": "object",
+        "properties": {f"h{i}_{k}": {"type": "integer"} for k in range(properties)},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--hostile", type=int, default=6)
+    parser.add_argument("--properties", type=int, default=2000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--switch", type=float, default=0.0, help="sys.setswitchinterval for the run (0: keep)"
+    )
+    args = parser.parse_args()
+    import sys
+
+    if args.switch:
+        sys.setswitchinterval(args.switch)
+    engine = Engine(max_total_tokens=4096)
+    compiler = engine.grammar_compiler
+    plain_request(engine)  # warm up
+    idle = [plain_request(engine) for _ in range(args.repeat)]
+    loaded = []
+    for r in range(args.repeat):
+        futures = [
+            compiler.compile_async("json_schema", hostile(r * 100 + i, args.properties))
+            for i in range(args.hostile)
+        ]
+        loaded.append(plain_request(engine))
+        started = time.perf_counter()
+        outcomes = []
+        for future in futures:
+            try:
+                future.result()
+                outcomes.append("compiled")
+            except GrammarError as exc:
+                outcomes.append(str(exc)[:60])
+        print(
+            f"round {r}: hostile compiles ended {time.perf_counter() - started:.1f} s after "
+            f"the plain request; {outcomes[0]!r} ..."
+        )
+    engine.shutdown()
+    ttft0, tpot0 = (statistics.median(x[i] for x in idle) for i in (0, 1))
+    ttft1, tpot1 = (statistics.median(x[i] for x in loaded) for i in (0, 1))
+    print(f"idle:   TTFT {ttft0 * 1e3:7.1f} ms  TPOT {tpot0 * 1e3:6.1f} ms")
+    print(
+        f"loaded: TTFT {ttft1 * 1e3:7.1f} ms  TPOT {tpot1 * 1e3:6.1f} ms "
+        f"({args.hostile} hostile compiles of {args.properties}-property objects)"
+    )
+    print(f"ratio:  TTFT {ttft1 / ttft0:.2f}x  TPOT {tpot1 / tpot0:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
