@@ -64,6 +64,15 @@ class LazyDFA:
         self.rows[DEAD] = [DEAD] * self.num_classes
         self.start = self.state(root)
 
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.RLock()
+
     @property
     def num_states(self) -> int:
         return len(self.state_terms)

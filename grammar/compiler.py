@@ -12,6 +12,7 @@ failures are cached too, so resubmitting a bad schema costs a lookup.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -32,6 +33,7 @@ from .regex import regex_to_term
 from .terms import Budget, TermStore
 from .token_table import TokenTable
 from .vocabulary import Vocabulary
+from .workers import CompileWorkers
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +53,9 @@ class GrammarCompiler:
         precompute_s: time each compilation may spend computing token masks ahead of
             decoding, breadth-first from the start state over the likely states (not inside
             undeclared properties or string escapes); the rest are computed on first use.
+        isolate: compile in ``max_workers`` worker processes (``workers.py``), not threads:
+            a compile then never holds this process's GIL, and one past its budget is
+            killed. The engine uses it; tests and scripts may keep the threads.
     """
 
     def __init__(
@@ -63,6 +68,7 @@ class GrammarCompiler:
         max_terms: int = 4_000_000,
         cache_size: int = 128,
         precompute_s: float = 0.08,
+        isolate: bool = False,
     ) -> None:
         vocab = tokenizer_or_vocabulary
         self.vocab = vocab if isinstance(vocab, Vocabulary) else Vocabulary.from_tokenizer(vocab)
@@ -76,6 +82,17 @@ class GrammarCompiler:
         self._cache: OrderedDict[tuple[str, str, str], Future] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+        self._workers: CompileWorkers | None = None
+        if isolate:
+            settings = {
+                "timeout_s": timeout_s,
+                "max_states": max_states,
+                "max_terms": max_terms,
+                "precompute_s": precompute_s,
+            }
+            self._workers = CompileWorkers(
+                self.vocab, settings, count=max_workers, timeout_s=timeout_s
+            )
 
     # ------------------------------------------------------------------ public entry points
 
@@ -161,6 +178,8 @@ class GrammarCompiler:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._workers is not None:
+            self._workers.shutdown()
 
     # ------------------------------------------------------------------ internals
 
@@ -193,6 +212,8 @@ class GrammarCompiler:
     def _build(
         self, kind: str, key: tuple[str, str, str], spec: Any, options: dict[str, Any]
     ) -> CompiledGrammar | CfgGrammar:
+        if self._workers is not None:
+            return self._workers.run(kind, key, spec, options)
         try:
             return self._build_any(kind, key, spec, options)
         except RecursionError:  # a front end's recursion over a deeply nested spec
@@ -256,11 +277,15 @@ class GrammarCompiler:
             key=key,
             max_states=self.max_states,
             budget=budget,
-            canonical=lambda instance: node.write(instance, writer),
+            canonical=functools.partial(_write_canonical, node, writer),
         )
         cfg.warm_up()
         budget.clear_deadline()
         return cfg
+
+
+def _write_canonical(node: Any, writer: Any, instance: Any) -> str:
+    return str(node.write(instance, writer))
 
 
 def _validate_spec(kind: str, spec: Any) -> Any:

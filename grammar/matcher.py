@@ -57,6 +57,17 @@ class CompiledGrammar:
     def matcher(self) -> GrammarMatcher:
         return GrammarMatcher(self)
 
+    def __getstate__(self) -> dict:
+        """Pickled without the vocabulary (compile workers send grammars back)."""
+        state = self.__dict__.copy()
+        state["vocab"] = None
+        return state
+
+    def attach(self, vocab: Vocabulary) -> None:
+        """Give an unpickled grammar its vocabulary (the receiver's own object)."""
+        self.vocab = vocab
+        self.index.attach(vocab)
+
     def canonical_json(self, instance: Any) -> str:
         """How this grammar writes ``instance`` (whitespace, property order); json grammars only."""
         if self._canonical is None:

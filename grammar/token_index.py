@@ -61,6 +61,15 @@ class MaskIndex:
         self._masks: OrderedDict[tuple[int, bool], np.ndarray] = OrderedDict()
         self._eos_only: np.ndarray | None = None
 
+    def __getstate__(self) -> dict:
+        """Pickled without the vocabulary (``attach`` gives it back)."""
+        state = self.__dict__.copy()
+        state["vocab"] = state["table"] = None
+        return state
+
+    def attach(self, vocab: Vocabulary) -> None:
+        self.vocab, self.table = vocab, TokenTable.of(vocab)
+
     def mask(self, state: int) -> np.ndarray:
         """Packed row of ``state``: int32 [num_words], EOS set iff accepting. Shared: read only."""
         dfa = self.dfa

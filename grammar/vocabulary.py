@@ -79,6 +79,10 @@ class Vocabulary:
         object.__setattr__(self, "_lock", threading.Lock())
         object.__setattr__(self, "_cache", {})
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its bytes (a worker process rebuilds the rest)."""
+        return (type(self), (self.token_bytes, self.eos_token_ids, self.kind))
+
     @property
     def vocab_size(self) -> int:
         return len(self.token_bytes)

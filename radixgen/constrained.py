@@ -7,6 +7,7 @@ thread (never the engine thread), so an unsupported schema is a ``GrammarError``
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
@@ -20,6 +21,8 @@ from .kernels import allocate_token_bitmask
 from .request import Req
 from .sampling_params import SamplingParams
 from .tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
 
 MAX_FORCED_TOKENS = 64  # jump-forward at most this many tokens per step
 
@@ -43,12 +46,26 @@ class Constraints:
 
     @property
     def compiler(self) -> GrammarCompiler | ExternalCompiler:
-        """The engine's grammar compiler, of its ``grammar_backend`` (built on first use: it
-        indexes the vocabulary; a back end that is not installed is a ``GrammarError``)."""
+        """The engine's grammar compiler, of its ``grammar_backend`` (built on first use, or
+        by ``start_compiler``: it indexes the vocabulary and starts radixgen's compile
+        worker processes; a back end that is not installed is a ``GrammarError``)."""
         with self._compiler_lock:
             if self._compiler is None:
-                self._compiler = make_compiler(self.backend, self.tokenizer, self.vocab_size)
+                self._compiler = make_compiler(
+                    self.backend, self.tokenizer, self.vocab_size, isolate=True
+                )
             return self._compiler
+
+    def start_compiler(self) -> None:
+        """Build the compiler in the background (the first constrained request waits for it)."""
+
+        def build() -> None:
+            try:
+                self.compiler  # noqa: B018 - built for its side effect
+            except Exception as exc:  # reported again to the first request that needs it
+                logger.warning("grammar compiler: %s", exc)
+
+        threading.Thread(target=build, name="grammar-start", daemon=True).start()
 
     def start(self, req: Req, params: SamplingParams) -> None:
         """Compile ``params``' constraint (cached) and attach a matcher; raises ``GrammarError``."""

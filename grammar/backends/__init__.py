@@ -22,12 +22,13 @@ _PACKAGES = {"xgrammar": "xgrammar", "llguidance": "llguidance", "outlines": "ou
 
 
 def make_compiler(
-    backend: str, tokenizer: Any, vocab_size: int
+    backend: str, tokenizer: Any, vocab_size: int, *, isolate: bool = False
 ) -> GrammarCompiler | ExternalCompiler:
     """The compiler of ``backend`` for ``tokenizer`` (a radixgen ``Tokenizer``), its masks
-    ``vocab_size`` (the model's logits) wide."""
+    ``vocab_size`` (the model's logits) wide. ``isolate``: radixgen's compiles run in
+    worker processes (see ``GrammarCompiler``)."""
     if backend == "radixgen":
-        return GrammarCompiler(tokenizer)
+        return GrammarCompiler(tokenizer, isolate=isolate)
     if backend not in GRAMMAR_BACKENDS:
         raise GrammarError(
             f"grammar_backend: expected one of {', '.join(GRAMMAR_BACKENDS)}, got {backend!r}",

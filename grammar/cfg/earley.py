@@ -67,6 +67,15 @@ class EarleyAutomaton:
         self._close(self.start, [(rules.start[rules.root], None)])
         self._reset()
 
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        del state["lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.RLock()
+
     # ------------------------------------------------------------------ columns
 
     def _reset(self) -> None:

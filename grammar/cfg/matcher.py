@@ -74,6 +74,16 @@ class CfgGrammar:
     def matcher(self) -> CfgMatcher:
         return CfgMatcher(self)
 
+    def __getstate__(self) -> dict:
+        """Pickled without the vocabulary (compile workers send grammars back)."""
+        state = self.__dict__.copy()
+        state["vocab"] = state["table"] = None
+        return state
+
+    def attach(self, vocab: Vocabulary) -> None:
+        """Give an unpickled grammar its vocabulary (the receiver's own object)."""
+        self.vocab, self.table = vocab, TokenTable.of(vocab)
+
     def canonical_json(self, instance: Any) -> str:
         """How this grammar writes ``instance``; JSON Schema grammars only."""
         if self._canonical is not None:

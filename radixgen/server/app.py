@@ -200,6 +200,7 @@ def serve(config: EngineConfig, settings: ServerSettings, log_level: str = "info
     """``radixgen serve``: load the model ``config`` describes, then serve until SIGINT/SIGTERM."""
     logger.info("loading model %s", config.model or "(default)")
     engine = Engine(**dataclasses.asdict(config))
+    engine.constraints.start_compiler()  # its worker processes start while uvicorn does
     try:
         app = create_app(engine, settings, model_arg=config.model)
     except BaseException:

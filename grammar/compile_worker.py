@@ -1,0 +1,41 @@
+"""A compile worker process: ``python -m radixgen.grammar.compile_worker`` (see ``workers.py``).
+
+Reads the vocabulary and the compiler's settings, then compiles each request it reads and
+answers with the grammar, or its ``GrammarError``, and its peak memory.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from typing import Any
+
+from .compiler import GrammarCompiler
+from .errors import GrammarError
+from .workers import receive, send
+
+
+def main() -> None:
+    os.nice(10)  # the engine's decode steps come first when the cores are all busy
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr  # nothing but replies on the pipe
+    vocab, settings = receive(stdin)
+    compiler = GrammarCompiler(vocab, max_workers=1, **settings)
+    while True:
+        try:
+            kind, key, spec, options = receive(stdin)
+        except EOFError:
+            return
+        reply: tuple[str, Any]
+        try:
+            reply = ("ok", compiler._build(kind, key, spec, options))
+        except GrammarError as err:
+            reply = ("error", err)
+        except Exception as exc:  # a bug: this request fails, the worker goes on
+            reply = ("error", GrammarError(f"{kind}: {type(exc).__name__}: {exc}", source=kind))
+        send(stdout, (*reply, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Compile grammars in worker processes, so that no compile can slow another request.
+
+A compile is pure Python: in a thread it holds the GIL, and the engine thread, which needs
+the GIL between every two torch calls, waits (6 hostile schemas compiling made a plain
+request's TTFT 100x and its TPOT 12x). ``CompileWorkers`` runs each compile in one of a few
+worker processes (``python -m radixgen.grammar.compile_worker``: a fresh interpreter that
+inherits none of the parent's threads and never imports the caller's main module) and gets
+the compiled grammar back pickled; the parent only unpickles it and attaches its own
+vocabulary. A worker that runs past the budget (plus a second) is killed and replaced, so
+the request fails within budget + 1 s whatever the front end does; a worker whose memory
+peaked past ``max_rss_mb`` is replaced after its task, so memory returns to where it was.
+
+The pipe carries length-prefixed pickles: the vocabulary and settings once, then
+``(kind, key, spec, options)`` requests and ``(status, value, peak RSS MB)`` replies.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import threading
+from typing import IO, Any
+
+from .errors import GrammarError
+from .vocabulary import Vocabulary
+
+logger = logging.getLogger(__name__)
+WORKER_MODULE = "radixgen.grammar.compile_worker"
+_HEADER = struct.Struct("<Q")
+
+
+def send(stream: IO[bytes], value: Any) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+def receive(stream: IO[bytes]) -> Any:
+    header = _read_exactly(stream, _HEADER.size)
+    return pickle.loads(_read_exactly(stream, _HEADER.unpack(header)[0]))
+
+
+def _read_exactly(stream: IO[bytes], size: int) -> bytes:
+    parts, left = [], size
+    while left:
+        chunk = stream.read(left)
+        if not chunk:
+            raise EOFError("the pipe closed")
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)
+
+
+class CompileWorkers:
+    """A few compile processes over one vocabulary; ``run`` is thread-safe and blocking."""
+
+    def __init__(
+        self,
+        vocab: Vocabulary,
+        settings: dict[str, Any],
+        *,
+        count: int = 2,
+        timeout_s: float = 10.0,
+        max_rss_mb: int = 2048,
+    ) -> None:
+        self.vocab = vocab
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self.max_rss_mb = max_rss_mb
+        self._idle: list[_Worker] = []
+        self._available = threading.Semaphore(count)
+        self._lock = threading.Lock()
+        processes = [self._launch() for _ in range(count)]  # their imports run side by side
+        self._idle = [self._greet(process) for process in processes]
+
+    def _launch(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+
+    def _greet(self, process: subprocess.Popen[bytes]) -> _Worker:
+        assert process.stdin is not None
+        send(process.stdin, (self.vocab, self.settings))
+        return _Worker(process)
+
+    def _start(self) -> _Worker:
+        return self._greet(self._launch())
+
+    def run(self, kind: str, key: tuple[str, str, str], spec: Any, options: dict[str, Any]) -> Any:
+        """The compiled grammar (raises the worker's ``GrammarError``, or one for a worker
+        that ran out of time or died)."""
+        with self._available:
+            with self._lock:
+                worker = self._idle.pop()
+            try:
+                status, value, rss_mb = worker.call(
+                    (kind, key, spec, options), self.timeout_s + 1.0
+                )
+            except _WorkerLost as lost:
+                worker.kill()
+                worker = self._start()
+                raise GrammarError(f"{kind}: {lost}", source=kind) from None
+            finally:
+                with self._lock:
+                    self._idle.append(worker)
+            if rss_mb > self.max_rss_mb:
+                logger.info("grammar worker peaked at %d MB: replacing it", rss_mb)
+                replacement = self._start()
+                with self._lock:
+                    self._idle.remove(worker)
+                    self._idle.append(replacement)
+                worker.kill()
+        if status == "error":
+            raise value
+        value.attach(self.vocab)
+        return value
+
+    def shutdown(self) -> None:
+        with self._lock:
+            for worker in self._idle:
+                worker.kill()
+            self._idle.clear()
+
+
+class _WorkerLost(Exception):
+    pass
+
+
+class _Worker:
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+
+    def call(self, request: tuple[Any, ...], timeout_s: float) -> tuple[str, Any, int]:
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None and stdout is not None
+        try:
+            send(stdin, request)
+            ready, _, _ = select.select([stdout], [], [], timeout_s)
+            if not ready:
+                raise _WorkerLost(f"compilation timed out after {timeout_s - 1.0:g} s")
+            reply: tuple[str, Any, int] = receive(stdout)
+        except (EOFError, OSError, pickle.UnpicklingError) as exc:
+            raise _WorkerLost(f"the compile worker died ({type(exc).__name__})") from None
+        return reply
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()

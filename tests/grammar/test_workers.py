@@ -1,0 +1,79 @@
+"""Compile worker processes: every kind comes back usable, errors come back as they are,
+a worker past its budget is killed and replaced, and one that grew is replaced."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from grammar_support import shared_compiler
+from radixgen.grammar import GrammarCompiler, GrammarError
+from radixgen.grammar.cfg import CfgGrammar
+from radixgen.grammar.matcher import CompiledGrammar
+
+
+@pytest.fixture(scope="module")
+def isolated(tokenizer):
+    compiler = GrammarCompiler(shared_compiler(tokenizer).vocab, isolate=True, timeout_s=5.0)
+    yield compiler
+    compiler.shutdown()
+
+
+CASES = [
+    ("json_schema", {"type": "object", "properties": {"a": {"type": "integer"}}}, '{"a":12}'),
+    ("regex", "[a-c]{2}x", "abx"),
+    ("ebnf", 'root ::= "(" root ")" | "x"', "((x))"),
+    ("choices", ["yes", "no"], "no"),
+    ("json_object", True, '{"k":[1,null]}'),
+]
+
+
+@pytest.mark.parametrize("kind, spec, text", CASES, ids=[c[0] for c in CASES])
+def test_every_kind_compiles_in_a_worker(tokenizer, isolated, kind, spec, text):
+    grammar = isolated.compile(kind, spec)
+    local = shared_compiler(tokenizer).compile(kind, spec)
+    assert type(grammar) is type(local)
+    m, n = grammar.matcher(), local.matcher()
+    for token in tokenizer.encode(text):
+        assert m.allowed_token_ids() == n.allowed_token_ids()
+        assert m.accept_token(token) and n.accept_token(token)
+    assert m.is_accepting()
+
+
+def test_schema_too_large_for_a_regex_comes_back_as_rules(isolated):
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(500)}}
+    grammar = isolated.compile_json_schema(schema)
+    assert isinstance(grammar, CfgGrammar)
+    assert grammar.canonical_json({"p7": 1, "p2": 3}) == '{"p2":3,"p7":1}'
+
+
+def test_errors_come_back_and_the_worker_goes_on(isolated):
+    with pytest.raises(GrammarError, match="regex: missing"):
+        isolated.compile_regex("(ab")
+    with pytest.raises(GrammarError, match="ebnf: line 1"):
+        isolated.compile_ebnf("root ::= (")
+    assert isinstance(isolated.compile_regex("ok"), CompiledGrammar)
+
+
+def test_a_worker_past_its_budget_is_replaced(tokenizer):
+    compiler = GrammarCompiler(shared_compiler(tokenizer).vocab, isolate=True, max_workers=1)
+    compiler._workers.timeout_s = 0.05  # the front end below runs far longer
+    heavy = {"type": "object", "properties": {f"q{i}": {"type": "integer"} for i in range(3000)}}
+    start = time.monotonic()
+    with pytest.raises(GrammarError, match="timed out"):
+        compiler.compile_json_schema(heavy)
+    assert time.monotonic() - start < 5.0
+    compiler._workers.timeout_s = 10.0
+    assert compiler.compile_regex("[0-9]+").matcher().accept_string("42")
+    compiler.shutdown()
+
+
+def test_a_worker_that_grew_is_replaced(tokenizer):
+    compiler = GrammarCompiler(shared_compiler(tokenizer).vocab, isolate=True, max_workers=1)
+    workers = compiler._workers
+    workers.max_rss_mb = 1  # every worker has grown past this after its first task
+    first = workers._idle[0].process.pid
+    compiler.compile_regex("a+")
+    assert workers._idle[0].process.pid != first
+    assert compiler.compile_regex("b+").matcher().accept_string("bb")
+    compiler.shutdown()
