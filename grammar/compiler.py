@@ -228,7 +228,7 @@ class GrammarCompiler:
             cfg = compile_rules(
                 rules, self.vocab, key=key, max_states=self.max_states, budget=budget
             )
-            cfg.warm_up()
+            cfg.warm_up(self.precompute_s)
             return cfg
         try:
             return self._build_regex(kind, key, spec, options, budget)
@@ -279,7 +279,7 @@ class GrammarCompiler:
             budget=budget,
             canonical=functools.partial(_write_canonical, node, writer),
         )
-        cfg.warm_up()
+        cfg.warm_up(self.precompute_s)
         budget.clear_deadline()
         return cfg
 

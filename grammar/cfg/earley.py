@@ -51,7 +51,7 @@ class EarleyAutomaton:
     """The interned columns of one grammar and their transitions (thread-safe via ``lock``)."""
 
     def __init__(
-        self, rules: RuleAutomata, *, max_columns: int = 200_000, max_items: int = 20_000
+        self, rules: RuleAutomata, *, max_columns: int = 50_000, max_items: int = 20_000
     ) -> None:
         self.rules = rules
         self.max_columns = max_columns

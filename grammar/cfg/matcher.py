@@ -9,7 +9,8 @@ the grammar can end, ``forced_text`` is what every match continues with (jump-fo
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import time
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -94,9 +95,27 @@ class CfgGrammar:
         )
 
     def warm_up(self, budget_s: float = 0.0, *, rare: bool = False) -> int:
-        """Compute the start column's mask (at compile time, off the engine thread)."""
-        self.mask(self.auto.start)
-        return 1
+        """Compute the start column's mask, then the masks of the columns one byte further,
+        breadth-first, for up to ``budget_s`` (at compile time, off the engine thread: every
+        request's first steps find them ready). Returns the number of masks built."""
+        auto = self.auto
+        deadline = time.monotonic() + budget_s
+        queue, seen = deque([auto.start]), {id(auto.start)}
+        built = 0
+        while queue and (built == 0 or time.monotonic() < deadline):
+            col = queue.popleft()
+            self.mask(col)
+            built += 1
+            with auto.lock:
+                uid, classes = auto.register(col), col.live
+                while classes:
+                    low = classes & -classes
+                    classes ^= low
+                    nxt = auto.column(auto.next_uid(uid, low.bit_length() - 1))
+                    if id(nxt) not in seen:
+                        seen.add(id(nxt))
+                        queue.append(nxt)
+        return built
 
     @property
     def num_states(self) -> int:
