@@ -3,6 +3,7 @@
 For each subschema: flatten (`$ref` and `allOf` merged into one keyword dict), refuse
 keywords that cannot be honored for the types the schema allows, then lower in this
 order: anyOf/oneOf (rest merged into every branch, `json_schema_combinators`) ->
+if/then/else and dependentSchemas (two disjoint branches, `json_schema_conditionals`) ->
 enum/const (members filtered by the rest) -> not (`json_schema_combinators`) -> one node
 per allowed type (`json_schema_types`, `json_schema_objects`). Subtrees are memoized.
 
@@ -17,6 +18,7 @@ from functools import reduce
 
 from .errors import GrammarError
 from .json_schema_combinators import lower_group, lower_not
+from .json_schema_conditionals import lower_condition
 from .json_schema_ir import (
     AnyValue,
     Const,
@@ -184,6 +186,9 @@ class SchemaBuilder:
         groups = list(s.get("_groups", []))
         if groups:
             return lower_group(self, s, groups, pointer, base)
+        conditions = list(s.get("_conds", []))
+        if conditions:
+            return lower_condition(self, s, conditions, pointer, base)
         if "enum" in s:
             return self.lower_enum(s, pointer, base)
         nots = list(s.get("_nots", []))
@@ -222,8 +227,6 @@ class SchemaBuilder:
         for key in s:
             if key in REFUSED:
                 raise GrammarError(keyword=key, pointer=pointer)
-            if key == "if" and ("then" in s or "else" in s):
-                raise GrammarError(keyword="if", pointer=pointer)
             owner = KEYWORD_TYPES.get(key)
             if owner is not None and (owner in types or (owner == "number" and "integer" in types)):
                 self.types.check(key, s, pointer)

@@ -1,0 +1,320 @@
+"""JSON Schema keywords lowered through complements and counting: if/then/else,
+dependentSchemas, contains/minContains/maxContains, uniqueItems, propertyNames and
+patternProperties. Each schema is checked against `jsonschema` on valid and invalid
+instances (the grammar accepts an instance's canonical text iff it is valid), and the
+cases without an exact lowering are refused with the keyword and pointer."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from radixgen.grammar.errors import GrammarError
+from radixgen.grammar.json_schema import compile_schema, schema_to_regex
+
+jsonschema = pytest.importorskip("jsonschema")
+
+
+def check_instances(schema: object, instances: list, **options: object) -> None:
+    """Every instance's canonical text is accepted iff jsonschema says it is valid, and the
+    list holds at least one valid and one invalid instance."""
+    compiled = compile_schema(schema, **options)
+    pattern = re.compile(compiled.regex)
+    validator = jsonschema.validators.validator_for(
+        schema, default=jsonschema.Draft202012Validator
+    )(schema)
+    verdicts = set()
+    for instance in instances:
+        text = compiled.canonical_json(instance)
+        valid = validator.is_valid(instance)
+        verdicts.add(valid)
+        assert (pattern.fullmatch(text) is not None) == valid, (instance, text)
+    assert verdicts == {True, False}
+
+
+# ---------------------------------------------------------------- if / then / else
+
+KIND = {"properties": {"kind": {"const": "circle"}}, "required": ["kind"]}
+CONDITIONAL_CASES = [
+    (
+        {"if": {"exclusiveMaximum": 0}, "then": {"minimum": -10}, "else": {"maximum": 100}},
+        [-11, -10, -1, 0, 5, 100, 101, 100.5, "x", None],
+    ),
+    ({"if": {"const": 1}, "then": False}, [1, 1.0, 2, 0.5, "1", None, [1]]),
+    ({"if": {"const": 1}, "else": False}, [1, 1.0, 2, "1"]),
+    (
+        {"if": {"enum": [1, 3]}, "then": {"type": "integer"}, "else": {"type": "string"}},
+        [1, 3, 2, "a", 2.5],
+    ),
+    (
+        {"if": {"maxLength": 4}, "then": {"const": "yes"}, "else": {"const": "other"}},
+        ["yes", "no", "other", "toolong", 3],
+    ),
+    ({"if": True, "then": {"const": "then"}, "else": {"const": "else"}}, ["then", "else"]),
+    ({"if": False, "then": {"const": "then"}, "else": {"const": "else"}}, ["then", "else"]),
+    (
+        {
+            "type": ["string", "boolean"],
+            "if": {"type": "string"},
+            "then": {"minLength": 2},
+            "else": {"const": True},
+        },
+        ["ab", "a", True, False, 1],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {
+                "kind": {"enum": ["circle", "square"]},
+                "r": {"type": "number"},
+                "side": {"type": "number"},
+            },
+            "required": ["kind"],
+            "if": KIND,
+            "then": {"required": ["r"]},
+            "else": {"required": ["side"]},
+        },
+        [
+            {"kind": "circle", "r": 1},
+            {"kind": "circle", "side": 1},
+            {"kind": "square", "side": 1},
+            {"kind": "square", "r": 1},
+            {"kind": "triangle", "side": 1},
+            {"side": 1},
+        ],
+    ),
+    (
+        {
+            "type": "object",
+            "if": {"properties": {"a": {"type": "string"}}},
+            "then": {"required": ["b"]},
+        },
+        [{}, {"a": "x"}, {"a": "x", "b": 1}, {"a": 1}, {"b": 2}],
+    ),
+    (
+        {
+            "if": {"anyOf": [{"type": "null"}, {"type": "boolean"}]},
+            "then": {"const": None},
+            "else": {"type": "string"},
+        },
+        [None, True, "s", 1],
+    ),
+    (
+        {"if": {"not": {"type": "string"}}, "then": {"type": "integer"}, "else": {"minLength": 1}},
+        [1, 1.5, "", "a", None],
+    ),
+    (  # then/else without if assert nothing; two conditions on one schema
+        {
+            "type": "integer",
+            "allOf": [
+                {"if": {"minimum": 10}, "then": {"maximum": 20}},
+                {"if": {"maximum": 0}, "then": {"minimum": -5}},
+            ],
+        },
+        [5, 15, 25, -3, -6, 1.5],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), CONDITIONAL_CASES)
+def test_if_then_else(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+def test_conditions_stay_apart_across_all_of() -> None:
+    """Each allOf member's keywords stay apart: an `if` alone asserts nothing."""
+    schema = {
+        "allOf": [
+            {"if": {"exclusiveMaximum": 0}},
+            {"then": {"minimum": -10}},
+            {"else": {"maximum": 2}},
+        ]
+    }
+    assert schema_to_regex(schema) == schema_to_regex({})
+
+
+def test_if_is_ignored_before_draft_07() -> None:
+    draft6 = {"$schema": "http://json-schema.org/draft-06/schema#", "type": "integer"}
+    schema = {**draft6, "if": {"minimum": 0}, "then": {"maximum": 3}}
+    assert schema_to_regex(schema) == schema_to_regex(draft6)
+
+
+def test_dependent_schemas() -> None:
+    single = {
+        "dependentSchemas": {
+            "bar": {"properties": {"foo": {"type": "integer"}, "bar": {"type": "integer"}}}
+        }
+    }
+    check_instances(
+        single,
+        [{"foo": 1, "bar": 2}, {"foo": "quux"}, {"foo": "quux", "bar": 2}, {"bar": "x"}, "x"],
+    )
+    check_instances(
+        {"dependentSchemas": {"foo": True, "bar": False}}, [{"foo": 1}, {"bar": 2}, {}, []]
+    )
+    incompatible = {
+        "properties": {"foo": {}},
+        "dependentSchemas": {"foo": {"properties": {"bar": {}}, "additionalProperties": False}},
+    }
+    check_instances(incompatible, [{"foo": 1}, {"bar": 1}, {"baz": 1}, {}])
+    draft7 = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "dependencies": {"a": {"required": ["b"]}},
+    }
+    check_instances(draft7, [{}, {"b": 1}, {"a": 1}, {"a": 1, "b": 2}])
+
+
+# ---------------------------------------------------------------- contains
+
+CONTAINS_CASES = [
+    ({"contains": {"minimum": 5}}, [[3, 4, 5], [2, 3, 4], [], [6], ["x", 7], {}, 5]),
+    ({"contains": {"const": 5}}, [[3, 4, 5], [5.0], [1, 2], []]),
+    ({"contains": True}, [[1], [], "x"]),
+    ({"contains": False}, [[1], [], "x"]),
+    ({"contains": {"type": "null"}}, [[None], [1, None, "a"], [0, False, ""]]),
+    ({"contains": {"const": 1}, "minContains": 2}, [[1], [1, 1], [1, 2, 1], [2, 2], []]),
+    ({"contains": {"const": 1}, "maxContains": 1}, [[1], [1, 1], [2, 1, 2], [2], []]),
+    (
+        {"contains": {"const": 1}, "minContains": 0, "maxContains": 1},
+        [[], [2], [1], [1, 1], [2, 1, 2, 1]],
+    ),
+    (
+        {"contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+        [[1], [1, 1], [1, 2, 1, 1], [1] * 4],
+    ),
+    ({"contains": {"const": 1}, "maxContains": 1, "minContains": 3}, [[1], [1, 1, 1], [], "x"]),
+    (
+        {"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 10}},
+        [[1, 10], [1, 2], [10, "a"], [11], []],
+    ),
+    (
+        {
+            "type": "array",
+            "items": {"enum": ["a", "b", "c"]},
+            "contains": {"const": "b"},
+            "minItems": 1,
+        },
+        [["b"], ["a", "c"], ["a", "b", "c"], ["d", "b"], []],
+    ),
+    (
+        {"type": "array", "contains": {"type": "object", "required": ["id"]}},
+        [[{"id": 1}], [{}, {"id": 2}], [{}], [1, "x"]],
+    ),
+    ({"items": False, "contains": {}}, [[], [1], "x"]),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), CONTAINS_CASES)
+def test_contains(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+def test_contains_whitespace_and_draft_07() -> None:
+    schema = {"contains": {"const": 1}, "maxContains": 1}
+    assert re.fullmatch(schema_to_regex(schema, whitespace="flexible"), "[ 2 , 1 ,\n3 ]")
+    draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", **schema}  # no maxContains
+    check_instances(draft7, [[1, 1], [2]])
+
+
+# ---------------------------------------------------------------- uniqueItems
+
+UNIQUE_CASES = [
+    (
+        {
+            "prefixItems": [{"type": "boolean"}, {"type": "boolean"}],
+            "uniqueItems": True,
+            "items": False,
+        },
+        [[True, False], [False, True], [True, True], [False], []],
+    ),
+    (
+        {"type": "array", "items": {"enum": [1, 2, "x"]}, "uniqueItems": True},
+        [[1, 2, "x"], [2, 1], [1, 1], [1, 1.0], [], ["x", "x"], [3]],
+    ),
+    (
+        {
+            "type": "array",
+            "items": {"type": ["boolean", "null"]},
+            "uniqueItems": True,
+            "minItems": 2,
+        },
+        [[True, None], [None, False, True], [True], [None, None]],
+    ),
+    (
+        {"type": "array", "items": {"enum": [[1], {"a": 1}]}, "uniqueItems": True},
+        [[[1], {"a": 1}], [[1], [1]], [{"a": 1}]],
+    ),
+    (
+        {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "maxItems": 1},
+        [["a"], ["a", "a"]],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), UNIQUE_CASES)
+def test_unique_items(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+# ---------------------------------------------------------------- refusals
+
+REFUSALS = [
+    (
+        {"if": {"pattern": "^a"}, "then": {"maxLength": 3}},
+        "json_schema: unsupported keyword 'if' at #/if (a condition with 'pattern')",
+    ),
+    (
+        {"if": {"type": "integer"}, "then": {"minimum": 0}},
+        "json_schema: unsupported keyword 'if' at #/if (a condition on type 'integer' (numbers that are not integers))",
+    ),
+    (
+        {"if": {"oneOf": [{"type": "string"}, {"minimum": 0}]}, "then": {"maxLength": 3}},
+        "json_schema: unsupported keyword 'if' at #/if (a condition with 'oneOf')",
+    ),
+    (
+        {"if": {"const": [1]}, "then": {"type": "array"}, "else": {"type": "string"}},
+        "json_schema: unsupported keyword 'if' at #/if (a condition on array values)",
+    ),
+    (
+        {
+            "dependentSchemas": {"a": {"required": ["b"]}},
+            "properties": {"b": {"format": "date"}},
+            "if": {"properties": {"b": {"format": "date"}}},
+            "then": {"required": ["c"]},
+        },
+        "json_schema: unsupported keyword 'if' at #/if/properties/b (a condition with 'format')",
+    ),
+    (
+        {"contains": {"pattern": "^a"}, "items": {"type": "string"}},
+        "json_schema: unsupported keyword 'contains' at #/contains (a condition with 'pattern')",
+    ),
+    (
+        {"contains": {"type": "string"}, "maxItems": 3},
+        "json_schema: unsupported keyword 'maxItems' at # (together with contains)",
+    ),
+    (
+        {"contains": {"type": "string"}, "minItems": 2},
+        "json_schema: unsupported keyword 'minItems' at # (together with contains)",
+    ),
+    (
+        {"contains": {"type": "string"}, "uniqueItems": True, "items": {"type": "boolean"}},
+        "json_schema: unsupported keyword 'uniqueItems' at # (together with contains)",
+    ),
+    (
+        {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+        "json_schema: unsupported keyword 'uniqueItems' at # (items of infinitely many values)",
+    ),
+    (
+        {"type": "array", "items": {"enum": list(range(10))}, "uniqueItems": True},
+        "json_schema: unsupported keyword 'uniqueItems' at # (more than 4096 distinct arrays)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "message"), REFUSALS)
+def test_refusals_name_keyword_and_pointer(schema: object, message: str) -> None:
+    with pytest.raises(GrammarError) as info:
+        schema_to_regex(schema)
+    assert str(info.value) == message
