@@ -6,7 +6,9 @@ constraints on which properties are present.
   property), or with `additionalProperties: false` and one pattern schema (extra names
   must match a pattern; no listed name may). Listed properties whose name a pattern
   matches, under our reading or Python's, also get the pattern's schema.
-* propertyNames: when no extra properties are allowed (listed names are checked).
+* propertyNames: listed names are checked; extra names must be allowed too
+  (`json_schema_names`: finitely many become listed properties, regexes restrict the
+  names of extra properties).
 * minProperties with extra properties allowed: up to the number of required properties,
   or 1. maxProperties only without extra properties.
 * Presence constraints (dependentRequired, `not: {required}`, oneOf over required sets,
@@ -25,6 +27,7 @@ from .errors import GrammarError
 from .json_schema_ir import Never, Node, Object, Property, Union
 from .json_schema_lengths import pattern_regex
 from .json_schema_lowering import Lowering
+from .json_schema_names import NameRule, name_rule
 from .json_schema_pattern import PatternError
 from .json_schema_strings import any_json_char_regex, encode_string
 from .regex_builders import alt
@@ -69,9 +72,19 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
         )
     patterns = PatternProperties(builder, s, pointer, base)
     additional = patterns.additional if patterns else _additional(builder, s, pointer, base)
-    constraints = presence_constraints(s, additional is None, pointer)
+    rule = _name_rule(builder, s, pointer, base)
+    named: dict[str, Node] = {}  # extra names propertyNames allows, when finitely many
+    if rule is not None and additional is not None:
+        if patterns:
+            raise GrammarError(
+                keyword="propertyNames", pointer=pointer, detail="with patternProperties"
+            )
+        if not rule.parts:
+            named = {n: additional for n in rule.finite if n not in listed}
+            additional = None
+    constraints = presence_constraints(s, additional is None, pointer, [*listed, *named])
     mentioned = [n for _, names, _ in constraints for n in names]
-    names = list(dict.fromkeys([*listed, *required, *mentioned]))
+    names = list(dict.fromkeys([*listed, *required, *mentioned, *named]))
     properties = []
     for name in names:
         parts = (
@@ -82,6 +95,8 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
         parts += patterns.schemas_for(name) if patterns else []
         if parts:
             node = builder.build_merged(parts, base, parts[0][1])
+        elif name in named:
+            node = named[name]
         elif patterns or (
             additional is None and (name not in required or "additionalProperties" in s)
         ):
@@ -91,15 +106,19 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
         properties.append(Property(name, node, name in required))
     if patterns:
         patterns.check_names(names)
-    kept = _property_names(builder, s, properties, additional, pointer, base)
+    kept = properties if rule is None else _allowed_names(builder, rule, properties)
     if kept is None or any(name not in {p.name for p in kept} for name in required):
         return Never()
     properties = kept
+    extra_key = patterns.extra_key if patterns else None
+    if rule is not None and additional is not None:
+        extra_key = rule.extra_key(names, pointer)
+        additional = None if extra_key is None else additional
     nonempty = _min_max_properties(s, properties, additional, pointer)
-    closed = s.get("additionalProperties", True) is False and not patterns
-    obj = Object(
-        properties, additional, names, nonempty, closed, patterns.extra_key if patterns else None
+    closed = (s.get("additionalProperties", True) is False and not patterns) or bool(
+        rule is not None and not rule.parts
     )
+    obj = Object(properties, additional, names, nonempty, closed, extra_key)
     return enumerate_presence(obj, constraints, pointer) if constraints else obj
 
 
@@ -178,26 +197,22 @@ class PatternProperties:
             )
 
 
-def _property_names(
-    builder: Lowering,
-    s: dict,
-    properties: list,
-    additional: Node | None,
-    pointer: str,
-    base: str,
-) -> list | None:
-    """Listed properties allowed by propertyNames (None: a required one is not)."""
+def _name_rule(builder: Lowering, s: dict, pointer: str, base: str) -> NameRule | None:
+    """The names `propertyNames` allows (None: absent, or it admits every name)."""
     schema = s.get("propertyNames", True)
     if schema is True or schema == {}:
-        return properties
-    if additional is not None:
-        raise GrammarError(
-            keyword="propertyNames", pointer=pointer, detail="with additional properties allowed"
-        )
-    node = builder.build(schema, f"{pointer}/propertyNames", base)
+        return None
+    rule = name_rule(builder.build(schema, f"{pointer}/propertyNames", base), pointer)
+    return None if rule.everything else rule
+
+
+def _allowed_names(
+    builder: Lowering, rule: NameRule, properties: list[Property]
+) -> list[Property] | None:
+    """The properties whose name `rule` allows (None: a required one is not allowed)."""
     kept = []
     for prop in properties:
-        if builder.ctx.accepts(node, encode_string(prop.name)):
+        if rule.accepts(prop.name, builder.ctx):
             kept.append(prop)
         elif prop.required:
             return None
@@ -228,9 +243,10 @@ Presence = Callable[[frozenset[str]], bool]  # which property names may be prese
 
 
 def presence_constraints(
-    s: dict, closed: bool, pointer: str
+    s: dict, closed: bool, pointer: str, countable: list[str]
 ) -> list[tuple[str, list[str], Presence]]:
-    """(keyword, names it involves, predicate over the set of present names) per constraint."""
+    """(keyword, names it involves, predicate over the set of present names) per constraint;
+    `countable`: the names a closed object may have besides required ones (for counts)."""
     constraints: list[tuple[str, list[str], Presence]] = []
     for name, deps in s.get("dependentRequired", {}).items():
         if not isinstance(deps, list):
@@ -246,7 +262,7 @@ def presence_constraints(
         high = non_negative_int(s, "maxProperties", pointer, None)
         keyword = "minProperties" if "minProperties" in s else "maxProperties"
         rule = partial(_count_present, low=low, high=high)
-        constraints.append((keyword, list(s.get("properties", {})), rule))
+        constraints.append((keyword, list(countable), rule))
     return constraints
 
 

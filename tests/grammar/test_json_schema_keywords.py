@@ -258,6 +258,71 @@ def test_unique_items(schema: dict, instances: list) -> None:
     check_instances(schema, instances)
 
 
+# ---------------------------------------------------------------- propertyNames
+
+PROPERTY_NAMES_CASES = [
+    (
+        {"propertyNames": {"maxLength": 3}},
+        [{"f": {}, "foo": {}}, {"foo": {}, "foobar": {}}, {}, [1], "x"],
+    ),
+    ({"propertyNames": {"pattern": "^a+$"}}, [{"a": {}, "aa": {}}, {"aaA": {}}, {}]),
+    ({"propertyNames": False}, [{}, {"a": 1}, 1]),
+    ({"propertyNames": {"const": "foo"}}, [{"foo": 1}, {"bar": 1}, {}]),
+    (
+        {
+            "type": "object",
+            "propertyNames": {"enum": ["a", "b"]},
+            "additionalProperties": {"type": "integer"},
+            "minProperties": 2,
+        },
+        [{"a": 1, "b": 2}, {"b": 1, "a": 2}, {"a": 1}, {"a": "x", "b": 1}, {"a": 1, "c": 2}],
+    ),
+    (  # listed names are subtracted from "up to 3 characters" (a trie), so "id" keeps its schema
+        {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
+            "propertyNames": {"maxLength": 3},
+            "additionalProperties": {"type": "string"},
+        },
+        [
+            {"id": 1},
+            {"id": "x"},
+            {"id": 1, "ab": "x"},
+            {"abc": 1},
+            {"abcd": "x"},
+            {"i": "x"},
+            {"name": "x"},
+        ],
+    ),
+    (  # listed names that the name pattern rejects cannot appear
+        {"type": "object", "properties": {"ID": {}}, "propertyNames": {"pattern": "^[a-z]+$"}},
+        [{"abc": 1}, {"ID": 1}, {"a1": 1}],
+    ),
+    (
+        {"type": "object", "propertyNames": {"type": "string", "minLength": 2}, "required": ["ab"]},
+        [{"ab": 1}, {"ab": 1, "c": 2}, {"ab": 1, "cd": 2}, {"cd": 1}],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), PROPERTY_NAMES_CASES)
+def test_property_names(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+def test_property_names_exclude_listed_names_in_any_spelling() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}},
+        "propertyNames": {"maxLength": 3},
+        "additionalProperties": {"type": "string"},
+    }
+    regex = schema_to_regex(schema)
+    assert re.fullmatch(regex, '{"id":1,"ab":"x"}')
+    assert not re.fullmatch(regex, '{"id":"x"}')
+    assert not re.fullmatch(regex, '{"\\u0069d":"x"}')
+
+
 # ---------------------------------------------------------------- refusals
 
 REFUSALS = [
@@ -309,6 +374,18 @@ REFUSALS = [
     (
         {"type": "array", "items": {"enum": list(range(10))}, "uniqueItems": True},
         "json_schema: unsupported keyword 'uniqueItems' at # (more than 4096 distinct arrays)",
+    ),
+    (
+        {"type": "object", "properties": {"id": {}}, "propertyNames": {"pattern": "^[a-z]+$"}},
+        "json_schema: unsupported keyword 'propertyNames' at # (a pattern that also admits the listed name 'id')",
+    ),
+    (
+        {
+            "type": "object",
+            "patternProperties": {".*": {"type": "integer"}},
+            "propertyNames": {"maxLength": 3},
+        },
+        "json_schema: unsupported keyword 'propertyNames' at # (with patternProperties)",
     ),
 ]
 
