@@ -4,7 +4,10 @@ constraints on which properties are present.
 * Extra properties: `additionalProperties` (absent: any value, or none under `strict`).
 * patternProperties: when every pattern matches every name (its schema then binds every
   property), or with `additionalProperties: false` and one pattern schema (extra names
-  must match a pattern; no listed name may). Listed properties whose name a pattern
+  must match a pattern; no listed name may). Otherwise (up to 4 patterns) extra names are
+  partitioned by exactly which patterns match them, minus the listed names
+  (`json_schema_name_sets` writes each part as a regex; `ExtraClass` per part, the names
+  no pattern matches take `additionalProperties`). Listed properties whose name a pattern
   matches, under our reading or Python's, also get the pattern's schema.
 * propertyNames: listed names are checked; extra names must be allowed too
   (`json_schema_names`: finitely many become listed properties, regexes restrict the
@@ -18,22 +21,25 @@ constraints on which properties are present.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from functools import partial
 from typing import overload
 
 from .errors import GrammarError
-from .json_schema_ir import Never, Node, Object, Property, Union
+from .json_schema_ir import ExtraClass, Never, Node, Object, Property, Union
 from .json_schema_lengths import pattern_regex
 from .json_schema_lowering import Lowering
+from .json_schema_name_sets import NameSetError, NameSets, literal_names, search_language
 from .json_schema_names import NameRule, name_rule
-from .json_schema_pattern import PatternError
+from .json_schema_pattern import PatternError, parse_pattern
 from .json_schema_strings import any_json_char_regex, encode_string
-from .regex_builders import alt
+from .regex_builders import CharSet, alt
 
 MAX_ENUMERATED_NAMES = 12
 MAX_VARIANTS = 256
+MAX_PARTITIONED_PATTERNS = 4
 
 
 @overload
@@ -71,7 +77,11 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
             detail="malformed",
         )
     patterns = PatternProperties(builder, s, pointer, base)
-    additional = patterns.additional if patterns else _additional(builder, s, pointer, base)
+    additional = (
+        patterns.additional
+        if patterns and not patterns.partitioned
+        else _additional(builder, s, pointer, base)
+    )
     rule = _name_rule(builder, s, pointer, base)
     named: dict[str, Node] = {}  # extra names propertyNames allows, when finitely many
     if rule is not None and additional is not None:
@@ -82,7 +92,8 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
         if not rule.parts:
             named = {n: additional for n in rule.finite if n not in listed}
             additional = None
-    constraints = presence_constraints(s, additional is None, pointer, [*listed, *named])
+    counted = additional is None and not (patterns and patterns.partitioned)  # no extras
+    constraints = presence_constraints(s, counted, pointer, [*listed, *named])
     mentioned = [n for _, names, _ in constraints for n in names]
     names = list(dict.fromkeys([*listed, *required, *mentioned, *named]))
     properties = []
@@ -97,29 +108,51 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
             node = builder.build_merged(parts, base, parts[0][1])
         elif name in named:
             node = named[name]
-        elif patterns or (
+        elif (patterns and not patterns.partitioned) or (
             additional is None and (name not in required or "additionalProperties" in s)
         ):
             continue  # cannot appear (strict mode still lets a required name in)
         else:
             node = additional or builder.any_value()
         properties.append(Property(name, node, name in required))
-    if patterns:
-        patterns.check_names(names)
+    if patterns and patterns.extra_key is not None and patterns.clashes(names):
+        patterns.partitioned = True  # the listed names are subtracted from the patterns
+        additional = None  # additionalProperties is false in this shape
     kept = properties if rule is None else _allowed_names(builder, rule, properties)
     if kept is None or any(name not in {p.name for p in kept} for name in required):
         return Never()
     properties = kept
     extra_key = patterns.extra_key if patterns else None
+    classes: tuple[ExtraClass, ...] = ()
+    if patterns and patterns.partitioned:
+        classes, extra_key = patterns.partition(names, additional is not None, base)
+        additional = None if extra_key is None else additional
     if rule is not None and additional is not None:
         extra_key = rule.extra_key(names, pointer)
         additional = None if extra_key is None else additional
-    nonempty = _min_max_properties(s, properties, additional, pointer)
+    nonempty = _min_max_properties(s, properties, counted, pointer)
     closed = (s.get("additionalProperties", True) is False and not patterns) or bool(
         rule is not None and not rule.parts
     )
-    obj = Object(properties, additional, names, nonempty, closed, extra_key)
+    obj = Object(properties, additional, names, nonempty, closed, extra_key, classes)
     return enumerate_presence(obj, constraints, pointer) if constraints else obj
+
+
+def _exactly(matches: tuple[bool, ...], mask: int, count: int) -> bool:
+    """Exactly the patterns in `mask` match, and the name is not a listed one (the last)."""
+    return not matches[count] and all(matches[i] == bool(mask >> i & 1) for i in range(count))
+
+
+def safe_alphabet(sources: list[str]) -> CharSet:
+    """Characters on which the patterns mean the same to every engine: all of them, minus
+    a newline where `$` appears (Python's `$` also matches before a final newline), or
+    printable ASCII where a pattern uses `.` or a class escape (``\\d \\w \\s``...,
+    whose non-ASCII members differ between engines)."""
+    if any("." in p or re.search(r"\\[dDwWsS]", p) for p in sources):
+        return CharSet([(0x20, 0x7E)])
+    if any("$" in p for p in sources):
+        return CharSet.universe() - CharSet.of("\n")
+    return CharSet.universe()
 
 
 def _additional(builder: Lowering, s: dict, pointer: str, base: str) -> Node | None:
@@ -163,13 +196,46 @@ class PatternProperties:
         ):
             self.additional = builder.build_merged(schemas[:1], base, self.pointer)
             self.extra_key = alt(self.key_regexes)
-        else:
-            raise GrammarError(
-                keyword="patternProperties", pointer=pointer, detail="names that no pattern matches"
-            )
+        else:  # names split by which patterns match them: see `partition`
+            self.partitioned = True
+        self.builder, self.schemas = builder, schemas
+
+    partitioned = False  # extra names are split into classes by the patterns they match
 
     def __bool__(self) -> bool:
         return bool(self.items)
+
+    def partition(
+        self, listed: list[str], with_rest: bool, base: str
+    ) -> tuple[tuple[ExtraClass, ...], str | None]:
+        """One class per set of patterns that some unlisted name matches exactly (its values:
+        all those patterns' schemas), and the regex of the names no pattern matches (None:
+        none, or `with_rest` is False). Names are restricted to characters on which every
+        regex engine reads the patterns alike (`safe_alphabet`): narrower, never wider."""
+        sources = [source for source, _ in self.items]
+        if len(sources) > MAX_PARTITIONED_PATTERNS:
+            raise GrammarError(
+                keyword="patternProperties", pointer=self.pointer, detail="too many patterns"
+            )
+        try:
+            languages = [search_language(parse_pattern(source)) for source in sources]
+            sets = NameSets([*languages, literal_names(listed)], safe_alphabet(sources))
+            count = len(languages)
+            classes = []
+            for mask in range(1, 1 << count):
+                key = sets.regex(partial(_exactly, mask=mask, count=count))
+                if key is None:
+                    continue
+                chosen = [self.schemas[i] for i in range(count) if mask >> i & 1]
+                node = self.builder.build_merged(chosen, base, chosen[0][1])
+                if not isinstance(node, Never) or node.cutoff:
+                    classes.append(ExtraClass(key, node))
+            rest = sets.regex(partial(_exactly, mask=0, count=count)) if with_rest else None
+        except (PatternError, NameSetError) as exc:
+            raise GrammarError(
+                keyword="patternProperties", pointer=self.pointer, detail=str(exc)
+            ) from None
+        return tuple(classes), rest
 
     def matches(self, index: int, name: str) -> tuple[bool, bool]:
         """(our reading of pattern `index` matches `name`, Python's `re.search` does)."""
@@ -185,16 +251,9 @@ class PatternProperties:
             if any(self.matches(i, name))
         ]
 
-    def check_names(self, names: list[str]) -> None:
-        """Extra names come from the patterns' languages: no listed name may be in one."""
-        if self.extra_key is not None and any(
-            self.matches(i, n)[0] for n in names for i in range(len(self.items))
-        ):
-            raise GrammarError(
-                keyword="patternProperties",
-                pointer=self.pointer,
-                detail="a listed name matches a pattern",
-            )
+    def clashes(self, names: list[str]) -> bool:
+        """Whether a listed name is in a pattern's language (as extra names come from it)."""
+        return any(self.matches(i, n)[0] for n in names for i in range(len(self.items)))
 
 
 def _name_rule(builder: Lowering, s: dict, pointer: str, base: str) -> NameRule | None:
@@ -219,10 +278,11 @@ def _allowed_names(
     return kept
 
 
-def _min_max_properties(s: dict, properties: list, additional: Node | None, pointer: str) -> bool:
-    """Whether the object must be nonempty; refuses counts it cannot express."""
-    if additional is None:
-        return False  # counted exactly by presence_constraints
+def _min_max_properties(s: dict, properties: list, counted: bool, pointer: str) -> bool:
+    """Whether the object must be nonempty; refuses counts it cannot express (`counted`: no
+    extra properties, presence_constraints counts exactly)."""
+    if counted:
+        return False
     num_required = sum(p.required for p in properties)
     low = non_negative_int(s, "minProperties", pointer, 0)
     if "maxProperties" in s:
@@ -311,6 +371,4 @@ def _variant(obj: Object, free: set[str], present: frozenset[str]) -> Object:
         for p in obj.properties
         if p.name not in free or p.name in present
     ]
-    return Object(
-        properties, obj.additional, obj.excluded_names, obj.nonempty, obj.closed, obj.extra_key
-    )
+    return dataclasses.replace(obj, properties=properties)

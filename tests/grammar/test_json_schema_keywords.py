@@ -6,11 +6,15 @@ cases without an exact lowering are refused with the keyword and pointer."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
 from radixgen.grammar.errors import GrammarError
 from radixgen.grammar.json_schema import compile_schema, schema_to_regex
+from radixgen.grammar.json_schema_name_sets import NameSets, literal_names, search_language
+from radixgen.grammar.json_schema_pattern import parse_pattern
+from radixgen.grammar.regex_builders import CharSet
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -323,6 +327,117 @@ def test_property_names_exclude_listed_names_in_any_spelling() -> None:
     assert not re.fullmatch(regex, '{"\\u0069d":"x"}')
 
 
+# ---------------------------------------------------------------- patternProperties
+
+PATTERN_PROPERTIES_CASES = [
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"type": "string"}},
+            "patternProperties": {"^x": {"type": "integer"}},
+        },
+        [{"a": "s"}, {"a": 1}, {"x1": 1}, {"x1": "s"}, {"b": "s"}, {"a": "s", "xa": 2, "y": None}],
+    ),
+    (
+        {"patternProperties": {"f.*o": {"type": "integer"}}},
+        [{"foo": 1}, {"foo": "x"}, {"fo": "x"}, {"afob": 1.5}],
+    ),
+    (
+        {"patternProperties": {"a*": {"type": "integer"}, "aaa*": {"maximum": 20}}},
+        [{"a": 2}, {"aaaa": 18}, {"aaaa": 31}, {"aaa": "foo"}, {"b": 1}, {"b": "x"}],
+    ),
+    (
+        {"patternProperties": {"[0-9]{2,}": {"type": "boolean"}, "X_": {"type": "string"}}},
+        [
+            {"answer 1": "42"},
+            {"a31b": True},
+            {"a31b": None},
+            {"a_x_3": 3},
+            {"a_X_3": 3},
+            {"X_12": "x"},
+        ],
+    ),
+    (
+        {"patternProperties": {"f.*": True, "b.*": False}},
+        [{"foo": 1}, {"bar": 2}, {"foobar": 1}, {}, {"q": 1}],
+    ),
+    (
+        {
+            "type": "object",
+            "patternProperties": {"^x-": {"type": "string"}},
+            "additionalProperties": {"type": "integer"},
+        },
+        [{"x-a": "s"}, {"x-a": 1}, {"y": 1}, {"y": "s"}, {"x": 1}],
+    ),
+    (  # a listed name inside the pattern's language keeps its own schema and the pattern's
+        {
+            "type": "object",
+            "properties": {"line1": {"maxLength": 3}, "city": {"type": "string"}},
+            "patternProperties": {"^line[1-3]$": {"type": "string"}},
+            "additionalProperties": False,
+        },
+        [
+            {"line1": "abc"},
+            {"line1": "abcd"},
+            {"line2": "x"},
+            {"line2": 1},
+            {"city": "c"},
+            {"zip": "1"},
+        ],
+    ),
+    (
+        {
+            "type": "object",
+            "patternProperties": {"^[0-9a-zA-Z_-]{1,255}$": {"type": "string"}},
+            "required": ["id"],
+        },
+        [
+            {"id": "x"},
+            {"id": 1},
+            {"id": "x", "a b": 1},
+            {"id": "x", "ab": 1},
+            {"id": "x", "a" * 256: 2},
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), PATTERN_PROPERTIES_CASES)
+def test_pattern_properties(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+@pytest.mark.parametrize(
+    "source", ["^x-", "\\w", "f.*o", "aaa*", "^[0-9a-f]{2,3}$", "^(ab|b)+$", "[0-9]{2,}|X_"]
+)
+def test_name_sets_agree_with_python_re(source: str) -> None:
+    """Every short name over a small alphabet lands in exactly the part Python's `re` says."""
+    listed = ["ab", "x-"]
+    sets = NameSets(
+        [search_language(parse_pattern(source)), literal_names(listed)], CharSet.universe()
+    )
+    inside = re.compile(sets.regex(lambda m: m[0] and not m[1]) or "(?!)")
+    outside = re.compile(sets.regex(lambda m: not m[0] and not m[1]) or "(?!)")
+    for length in range(5):
+        for chars in itertools.product("abx-0f9X_", repeat=length):
+            name = "".join(chars)
+            matched = re.search(source, name) is not None and name not in listed
+            missed = re.search(source, name) is None and name not in listed
+            assert (inside.fullmatch(name) is not None, outside.fullmatch(name) is not None) == (
+                matched,
+                missed,
+            ), name
+
+
+def test_pattern_names_outside_the_safe_alphabet_are_narrowed() -> None:
+    """With `\\w`, engines disagree on non-ASCII names: such extra names are left out."""
+    schema = {"type": "object", "patternProperties": {"\\w": {"type": "integer"}}}
+    regex = schema_to_regex(schema)
+    assert re.fullmatch(regex, '{"a":1,"-":"s"}')
+    assert not re.fullmatch(regex, '{"a":"s"}')
+    assert not re.fullmatch(regex, '{"\u00e9":"s"}')
+
+
 # ---------------------------------------------------------------- refusals
 
 REFUSALS = [
@@ -374,6 +489,10 @@ REFUSALS = [
     (
         {"type": "array", "items": {"enum": list(range(10))}, "uniqueItems": True},
         "json_schema: unsupported keyword 'uniqueItems' at # (more than 4096 distinct arrays)",
+    ),
+    (
+        {"type": "object", "patternProperties": {"^\\p{L}": {"type": "integer"}}},
+        "json_schema: unsupported keyword 'patternProperties' at # (unknown escape '\\p' at offset 3 of pattern '^\\\\p{L}')",
     ),
     (
         {"type": "object", "properties": {"id": {}}, "propertyNames": {"pattern": "^[a-z]+$"}},
