@@ -10,6 +10,7 @@ import itertools
 import re
 
 import pytest
+from grammar_support import byte_dfa, dfa_fullmatch
 from radixgen.grammar.errors import GrammarError
 from radixgen.grammar.json_schema import compile_schema, schema_to_regex
 from radixgen.grammar.json_schema_name_sets import NameSets, literal_names, search_language
@@ -19,20 +20,22 @@ from radixgen.grammar.regex_builders import CharSet
 jsonschema = pytest.importorskip("jsonschema")
 
 
-def check_instances(schema: object, instances: list, **options: object) -> None:
-    """Every instance's canonical text is accepted iff jsonschema says it is valid, and the
-    list holds at least one valid and one invalid instance."""
-    compiled = compile_schema(schema, **options)
-    pattern = re.compile(compiled.regex)
+def check_instances(schema: object, instances: list) -> None:
+    """Every instance's canonical text is accepted iff jsonschema says it is valid (with
+    either whitespace policy), and the list holds at least one valid and one invalid
+    instance."""
     validator = jsonschema.validators.validator_for(
         schema, default=jsonschema.Draft202012Validator
     )(schema)
     verdicts = set()
-    for instance in instances:
-        text = compiled.canonical_json(instance)
-        valid = validator.is_valid(instance)
-        verdicts.add(valid)
-        assert (pattern.fullmatch(text) is not None) == valid, (instance, text)
+    for whitespace in ("compact", "flexible"):
+        compiled = compile_schema(schema, whitespace=whitespace)
+        pattern = re.compile(compiled.regex)
+        for instance in instances:
+            text = compiled.canonical_json(instance)
+            valid = validator.is_valid(instance)
+            verdicts.add(valid)
+            assert (pattern.fullmatch(text) is not None) == valid, (instance, text, whitespace)
     assert verdicts == {True, False}
 
 
@@ -436,6 +439,29 @@ def test_pattern_names_outside_the_safe_alphabet_are_narrowed() -> None:
     assert re.fullmatch(regex, '{"a":1,"-":"s"}')
     assert not re.fullmatch(regex, '{"a":"s"}')
     assert not re.fullmatch(regex, '{"\u00e9":"s"}')
+
+
+# ---------------------------------------------------------------- the engine's dialect
+
+ALL_CASES = [
+    *CONDITIONAL_CASES,
+    *CONTAINS_CASES,
+    *UNIQUE_CASES,
+    *PROPERTY_NAMES_CASES,
+    *PATTERN_PROPERTIES_CASES,
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), ALL_CASES)
+def test_byte_automaton_agrees_with_python_re(schema: dict, instances: list) -> None:
+    """The engine's own regex parser and byte DFA give every instance text the verdict of
+    Python `re`, with flexible whitespace too."""
+    for whitespace in ("compact", "flexible"):
+        compiled = compile_schema(schema, whitespace=whitespace)
+        pattern, dfa = re.compile(compiled.regex), byte_dfa(compiled.regex)
+        for instance in instances:
+            text = compiled.canonical_json(instance)
+            assert dfa_fullmatch(dfa, text) == (pattern.fullmatch(text) is not None), text
 
 
 # ---------------------------------------------------------------- refusals
