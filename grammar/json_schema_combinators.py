@@ -5,7 +5,8 @@
 * oneOf: compiled as anyOf when the branches are provably disjoint; object branches that
   overlap are narrowed to "exactly one branch's required properties all present".
 * not: of types, of values (enum/const, where the excluded values can be cut out exactly),
-  of `required` (a presence constraint), and `not: {not: S}` = S.
+  of `required` (a presence constraint), and `not: {not: S}` = S; any other `not: S` is
+  S's complement as schemas (`json_schema_negation`), where it has one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from .errors import GrammarError
 from .json_schema_disjoint import disjoint, subsumes
 from .json_schema_ir import Boolean, Const, Never, Node, Null, String, Union
 from .json_schema_lowering import Lowering
+from .json_schema_negation import complement
 from .json_schema_resolve import METADATA, RecursionCutoff, merge
 from .json_schema_strings import string_not_in_regex
 from .json_schema_values import json_equal, json_type, write_generic
@@ -106,7 +108,7 @@ def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -
     rest = {k: v for k, v in s.items() if k != "_nots"}
     types = builder.allowed_types(rest, pointer)
     excluded: list = []
-    doubled: list = []  # not {not: S} is S
+    doubled: list = []  # not {not: S} is S; other negations: S's complement as schemas
     for negated in nots:
         where = f"{pointer}/not"
         if negated is False:
@@ -130,7 +132,11 @@ def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -
             types &= {"object"}  # non-objects satisfy any `required`
             rest["_not_all"] = [*rest.get("_not_all", []), ("not", flat["required"])]
         else:
-            raise GrammarError(keyword="not", pointer=pointer, detail=f"'not' with {sorted(keys)}")
+            complemented = complement(builder, negated, where, base, "not")
+            if not complemented:
+                return Never()  # S accepts everything
+            fails = complemented[0] if len(complemented) == 1 else {"anyOf": complemented}
+            doubled.append((fails, where))
     rest["type"] = sorted(types)
     if not types:
         return Never()

@@ -11,6 +11,7 @@ complements, each within the keyword's own type:
     not {required: [a, b]}         = {type: object, not: {required: [a, b]}}
     not {enum: [1, 3]}             = numbers below 1, between 1 and 3, above 3, and every
                                      value of the other types (strings: `not: {enum}`)
+    not {items: S}                 = {type: array, contains: not S}   (no prefixItems)
     not {not: S}                   = S;   not {anyOf: [A, B]} = (not A) and (not B)
 
 The union's members may overlap; each is exact (or narrower through the same documented
@@ -132,6 +133,8 @@ class _Negation:
             return [
                 s for group_keyword, branches in value for s in self.group(group_keyword, branches)
             ]
+        if key == "items" and "prefixItems" not in flat and self.builder.draft >= 6:
+            return self.items(value)
         if key in ("minContains", "maxContains") and "contains" not in flat:
             return []  # without `contains` they assert nothing
         if key in _NOT_COMPLEMENTED:
@@ -174,6 +177,16 @@ class _Negation:
             for negated in complement(self.builder, schema, where, self.base, self.asked_by):
                 out.append({"type": "object", "required": [name], "properties": {name: negated}})
         return out
+
+    def items(self, schema: JSON) -> list[JSON]:
+        """not {items: S} = an array that contains an item of not-S."""
+        where = f"{self.pointer}/items"
+        negated = complement(self.builder, schema, where, self.base, self.asked_by)
+        if not negated:
+            return []
+        return [
+            {"type": "array", "contains": negated[0] if len(negated) == 1 else {"anyOf": negated}}
+        ]
 
     def group(self, group_keyword: str, branches: JSON) -> list[JSON]:
         """not anyOf [A, B, ...] = (not A) and (not B) and ...; oneOf has no such form."""

@@ -128,6 +128,22 @@ def test_if_then_else(schema: dict, instances: list) -> None:
     check_instances(schema, instances)
 
 
+NOT_CASES = [  # `not` beyond types, values and required: the complement as schemas
+    ({"not": {"items": {"type": "string"}}}, [["a"], [1], ["a", 1], [], "x", 3]),
+    (
+        {"type": "object", "properties": {"a": {"not": {"type": "string", "maxLength": 2}}}},
+        [{"a": "abc"}, {"a": "ab"}, {"a": 1}, {}],
+    ),
+    ({"not": {"properties": {"k": {"const": 1}}, "required": ["k"]}}, [{"k": 1}, {"k": 2}, {}, 5]),
+    ({"type": "number", "not": {"minimum": 3, "maximum": 5}}, [2, 3, 4.5, 5, 6]),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), NOT_CASES)
+def test_not_as_complement(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
 def test_conditions_stay_apart_across_all_of() -> None:
     """Each allOf member's keywords stay apart: an `if` alone asserts nothing."""
     schema = {
@@ -445,6 +461,7 @@ def test_pattern_names_outside_the_safe_alphabet_are_narrowed() -> None:
 
 ALL_CASES = [
     *CONDITIONAL_CASES,
+    *NOT_CASES,
     *CONTAINS_CASES,
     *UNIQUE_CASES,
     *PROPERTY_NAMES_CASES,
