@@ -4,7 +4,8 @@
   subsumes is dropped (`json_schema_disjoint.subsumes`).
 * oneOf: compiled as anyOf when the branches are provably disjoint; object branches that
   overlap are narrowed to "exactly one branch's required properties all present".
-* not: of types, of values (enum/const, where the excluded values can be cut out exactly),
+* not: of types (`not: {type: integer}` keeps numbers with a fractional part, `FRACTIONAL`),
+  of values (enum/const, where the excluded values can be cut out exactly),
   of `required` (a presence constraint), and `not: {not: S}` = S; any other `not: S` is
   S's complement as schemas (`json_schema_negation`), where it has one.
 """
@@ -15,12 +16,17 @@ from functools import reduce
 
 from .errors import GrammarError
 from .json_schema_disjoint import disjoint, subsumes
-from .json_schema_ir import Boolean, Const, Never, Node, Null, String, Union
+from .json_schema_ir import Boolean, Const, Never, Node, Null, Number, String, Union
 from .json_schema_lowering import Lowering
 from .json_schema_negation import complement
+from .json_schema_numbers import FRACTIONAL
 from .json_schema_resolve import METADATA, RecursionCutoff, merge
 from .json_schema_strings import string_not_in_regex
 from .json_schema_values import json_equal, json_type, write_generic
+
+_NUMBER_KEYWORDS = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+)
 
 
 def lower_group(builder: Lowering, s: dict, groups: list, pointer: str, base: str) -> Node:
@@ -109,6 +115,7 @@ def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -
     types = builder.allowed_types(rest, pointer)
     excluded: list = []
     doubled: list = []  # not {not: S} is S; other negations: S's complement as schemas
+    fractional = False  # `not: {type: integer}` where numbers are allowed
     for negated in nots:
         where = f"{pointer}/not"
         if negated is False:
@@ -119,10 +126,7 @@ def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -
             return Never()
         if keys == {"type"}:
             negated_types = builder.allowed_types(flat, where)
-            if "integer" in negated_types and "number" in types:
-                raise GrammarError(
-                    keyword="not", pointer=pointer, detail="numbers that are not integers"
-                )
+            fractional = fractional or ("integer" in negated_types and "number" in types)
             types -= negated_types
         elif keys == {"enum"}:
             excluded += flat["enum"]
@@ -137,14 +141,41 @@ def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -
                 return Never()  # S accepts everything
             fails = complemented[0] if len(complemented) == 1 else {"anyOf": complemented}
             doubled.append((fails, where))
+    if fractional:
+        return _fractional(builder, rest, types, bool(doubled or excluded), pointer, base)
     rest["type"] = sorted(types)
     if not types:
         return Never()
-    if doubled:
-        node = builder.build_merged([(rest, pointer), *doubled], base, pointer)
-    else:
-        node = builder.lower(rest, pointer, base)
-    return _exclude_values(node, excluded, pointer) if excluded else node
+    parts = [(rest, pointer), *doubled]
+    node = (
+        builder.build_merged(parts, base, pointer)
+        if doubled
+        else builder.lower(rest, pointer, base)
+    )
+    if not excluded:
+        return node
+    try:
+        return _exclude_values(node, excluded, pointer)
+    except GrammarError:  # numbers between the excluded ones, and so on
+        complemented = complement(builder, {"enum": excluded}, f"{pointer}/not", base, "not")
+        if not complemented:
+            return Never()
+        fails = complemented[0] if len(complemented) == 1 else {"anyOf": complemented}
+        return builder.build_merged([*parts, (fails, f"{pointer}/not")], base, pointer)
+
+
+def _fractional(
+    builder: Lowering, rest: dict, types: set[str], more: bool, pointer: str, base: str
+) -> Node:
+    """Numbers that are not integers (`FRACTIONAL`), next to the other allowed types; only
+    where nothing else constrains the numbers (a regex cannot intersect them)."""
+    if more or set(rest) & _NUMBER_KEYWORDS:
+        raise GrammarError(keyword="not", pointer=pointer, detail="numbers that are not integers")
+    others = types - {"number"}
+    options: list[Node] = [Number(FRACTIONAL)]
+    if others:
+        options.insert(0, builder.lower({**rest, "type": sorted(others)}, pointer, base))
+    return options[0] if len(options) == 1 else Union(options)
 
 
 def _exclude_values(node: Node, excluded: list, pointer: str) -> Node:

@@ -9,6 +9,7 @@ complements, each within the keyword's own type:
     not {type: string, maxLength: 3} = {type: [every other]}  |  {type: string, minLength: 4}
     not {properties: {k: S}}       = {type: object, required: [k], properties: {k: not S}}
     not {required: [a, b]}         = {type: object, not: {required: [a, b]}}
+    not {type: integer}            = {type: [every non-number]} | {type: number, not: {type: integer}}
     not {enum: [1, 3]}             = numbers below 1, between 1 and 3, above 3, and every
                                      value of the other types (strings: `not: {enum}`)
     not {items: S}                 = {type: array, contains: not S}   (no prefixItems)
@@ -143,9 +144,11 @@ class _Negation:
 
     def types(self, flat: dict) -> list[JSON]:
         allowed = self.builder.allowed_types(flat, self.pointer)
-        if "integer" in allowed:
-            raise self.refuse("a condition on type 'integer' (numbers that are not integers)")
         others = [t for t in ALL_TYPES if t not in allowed]
+        if "integer" in allowed:  # the numbers that are not integers stay
+            others.remove("number")
+            fractional = {"type": "number", "not": {"type": "integer"}}
+            return [{"type": others}, fractional] if others else [fractional]
         return [{"type": others}] if others else []
 
     def values(self, members: JSON) -> list[JSON]:

@@ -14,6 +14,7 @@ from grammar_support import byte_dfa, dfa_fullmatch
 from radixgen.grammar.errors import GrammarError
 from radixgen.grammar.json_schema import compile_schema, schema_to_regex
 from radixgen.grammar.json_schema_name_sets import NameSets, literal_names, search_language
+from radixgen.grammar.json_schema_numbers import FRACTIONAL
 from radixgen.grammar.json_schema_pattern import parse_pattern
 from radixgen.grammar.regex_builders import CharSet
 
@@ -129,6 +130,13 @@ def test_if_then_else(schema: dict, instances: list) -> None:
 
 
 NOT_CASES = [  # `not` beyond types, values and required: the complement as schemas
+    ({"not": {"type": "integer"}}, [1, 1.5, 1.0, "x", None, -0.25, 2, 0.1]),
+    (
+        {"if": {"type": "integer"}, "then": {"minimum": 0}, "else": {"type": "string"}},
+        [1, -1, 1.5, "x", None],
+    ),
+    ({"type": "number", "not": {"enum": [1, 2]}}, [1, 2, 1.0, 1.5, 0, 3, "x"]),
+    ({"not": {"enum": [1, "a", None]}}, [1, 2, "a", "b", None, True, [1]]),
     ({"not": {"items": {"type": "string"}}}, [["a"], [1], ["a", 1], [], "x", 3]),
     (
         {"type": "object", "properties": {"a": {"not": {"type": "string", "maxLength": 2}}}},
@@ -137,6 +145,17 @@ NOT_CASES = [  # `not` beyond types, values and required: the complement as sche
     ({"not": {"properties": {"k": {"const": 1}}, "required": ["k"]}}, [{"k": 1}, {"k": 2}, {}, 5]),
     ({"type": "number", "not": {"minimum": 3, "maximum": 5}}, [2, 3, 4.5, 5, 6]),
 ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1.5", "0.1", "-2.25", "10.05", "12345678901234.5", "0.00000000000001", "1.0", "0.0"]
+    + ["1", "1.0000000000000001", "123456789012345.5", "9007199254740993.5", "1e-3"],
+)
+def test_fractional_texts_never_parse_to_an_integer(text: str) -> None:
+    if re.fullmatch(FRACTIONAL, text):
+        assert not float(text).is_integer()
+    assert re.fullmatch(FRACTIONAL, text) or text not in ("1.5", "0.1", "-2.25", "10.05")
 
 
 @pytest.mark.parametrize(("schema", "instances"), NOT_CASES)
@@ -488,9 +507,9 @@ REFUSALS = [
         {"if": {"pattern": "^a"}, "then": {"maxLength": 3}},
         "json_schema: unsupported keyword 'if' at #/if (a condition with 'pattern')",
     ),
-    (
-        {"if": {"type": "integer"}, "then": {"minimum": 0}},
-        "json_schema: unsupported keyword 'if' at #/if (a condition on type 'integer' (numbers that are not integers))",
+    (  # numbers that are not integers are one regex; it cannot be intersected with bounds
+        {"if": {"type": "integer"}, "then": {"minimum": 0}, "maximum": 10},
+        "json_schema: unsupported keyword 'not' at # (numbers that are not integers)",
     ),
     (
         {"if": {"oneOf": [{"type": "string"}, {"minimum": 0}]}, "then": {"maxLength": 3}},
