@@ -16,7 +16,6 @@ and `MAX_NESTING` bound the work and the result; beyond them `NameSetError` says
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 
 from .json_schema_pattern import Alt, Anchor, Chars, PatternNode, Repeat, Seq, search_branches
 from .json_schema_strings import json_char_regex
@@ -54,6 +53,7 @@ class NameSets:
     def __init__(self, languages: list[PatternNode], alphabet: CharSet) -> None:
         self.atoms = _atoms(languages, alphabet)
         self.alphabet = alphabet
+        self._derivs: dict[tuple[PatternNode, int], PatternNode] = {}
         # state -> (regex of the rest of the names where language 0 matches, where it does
         # not): one pattern whose other language (the listed names) is dead, in closed form,
         # so that counters such as {1,255} are not unrolled into states
@@ -71,7 +71,7 @@ class NameSets:
                 continue
             for atom in self.atoms:
                 code = atom.ranges[0][0]
-                target = tuple(_deriv(t, code) for t in state)
+                target = tuple(self._deriv(t, code) for t in state)
                 if target not in self.index:
                     if len(self.states) >= MAX_STATES:
                         raise NameSetError(f"more than {MAX_STATES} DFA states")
@@ -113,6 +113,12 @@ class NameSets:
         if regex is not None and _nesting(regex) > MAX_NESTING:
             raise NameSetError(f"the names' regex nests more than {MAX_NESTING} groups deep")
         return regex
+
+    def _deriv(self, t: PatternNode, code: int) -> PatternNode:
+        key = (t, code)
+        if key not in self._derivs:
+            self._derivs[key] = _deriv(t, code)
+        return self._derivs[key]
 
     def _tail(self, state: tuple[PatternNode, ...]) -> tuple[str | None, str | None] | None:
         if len(state) != 2 or state[1] != EMPTY:
@@ -316,7 +322,6 @@ def _repeat(item: PatternNode, low: int, high: int | None) -> PatternNode:
     return Repeat(item, low, high)
 
 
-@lru_cache(maxsize=65536)
 def _nullable(t: PatternNode) -> bool:
     if isinstance(t, Chars):
         return False
@@ -330,7 +335,6 @@ def _nullable(t: PatternNode) -> bool:
     raise NameSetError("an anchor inside a name pattern")
 
 
-@lru_cache(maxsize=65536)
 def _deriv(t: PatternNode, code: int) -> PatternNode:
     """The names `s` with ``chr(code) + s`` in `t`."""
     if isinstance(t, Chars):
@@ -338,10 +342,8 @@ def _deriv(t: PatternNode, code: int) -> PatternNode:
     if isinstance(t, Seq):
         if not t.items:
             return EMPTY
-        head, rest = (
-            t.items[0],
-            Seq(t.items[1:]) if len(t.items) > 2 else t.items[1] if len(t.items) == 2 else EPS,
-        )
+        head, tail = t.items[0], t.items[1:]
+        rest = EPS if not tail else tail[0] if len(tail) == 1 else Seq(tail)
         d = _seq(_deriv(head, code), rest)
         return _alt([d, _deriv(rest, code)]) if _nullable(head) else d
     if isinstance(t, Alt):

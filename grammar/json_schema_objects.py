@@ -235,6 +235,10 @@ class PatternProperties:
             raise GrammarError(
                 keyword="patternProperties", pointer=self.pointer, detail=str(exc)
             ) from None
+        except RecursionError:  # derivatives recurse on the patterns' nesting
+            raise GrammarError(
+                keyword="patternProperties", pointer=self.pointer, detail="patterns nest too deeply"
+            ) from None
         return tuple(classes), rest
 
     def matches(self, index: int, name: str) -> tuple[bool, bool]:
