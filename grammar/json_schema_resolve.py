@@ -1,7 +1,10 @@
 """Schema-level algebra before lowering: drafts, `$ref` lookup, and exact `allOf` merging.
 
 `normalize` rewrites draft-specific spellings into the 2020-12 vocabulary (draft-04
-boolean exclusive bounds, array-form `items` + `additionalItems`, `dependencies`).
+boolean exclusive bounds, array-form `items` + `additionalItems`, `dependencies`), and
+`unevaluated*` into `additional*`/`items` where no applicator evaluates anything (beside
+`contains`, an unevaluated item is one `contains` does not match: items become
+`anyOf: [contains, unevaluatedItems]`).
 `Resolver` finds the target of a `$ref` among the documents embedded in the root schema
 (`$id` / draft-04 `id`); remote references are refused. `merge` intersects two schemas
 keyword by keyword, exactly or not at all (GrammarError). anyOf/oneOf become `_groups`
@@ -150,7 +153,10 @@ def normalize(schema: dict, draft: int) -> dict:
         if "unevaluatedProperties" in s and "patternProperties" not in s:
             s.setdefault("additionalProperties", s["unevaluatedProperties"])
             del s["unevaluatedProperties"]
-        if "unevaluatedItems" in s:
+        if "unevaluatedItems" in s and "items" not in s and "contains" in s:
+            if "prefixItems" not in s:  # items `contains` matches are evaluated
+                s["items"] = {"anyOf": [s["contains"], s.pop("unevaluatedItems")]}
+        elif "unevaluatedItems" in s:
             s.setdefault("items", s["unevaluatedItems"])
             del s["unevaluatedItems"]
     groups = [(k, s.pop(k)) for k in ("anyOf", "oneOf") if k in s]

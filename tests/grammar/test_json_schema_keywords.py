@@ -245,6 +245,10 @@ CONTAINS_CASES = [
         [[{"id": 1}], [{}, {"id": 2}], [{}], [1, "x"]],
     ),
     ({"items": False, "contains": {}}, [[], [1], "x"]),
+    (  # items that `contains` matches are evaluated: the others meet unevaluatedItems
+        {"contains": {"type": "string"}, "minContains": 0, "unevaluatedItems": {"type": "null"}},
+        [["foo", "bar"], ["a", None], [None], [1], ["a", 1], []],
+    ),
 ]
 
 
