@@ -14,6 +14,7 @@ complements, each within the keyword's own type:
                                      value of the other types (strings: `not: {enum}`)
     not {items: S}                 = {type: array, contains: not S}   (no prefixItems)
     not {not: S}                   = S;   not {anyOf: [A, B]} = (not A) and (not B)
+    not {oneOf: [A, B]}            = ((not A) and (not B))  |  (A and B)
 
 The union's members may overlap; each is exact (or narrower through the same documented
 narrowings as any schema, never wider). A keyword whose complement has no such form
@@ -30,6 +31,7 @@ from .json_schema_lowering import Lowering
 from .json_schema_resolve import METADATA, RecursionCutoff
 from .json_schema_values import JSON, json_equal, json_type
 
+MAX_ONE_OF_BRANCHES = 8
 ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
 _BOUND_COMPLEMENTS = {
     "minimum": "exclusiveMaximum",
@@ -192,17 +194,24 @@ class _Negation:
         ]
 
     def group(self, group_keyword: str, branches: JSON) -> list[JSON]:
-        """not anyOf [A, B, ...] = (not A) and (not B) and ...; oneOf has no such form."""
-        if group_keyword != "anyOf" or not isinstance(branches, list):
+        """not anyOf [A, B, ...] = (not A) and (not B) and ...;
+        not oneOf [A, B, ...] = that, or two branches at once: (A and B) | (A and C) | ..."""
+        if group_keyword not in ("anyOf", "oneOf") or not isinstance(branches, list):
             raise self.refuse(f"a condition with {group_keyword!r}")
-        parts = []
+        if group_keyword == "oneOf" and len(branches) > MAX_ONE_OF_BRANCHES:
+            raise self.refuse(f"a condition with 'oneOf' of over {MAX_ONE_OF_BRANCHES} branches")
+        parts: list[JSON] | None = []
         for i, branch in enumerate(branches):
-            where = f"{self.pointer}/anyOf/{i}"
+            where = f"{self.pointer}/{group_keyword}/{i}"
             negated = complement(self.builder, branch, where, self.base, self.asked_by)
             if not negated:
-                return []  # a branch accepts everything: so does the anyOf
+                parts = None  # a branch accepts everything: no value fails every branch
+                break
             parts.append(negated[0] if len(negated) == 1 else {"anyOf": negated})
-        return [parts[0] if len(parts) == 1 else {"allOf": parts}]
+        out = [] if not parts else [parts[0] if len(parts) == 1 else {"allOf": parts}]
+        if group_keyword == "oneOf":
+            out += [{"allOf": [a, b]} for i, a in enumerate(branches) for b in branches[i + 1 :]]
+        return out
 
     def number(self, key: str, value: JSON) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):

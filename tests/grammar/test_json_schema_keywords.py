@@ -144,6 +144,7 @@ NOT_CASES = [  # `not` beyond types, values and required: the complement as sche
     ),
     ({"not": {"properties": {"k": {"const": 1}}, "required": ["k"]}}, [{"k": 1}, {"k": 2}, {}, 5]),
     ({"type": "number", "not": {"minimum": 3, "maximum": 5}}, [2, 3, 4.5, 5, 6]),
+    ({"not": {"oneOf": [{"type": "string"}, {"maxLength": 2}]}}, ["a", "abc", 1, None]),
 ]
 
 
@@ -516,8 +517,11 @@ REFUSALS = [
         "json_schema: unsupported keyword 'not' at # (numbers that are not integers)",
     ),
     (
-        {"if": {"oneOf": [{"type": "string"}, {"minimum": 0}]}, "then": {"maxLength": 3}},
-        "json_schema: unsupported keyword 'if' at #/if (a condition with 'oneOf')",
+        {
+            "if": {"allOf": [{"oneOf": [{"multipleOf": 3}, {"minimum": 0}]}]},
+            "then": {"maxLength": 3},
+        },
+        "json_schema: unsupported keyword 'if' at #/if/oneOf/0 (a condition with 'multipleOf')",
     ),
     (
         {"if": {"const": [1]}, "then": {"type": "array"}, "else": {"type": "string"}},
