@@ -200,12 +200,12 @@ class _Negation:
             raise self.refuse(f"a condition with {group_keyword!r}")
         if group_keyword == "oneOf" and len(branches) > MAX_ONE_OF_BRANCHES:
             raise self.refuse(f"a condition with 'oneOf' of over {MAX_ONE_OF_BRANCHES} branches")
-        parts: list[JSON] | None = []
+        parts: list[JSON] = []
         for i, branch in enumerate(branches):
             where = f"{self.pointer}/{group_keyword}/{i}"
             negated = complement(self.builder, branch, where, self.base, self.asked_by)
-            if not negated:
-                parts = None  # a branch accepts everything: no value fails every branch
+            if not negated:  # a branch accepts everything: no value fails every branch
+                parts = []
                 break
             parts.append(negated[0] if len(negated) == 1 else {"anyOf": negated})
         out = [] if not parts else [parts[0] if len(parts) == 1 else {"allOf": parts}]
