@@ -10,7 +10,7 @@ import itertools
 import re
 
 import pytest
-from grammar_support import byte_dfa, dfa_fullmatch
+from grammar_support import byte_dfa, dfa_fullmatch, shared_compiler
 from radixgen.grammar.errors import GrammarError
 from radixgen.grammar.json_schema import compile_schema, schema_to_regex
 from radixgen.grammar.json_schema_name_sets import NameSets, literal_names, search_language
@@ -503,6 +503,27 @@ def test_byte_automaton_agrees_with_python_re(schema: dict, instances: list) -> 
         for instance in instances:
             text = compiled.canonical_json(instance)
             assert dfa_fullmatch(dfa, text) == (pattern.fullmatch(text) is not None), text
+
+
+TOKEN_CASES = [
+    CONDITIONAL_CASES[8],
+    CONTAINS_CASES[6],
+    UNIQUE_CASES[1],
+    PATTERN_PROPERTIES_CASES[0],
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), TOKEN_CASES)
+def test_token_walks_of_compiled_schemas(tokenizer, schema: dict, instances: list) -> None:
+    """Through `GrammarCompiler` and a matcher, walked as the tokenizer encodes the texts."""
+    grammar = shared_compiler(tokenizer).compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    canonical = compile_schema(schema)
+    for instance in instances:
+        matcher = grammar.matcher()
+        ids = tokenizer.encode(canonical.canonical_json(instance))
+        walked = all(matcher.accept_token(i) for i in ids) and matcher.is_accepting()
+        assert walked == validator.is_valid(instance), instance
 
 
 # ---------------------------------------------------------------- refusals
