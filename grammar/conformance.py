@@ -287,7 +287,7 @@ def render_markdown(
         "  names (listed names subtracted; refused for a pattern that also admits a listed name).",
         "- patternProperties: extra names are split by exactly which patterns (up to 4) match them,",
         "  listed names subtracted; such names keep to characters every regex engine reads alike",
-        "  (printable ASCII where a pattern uses `.` or a class escape, no newline with `$`).",
+        "  (the BMP; printable ASCII where a pattern uses `.` or a class escape; no newline with `$`).",
         "",
         "## Refusals by keyword",
         "",

@@ -144,15 +144,17 @@ def _exactly(matches: tuple[bool, ...], mask: int, count: int) -> bool:
 
 
 def safe_alphabet(sources: list[str]) -> CharSet:
-    """Characters on which the patterns mean the same to every engine: all of them, minus
-    a newline where `$` appears (Python's `$` also matches before a final newline), or
-    printable ASCII where a pattern uses `.` or a class escape (``\\d \\w \\s``...,
-    whose non-ASCII members differ between engines)."""
+    """Characters on which the patterns mean the same to every engine: the Basic
+    Multilingual Plane (an ECMA pattern without the `u` flag sees an astral character as
+    two units), minus a newline where `$` appears (Python's `$` also matches before a final
+    newline); printable ASCII where a pattern uses `.` or a class escape (``\\d \\w
+    \\s``..., whose non-ASCII members differ between engines)."""
     if any("." in p or re.search(r"\\[dDwWsS]", p) for p in sources):
         return CharSet([(0x20, 0x7E)])
+    plane = CharSet.universe() & CharSet([(0, 0xFFFF)])
     if any("$" in p for p in sources):
-        return CharSet.universe() - CharSet.of("\n")
-    return CharSet.universe()
+        return plane - CharSet.of("\n")
+    return plane
 
 
 def _additional(builder: Lowering, s: dict, pointer: str, base: str) -> Node | None:
