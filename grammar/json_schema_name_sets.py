@@ -15,6 +15,7 @@ and `MAX_NESTING` bound the work and the result; beyond them `NameSetError` says
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 from .json_schema_pattern import Alt, Anchor, Chars, PatternNode, Repeat, Seq, search_branches
@@ -26,6 +27,20 @@ MAX_REGEX_CHARS = 50_000
 MAX_NESTING = 48  # groups inside groups (the regex parser recurses per level)
 EPS: PatternNode = Seq(())
 EMPTY: PatternNode = Alt(())
+
+
+def safe_alphabet(sources: list[str]) -> CharSet:
+    """Characters on which the patterns mean the same to every engine: the Basic
+    Multilingual Plane (an ECMA pattern without the `u` flag sees an astral character as
+    two units), minus a newline where `$` appears (Python's `$` also matches before a final
+    newline); printable ASCII where a pattern uses `.` or a class escape (``\\d \\w
+    \\s``..., whose non-ASCII members differ between engines)."""
+    if any("." in p or re.search(r"\\[dDwWsS]", p) for p in sources):
+        return CharSet([(0x20, 0x7E)])
+    plane = CharSet.universe() & CharSet([(0, 0xFFFF)])
+    if any("$" in p for p in sources):
+        return plane - CharSet.of("\n")
+    return plane
 
 
 class NameSetError(ValueError):

@@ -8,8 +8,8 @@ patterns, or "min..max characters"). `NameRule` holds them:
   allowed name, and no other name is possible (exact, and property order stays fixed);
 * regexes: extra names must match one, and must differ from the listed names: a regex that
   admits no listed name is used as is, "min..max characters" minus the listed names is a
-  trie (`names_not_in`), and any other regex that admits a listed name is refused (a regex
-  cannot subtract a finite set from a pattern's language here).
+  trie (`names_not_in`), a lone `pattern` minus the listed names is a product DFA
+  (`json_schema_name_sets`), and any other regex that admits a listed name is refused.
 """
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ from dataclasses import dataclass, field
 
 from .errors import GrammarError
 from .json_schema_ir import AnyValue, Const, EmitContext, Never, Node, String, Union
+from .json_schema_name_sets import (
+    NameSetError,
+    NameSets,
+    literal_names,
+    safe_alphabet,
+    search_language,
+)
+from .json_schema_pattern import PatternError, parse_pattern
 from .json_schema_strings import (
     any_json_char_regex,
     encode_string,
@@ -38,6 +46,7 @@ class NamePart:
 
     regex: str
     lengths: Lengths | None = None
+    pattern: str | None = None  # the ECMA pattern it was read from, when it is only that
 
 
 @dataclass
@@ -63,6 +72,8 @@ class NameRule:
                 options.append(part.regex)
             elif part.lengths is not None:
                 options.append(names_not_in(clashes, *part.lengths))
+            elif part.pattern is not None:
+                options.append(_pattern_minus(part.pattern, clashes, pointer))
             else:
                 raise GrammarError(
                     keyword="propertyNames",
@@ -72,12 +83,32 @@ class NameRule:
         return alt(options)
 
 
-def name_rule(node: Node, pointer: str) -> NameRule:
-    """The names the `propertyNames` node admits (strings only: other values never are)."""
+def name_rule(node: Node, pointer: str, pattern: str | None = None) -> NameRule:
+    """The names the `propertyNames` node admits (strings only: other values never are);
+    `pattern`: the ECMA pattern when the name schema is only that."""
     rule = NameRule(node)
     _collect(node, rule, pointer)
     rule.finite = list(dict.fromkeys(rule.finite))
+    if pattern is not None and len(rule.parts) == 1 and rule.parts[0].lengths is None:
+        rule.parts[0] = NamePart(rule.parts[0].regex, None, pattern)
     return rule
+
+
+def _pattern_minus(pattern: str, excluded: list[str], pointer: str) -> str | None:
+    """Names `pattern` matches, minus `excluded` (on characters engines read alike)."""
+    try:
+        sets = NameSets(
+            [search_language(parse_pattern(pattern)), literal_names(excluded)],
+            safe_alphabet([pattern]),
+        )
+        return sets.regex(_first_only)
+    except (PatternError, NameSetError, RecursionError) as exc:
+        detail = str(exc) if not isinstance(exc, RecursionError) else "pattern nests too deeply"
+        raise GrammarError(keyword="propertyNames", pointer=pointer, detail=detail) from None
+
+
+def _first_only(matches: tuple[bool, ...]) -> bool:
+    return matches[0] and not matches[1]
 
 
 def _collect(node: Node, rule: NameRule, pointer: str) -> None:

@@ -11,7 +11,7 @@ constraints on which properties are present.
   matches, under our reading or Python's, also get the pattern's schema.
 * propertyNames: listed names are checked; extra names must be allowed too
   (`json_schema_names`: finitely many become listed properties, regexes restrict the
-  names of extra properties).
+  names of extra properties, listed names subtracted).
 * minProperties with extra properties allowed: up to the number of required properties,
   or 1. maxProperties only without extra properties.
 * Presence constraints (dependentRequired, `not: {required}`, oneOf over required sets,
@@ -31,11 +31,18 @@ from .errors import GrammarError
 from .json_schema_ir import ExtraClass, Never, Node, Object, Property, Union
 from .json_schema_lengths import pattern_regex
 from .json_schema_lowering import Lowering
-from .json_schema_name_sets import NameSetError, NameSets, literal_names, search_language
+from .json_schema_name_sets import (
+    NameSetError,
+    NameSets,
+    literal_names,
+    safe_alphabet,
+    search_language,
+)
 from .json_schema_names import NameRule, name_rule
 from .json_schema_pattern import PatternError, parse_pattern
+from .json_schema_resolve import METADATA
 from .json_schema_strings import any_json_char_regex, encode_string
-from .regex_builders import CharSet, alt
+from .regex_builders import alt
 
 MAX_ENUMERATED_NAMES = 12
 MAX_VARIANTS = 256
@@ -141,20 +148,6 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
 def _exactly(matches: tuple[bool, ...], mask: int, count: int) -> bool:
     """Exactly the patterns in `mask` match, and the name is not a listed one (the last)."""
     return not matches[count] and all(matches[i] == bool(mask >> i & 1) for i in range(count))
-
-
-def safe_alphabet(sources: list[str]) -> CharSet:
-    """Characters on which the patterns mean the same to every engine: the Basic
-    Multilingual Plane (an ECMA pattern without the `u` flag sees an astral character as
-    two units), minus a newline where `$` appears (Python's `$` also matches before a final
-    newline); printable ASCII where a pattern uses `.` or a class escape (``\\d \\w
-    \\s``..., whose non-ASCII members differ between engines)."""
-    if any("." in p or re.search(r"\\[dDwWsS]", p) for p in sources):
-        return CharSet([(0x20, 0x7E)])
-    plane = CharSet.universe() & CharSet([(0, 0xFFFF)])
-    if any("$" in p for p in sources):
-        return plane - CharSet.of("\n")
-    return plane
 
 
 def _additional(builder: Lowering, s: dict, pointer: str, base: str) -> Node | None:
@@ -267,8 +260,18 @@ def _name_rule(builder: Lowering, s: dict, pointer: str, base: str) -> NameRule 
     schema = s.get("propertyNames", True)
     if schema is True or schema == {}:
         return None
-    rule = name_rule(builder.build(schema, f"{pointer}/propertyNames", base), pointer)
+    node = builder.build(schema, f"{pointer}/propertyNames", base)
+    rule = name_rule(node, pointer, _lone_pattern(schema))
     return None if rule.everything else rule
+
+
+def _lone_pattern(schema: object) -> str | None:
+    """The pattern of a name schema that is just ``{"pattern": P}`` (type string at most)."""
+    if not isinstance(schema, dict) or schema.get("type", "string") != "string":
+        return None
+    pattern = schema.get("pattern")
+    rest = set(schema) - METADATA - {"type", "pattern"}
+    return pattern if isinstance(pattern, str) and not rest else None
 
 
 def _allowed_names(

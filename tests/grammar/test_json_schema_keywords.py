@@ -341,6 +341,15 @@ PROPERTY_NAMES_CASES = [
             {"name": "x"},
         ],
     ),
+    (  # a lone name pattern minus the listed names (a product DFA)
+        {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}},
+            "propertyNames": {"pattern": "^[a-z]+$"},
+            "additionalProperties": {"type": "string"},
+        },
+        [{"id": 1}, {"id": "x"}, {"ab": "x"}, {"ab": 1}, {"A": "x"}, {"id": 1, "zz": "q"}],
+    ),
     (  # listed names that the name pattern rejects cannot appear
         {"type": "object", "properties": {"ID": {}}, "propertyNames": {"pattern": "^[a-z]+$"}},
         [{"abc": 1}, {"ID": 1}, {"a1": 1}],
@@ -586,7 +595,11 @@ REFUSALS = [
         "json_schema: unsupported keyword 'patternProperties' at # (unknown escape '\\p' at offset 3 of pattern '^\\\\p{L}')",
     ),
     (
-        {"type": "object", "properties": {"id": {}}, "propertyNames": {"pattern": "^[a-z]+$"}},
+        {
+            "type": "object",
+            "properties": {"id": {}},
+            "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 5},
+        },
         "json_schema: unsupported keyword 'propertyNames' at # (a pattern that also admits the listed name 'id')",
     ),
     (
