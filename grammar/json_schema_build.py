@@ -34,10 +34,11 @@ from .json_schema_resolve import (
     as_dict,
     detect_draft,
     merge,
+    named_values,
     normalize,
 )
 from .json_schema_types import TypeLowering
-from .json_schema_values import json_type, write_generic
+from .json_schema_values import json_equal, json_type, write_generic
 
 ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
 OBJECT_KEYWORDS = frozenset(
@@ -242,6 +243,8 @@ class SchemaBuilder:
                 for v in values
                 for w in ([int(v), float(v)] if json_type(v) == "integer" else [v])
             ]
+        candidates = values
+        values, rest = _drop_excluded(values, rest)
         constraining = set(rest) - METADATA
         if constraining <= {"type"}:
             types = self.allowed_types(rest, pointer)
@@ -251,7 +254,7 @@ class SchemaBuilder:
                 if self.value_type(v) in types
                 or (self.value_type(v) == "integer" and "number" in types)
             ]
-            return self.const(kept, [write_generic(v) for v in kept], values)
+            return self.const(kept, [write_generic(v) for v in kept], candidates)
         node = self.lower(rest, pointer, base)
         kept, texts = [], []
         for value in values:
@@ -259,9 +262,23 @@ class SchemaBuilder:
             if self.ctx.accepts(node, text):
                 kept.append(value)
                 texts.append(text)
-        return self.const(kept, texts, values)
+        return self.const(kept, texts, candidates)
 
     def const(self, values: list, texts: list[str], candidates: list) -> Node:
         if not values:
             return Never()
         return Const(values, texts, list(candidates), float_is_integer=self.draft > 4)
+
+
+def _drop_excluded(values: list, rest: dict) -> tuple[list, dict]:
+    """`values` minus those a `not: {enum}` / `not: {const}` of `rest` excludes, and `rest`
+    without those `not`s (the enum answers them without lowering a node per type)."""
+    nots = rest.get("_nots", [])
+    banned = [named_values(n) for n in nots]
+    if all(b is None for b in banned):
+        return values, rest
+    excluded = [v for b in banned if b is not None for v in b]
+    kept = [v for v in values if not any(json_equal(v, e) for e in excluded)]
+    others = [n for n, b in zip(nots, banned) if b is None]
+    rest = {k: v for k, v in rest.items() if k != "_nots"}
+    return kept, {**rest, "_nots": others} if others else rest

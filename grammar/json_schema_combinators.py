@@ -18,7 +18,7 @@ from .errors import GrammarError
 from .json_schema_disjoint import disjoint, subsumes
 from .json_schema_ir import Boolean, Const, Never, Node, Null, Number, String, Union
 from .json_schema_lowering import Lowering
-from .json_schema_negation import complement
+from .json_schema_negation import complement, value_complement
 from .json_schema_numbers import FRACTIONAL
 from .json_schema_resolve import METADATA, RecursionCutoff, merge
 from .json_schema_strings import string_not_in_regex
@@ -156,11 +156,12 @@ def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -
         return node
     try:
         return _exclude_values(node, excluded, pointer)
-    except GrammarError:  # numbers between the excluded ones, and so on
-        complemented = complement(builder, {"enum": excluded}, f"{pointer}/not", base, "not")
-        if not complemented:
-            return Never()
-        fails = complemented[0] if len(complemented) == 1 else {"anyOf": complemented}
+    except GrammarError as first:  # numbers between the excluded ones, and so on
+        try:
+            others = value_complement(excluded, f"{pointer}/not", "not")
+        except GrammarError:
+            raise first from None
+        fails = others[0] if len(others) == 1 else {"anyOf": others}
         return builder.build_merged([*parts, (fails, f"{pointer}/not")], base, pointer)
 
 

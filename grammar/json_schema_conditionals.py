@@ -12,10 +12,20 @@ When T accepts everything no complement is needed: (R and C) | (R and E).
 
 from __future__ import annotations
 
+from functools import reduce
+
+from .errors import GrammarError
 from .json_schema_ir import Never, Node, Union
 from .json_schema_lowering import Lowering
 from .json_schema_negation import complement
-from .json_schema_resolve import Condition, accepts_everything
+from .json_schema_resolve import (
+    Condition,
+    RecursionCutoff,
+    accepts_everything,
+    merge,
+    named_values,
+)
+from .json_schema_values import json_equal, json_type
 
 
 def lower_condition(
@@ -36,8 +46,77 @@ def lower_condition(
         if negated:
             fails = negated[0] if len(negated) == 1 else {"anyOf": negated}
             branches.append([(fails, where_if), (cond.otherwise, where_else)])
-    options = [builder.build_merged([(rest, pointer), *parts], base, pointer) for parts in branches]
+    options = [
+        builder.build_merged([(rest, pointer), *parts], base, pointer)
+        for parts in branches
+        if not surely_empty(builder, [(rest, pointer), *parts], base, pointer)
+    ]
     live = [o for o in options if not (isinstance(o, Never) and not o.cutoff)]
     if not live:
         return Never()
     return live[0] if len(live) == 1 else Union(live)
+
+
+def surely_empty(
+    builder: Lowering, parts: list[tuple[object, str]], base: str, pointer: str
+) -> bool:
+    """A cheap, sound test that the conjunction of `parts` admits no value: no type left, or
+    an object whose required property has no value left (type and enum/const exclusions).
+    Conditions on one discriminator would otherwise multiply into branches lowered in full.
+    False when unsure (or when flattening fails: lowering reports that)."""
+    merged = _merged(builder, parts, pointer, base)
+    if merged is None:
+        return False
+    try:
+        types = builder.allowed_types(merged, pointer)
+    except GrammarError:
+        return False
+    if not types:
+        return True
+    if types != {"object"}:
+        return False
+    listed = merged.get("properties", {})
+    required = merged.get("required", [])
+    if not isinstance(listed, dict) or not isinstance(required, list):
+        return False
+    return any(
+        name in listed and _no_value(builder, listed[name], pointer, base) for name in required
+    )
+
+
+def _no_value(builder: Lowering, schema: object, pointer: str, base: str) -> bool:
+    flat = _merged(builder, [(schema, pointer)], pointer, base)
+    if flat is None:
+        return False
+    try:
+        types = builder.allowed_types(flat, pointer)
+    except GrammarError:
+        return False
+    if not types:
+        return True
+    values = flat.get("enum")
+    if not isinstance(values, list):
+        return False
+    excluded = [v for n in flat.get("_nots", []) for v in (named_values(n) or [])]
+    return not any(
+        _type_allows(types, json_type(v)) and not any(json_equal(v, e) for e in excluded)
+        for v in values
+    )
+
+
+def _type_allows(types: set[str], kind: str) -> bool:
+    return kind in types or (kind == "integer" and "number" in types)
+
+
+def _merged(
+    builder: Lowering, parts: list[tuple[object, str]], pointer: str, base: str
+) -> dict | None:
+    """The flattened conjunction of `parts` (None where flattening or merging fails)."""
+    depth = len(builder.ref_stack)
+    try:
+        flat = [builder.flatten(schema, where, base)[0] for schema, where in parts]
+        return reduce(lambda a, b: merge(a, b, pointer), flat)
+    except (GrammarError, RecursionCutoff):
+        return None
+    finally:
+        del builder.ref_stack[depth:]

@@ -10,8 +10,10 @@ complements, each within the keyword's own type:
     not {properties: {k: S}}       = {type: object, required: [k], properties: {k: not S}}
     not {required: [a, b]}         = {type: object, not: {required: [a, b]}}
     not {type: integer}            = {type: [every non-number]} | {type: number, not: {type: integer}}
-    not {enum: [1, 3]}             = numbers below 1, between 1 and 3, above 3, and every
-                                     value of the other types (strings: `not: {enum}`)
+    not {enum: [1, 3]}             = {not: {enum: [1, 3]}}, which `not` lowers as the values
+                                     of its node minus the members, or as numbers below 1,
+                                     between 1 and 3, above 3 and the other types
+                                     (`value_complement`)
     not {items: S}                 = {type: array, contains: not S}   (no prefixItems)
     not {not: S}                   = S;   not {anyOf: [A, B]} = (not A) and (not B)
     not {oneOf: [A, B]}            = ((not A) and (not B))  |  (A and B)
@@ -112,8 +114,8 @@ class _Negation:
         """Schemas whose union is "keyword `key` fails" (empty: it never fails)."""
         if key == "type":
             return self.types(flat)
-        if key == "enum":
-            return self.values(value)
+        if key == "enum":  # one schema (not many per type): conditions stay two branches
+            return [{"not": {"enum": value}}]
         if key in _BOUND_COMPLEMENTS:
             self.number(key, value)
             return [{"type": "number", _BOUND_COMPLEMENTS[key]: value}]
@@ -152,26 +154,6 @@ class _Negation:
             fractional = {"type": "number", "not": {"type": "integer"}}
             return [{"type": others}, fractional] if others else [fractional]
         return [{"type": others}] if others else []
-
-    def values(self, members: JSON) -> list[JSON]:
-        """Every value not in `members`, type by type."""
-        if not isinstance(members, list):
-            raise self.refuse("a malformed 'enum'")
-        out: list[JSON] = []
-        for kind in ALL_TYPES:
-            mine = [v for v in members if _kind(v) == kind]
-            if not mine:
-                out.append({"type": kind})
-            elif kind == "boolean":
-                rest = [b for b in (True, False) if not any(json_equal(b, v) for v in mine)]
-                out += [{"enum": rest}] if rest else []
-            elif kind == "number":
-                out += _number_gaps(mine)
-            elif kind == "string":
-                out.append({"type": "string", "not": {"enum": mine}})
-            elif kind != "null":
-                raise self.refuse(f"a condition on {kind} values")
-        return out
 
     def properties(self, listed: JSON) -> list[JSON]:
         if not isinstance(listed, dict):
@@ -223,6 +205,27 @@ class _Negation:
         if value != int(value):
             raise GrammarError(keyword=key, pointer=self.pointer, detail="expected a count")
         return int(value)
+
+
+def value_complement(members: JSON, pointer: str, keyword: str) -> list[JSON]:
+    """Every value not in `members`, type by type (numbers: the intervals between them)."""
+    if not isinstance(members, list):
+        raise GrammarError(keyword=keyword, pointer=pointer, detail="a malformed 'enum'")
+    out: list[JSON] = []
+    for kind in ALL_TYPES:
+        mine = [v for v in members if _kind(v) == kind]
+        if not mine:
+            out.append({"type": kind})
+        elif kind == "boolean":
+            rest = [b for b in (True, False) if not any(json_equal(b, v) for v in mine)]
+            out += [{"enum": rest}] if rest else []
+        elif kind == "number":
+            out += _number_gaps(mine)
+        elif kind == "string":
+            out.append({"type": "string", "not": {"enum": mine}})
+        elif kind != "null":
+            raise GrammarError(keyword=keyword, pointer=pointer, detail=f"excluding {kind} values")
+    return out
 
 
 def _kind(value: JSON) -> str:

@@ -387,3 +387,12 @@ def _merge_arrays(a: dict, b: dict, pointer: str) -> dict:
         for i in range(max(len(prefix_a), len(prefix_b)))
     ]
     return {"prefixItems": prefix, "items": pair(items_a, items_b)}
+
+
+def named_values(schema: object) -> list | None:
+    """The values of a schema that is only an enum or a const (None otherwise)."""
+    if not isinstance(schema, dict) or len(set(schema) - METADATA) != 1:
+        return None
+    if isinstance(schema.get("enum"), list):
+        return list(schema["enum"])
+    return [schema["const"]] if "const" in schema else None
