@@ -105,6 +105,7 @@ class SchemaBuilder:
         self.ref_stack: list[str] = []
         self.memo: dict[tuple, tuple[list, Node]] = {}
         self.num_nodes = 0
+        self.num_condition_branches = 0
         self.ctx = EmitContext()
         self.types = TypeLowering(self)
 

@@ -27,6 +27,8 @@ from .json_schema_resolve import (
 )
 from .json_schema_values import json_equal, json_type
 
+MAX_CONDITION_BRANCHES = 2000  # independent conditions multiply: k of them, 2**k branches
+
 
 def lower_condition(
     builder: Lowering, s: dict, conditions: list[Condition], pointer: str, base: str
@@ -46,11 +48,19 @@ def lower_condition(
         if negated:
             fails = negated[0] if len(negated) == 1 else {"anyOf": negated}
             branches.append([(fails, where_if), (cond.otherwise, where_else)])
-    options = [
-        builder.build_merged([(rest, pointer), *parts], base, pointer)
+    live_parts = [
+        [(rest, pointer), *parts]
         for parts in branches
         if not surely_empty(builder, [(rest, pointer), *parts], base, pointer)
     ]
+    builder.num_condition_branches += len(live_parts)
+    if builder.num_condition_branches > MAX_CONDITION_BRANCHES:
+        raise GrammarError(
+            keyword=cond.keyword,
+            pointer=pointer,
+            detail=f"more than {MAX_CONDITION_BRANCHES} condition branches",
+        )
+    options = [builder.build_merged(parts, base, pointer) for parts in live_parts]
     live = [o for o in options if not (isinstance(o, Never) and not o.cutoff)]
     if not live:
         return Never()

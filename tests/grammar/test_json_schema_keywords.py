@@ -192,6 +192,21 @@ def test_conditions_on_one_discriminator_stay_small() -> None:
     check_instances(schema, [{"kind": "k3", "f3": "x"}, {"kind": "k3", "f4": "x"}, {"kind": "k9"}])
 
 
+def test_independent_conditions_are_refused_within_a_budget() -> None:
+    """k independent conditions mean 2**k object variants: refused, naming the keyword."""
+    listed = {f"{c}{i}": {"type": "string"} for i in range(12) for c in "ab"}
+    conditions = [
+        {
+            "if": {"properties": {f"a{i}": {"const": "x"}}, "required": [f"a{i}"]},
+            "then": {"required": [f"b{i}"]},
+        }
+        for i in range(12)
+    ]
+    schema = {"type": "object", "properties": listed, "allOf": conditions}
+    with pytest.raises(GrammarError, match="'if' at # \\(more than 2000 condition branches\\)"):
+        schema_to_regex(schema)
+
+
 def test_if_is_ignored_before_draft_07() -> None:
     draft6 = {"$schema": "http://json-schema.org/draft-06/schema#", "type": "integer"}
     schema = {**draft6, "if": {"minimum": 0}, "then": {"maximum": 3}}
