@@ -18,6 +18,7 @@ from .errors import GrammarError
 from .json_schema_disjoint import disjoint, subsumes
 from .json_schema_ir import Boolean, Const, Never, Node, Null, Number, String, Union
 from .json_schema_lowering import Lowering
+from .json_schema_names import names_not_in
 from .json_schema_negation import complement, value_complement
 from .json_schema_numbers import FRACTIONAL
 from .json_schema_resolve import METADATA, RecursionCutoff, merge
@@ -201,6 +202,10 @@ def _exclude_values(node: Node, excluded: list, pointer: str) -> Node:
             if not any(json_equal(v, e) for e in hits)
         ]
         return Const(remaining, [write_generic(v) for v in remaining], remaining)
-    if isinstance(node, String) and node.unconstrained:
-        return String(string_not_in_regex([e for e in hits if isinstance(e, str)]))
+    if isinstance(node, String) and node.unconstrained:  # keeps its length bounds
+        words = [e for e in hits if isinstance(e, str)]
+        if (node.min_len, node.max_len) == (0, None):
+            return String(string_not_in_regex(words))
+        body = names_not_in(words, node.min_len, node.max_len)
+        return Never() if body is None else String(body, False, node.min_len, node.max_len)
     raise GrammarError(keyword="not", pointer=pointer, detail="excluding values of this type")

@@ -137,6 +137,14 @@ NOT_CASES = [  # `not` beyond types, values and required: the complement as sche
     ),
     ({"type": "number", "not": {"enum": [1, 2]}}, [1, 2, 1.0, 1.5, 0, 3, "x"]),
     ({"not": {"enum": [1, "a", None]}}, [1, 2, "a", "b", None, True, [1]]),
+    (  # excluded strings keep the length bounds (they were dropped: a false positive)
+        {"type": "string", "maxLength": 1, "not": {"enum": ["ab", "a"]}},
+        ["abc", "a", "b", "", "ab"],
+    ),
+    (
+        {"if": {"enum": ["b", 0]}, "then": {"type": "string"}, "else": {"minLength": 1}},
+        ["", "b", "c", 0, 1],
+    ),
     ({"not": {"items": {"type": "string"}}}, [["a"], [1], ["a", 1], [], "x", 3]),
     (
         {"type": "object", "properties": {"a": {"not": {"type": "string", "maxLength": 2}}}},
