@@ -91,11 +91,11 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
     )
     rule = _name_rule(builder, s, pointer, base)
     named: dict[str, Node] = {}  # extra names propertyNames allows, when finitely many
+    if rule is not None and patterns:  # pattern-named extras would escape propertyNames
+        raise GrammarError(
+            keyword="propertyNames", pointer=pointer, detail="with patternProperties"
+        )
     if rule is not None and additional is not None:
-        if patterns:
-            raise GrammarError(
-                keyword="propertyNames", pointer=pointer, detail="with patternProperties"
-            )
         if not rule.parts:
             named = {n: additional for n in rule.finite if n not in listed}
             additional = None

@@ -649,6 +649,15 @@ REFUSALS = [
         },
         "json_schema: unsupported keyword 'propertyNames' at # (with patternProperties)",
     ),
+    (  # extra names that patterns allow would escape propertyNames (a false positive once)
+        {
+            "type": "object",
+            "patternProperties": {"a|b": {"type": "string"}, "c": {"type": "integer"}},
+            "additionalProperties": False,
+            "propertyNames": {"pattern": "c"},
+        },
+        "json_schema: unsupported keyword 'propertyNames' at # (with patternProperties)",
+    ),
 ]
 
 
