@@ -7,6 +7,7 @@ cases without an exact lowering are refused with the keyword and pointer."""
 from __future__ import annotations
 
 import itertools
+import random
 import re
 
 import pytest
@@ -572,6 +573,73 @@ def test_token_walks_of_compiled_schemas(tokenizer, schema: dict, instances: lis
         ids = tokenizer.encode(canonical.canonical_json(instance))
         walked = all(matcher.accept_token(i) for i in ids) and matcher.is_accepting()
         assert walked == validator.is_valid(instance), instance
+
+
+# ---------------------------------------------------------------- randomized: never wider
+
+SCALARS = [None, True, False, 0, 1, 2, 2.5, -1, "a", "b", "ab", "abc", ""]
+
+
+def _random_value(rng: random.Random, depth: int = 0) -> object:
+    roll = rng.random()
+    if depth < 2 and roll < 0.15:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    if depth < 2 and roll < 0.3:
+        return {rng.choice("xyz"): _random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
+    return rng.choice(SCALARS)
+
+
+def _random_condition(rng: random.Random, depth: int = 0) -> dict:
+    kinds = ["type", "enum", "bound", "length", "properties", "required", "not", "anyOf", "items"]
+    kind = rng.choice(kinds if depth < 2 else kinds[:6])
+    if kind == "type":
+        return {"type": rng.sample(["null", "boolean", "integer", "number", "string", "array"], 2)}
+    if kind == "enum":
+        return {"enum": rng.sample(SCALARS, rng.randint(1, 3))}
+    if kind == "bound":
+        return {rng.choice(["minimum", "exclusiveMaximum"]): rng.choice([0, 1, 2.5])}
+    if kind == "length":
+        return {rng.choice(["minLength", "maxLength"]): rng.randint(0, 2)}
+    if kind == "properties":
+        return {"properties": {rng.choice("xyz"): _random_condition(rng, depth + 1)}}
+    if kind == "required":
+        return {"required": rng.sample(list("xyz"), rng.randint(1, 2))}
+    if kind in ("not", "items"):
+        return {kind: _random_condition(rng, depth + 1)}
+    return {"anyOf": [_random_condition(rng, depth + 1) for _ in range(2)]}
+
+
+def _random_schema(rng: random.Random) -> dict:
+    roll = rng.random()
+    if roll < 0.4:
+        keys = ("if", "then", "else")
+        return {k: _random_condition(rng) for k in keys}
+    if roll < 0.6:
+        return {"not": _random_condition(rng), **_random_condition(rng)}
+    if roll < 0.8:
+        return {"contains": _random_condition(rng), "maxContains": rng.randint(0, 2)}
+    return {
+        "properties": {"x": _random_condition(rng)},
+        "dependentSchemas": {"x": _random_condition(rng)},
+    }
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_schemas_never_accept_an_invalid_instance(seed: int) -> None:
+    """Whatever compiles (refusals are fine, narrowings too) rejects every invalid instance."""
+    rng = random.Random(seed)
+    for _ in range(40):
+        schema = _random_schema(rng)
+        try:
+            compiled = compile_schema(schema)
+        except GrammarError:
+            continue
+        pattern = re.compile(compiled.regex)
+        validator = jsonschema.Draft202012Validator(schema)
+        for _ in range(20):
+            value = _random_value(rng)
+            text = compiled.canonical_json(value)
+            assert pattern.fullmatch(text) is None or validator.is_valid(value), (schema, value)
 
 
 # ---------------------------------------------------------------- refusals
