@@ -26,7 +26,7 @@ from .json_schema_name_sets import (
     safe_alphabet,
     search_language,
 )
-from .json_schema_pattern import PatternError, parse_pattern
+from .json_schema_pattern import Alt, Chars, PatternError, PatternNode, Repeat, parse_pattern
 from .json_schema_strings import (
     any_json_char_regex,
     encode_string,
@@ -61,6 +61,10 @@ class NameRule:
     def accepts(self, name: str, ctx: EmitContext) -> bool:
         return ctx.accepts(self.node, encode_string(name))
 
+    def language(self) -> tuple[PatternNode, list[str]] | None:
+        """These names as a pattern AST, with its pattern sources (see `rule_language`)."""
+        return rule_language(self)
+
     def extra_key(self, listed: list[str], pointer: str) -> str | None:
         """Contents regex of the allowed names that are not in `listed` (None: none)."""
         options: list[str | None] = [
@@ -81,6 +85,22 @@ class NameRule:
                     detail=f"a pattern that also admits the listed name {clashes[0]!r}",
                 )
         return alt(options)
+
+
+def rule_language(rule: NameRule) -> tuple[PatternNode, list[str]] | None:
+    """`rule`'s names as a pattern AST and the pattern sources it came from (None: a part
+    that is neither a lone pattern nor a length range)."""
+    options: list[PatternNode] = [literal_names(rule.finite)]
+    sources: list[str] = []
+    for part in rule.parts:
+        if part.lengths is not None:
+            options.append(Repeat(Chars(CharSet.universe()), *part.lengths))
+        elif part.pattern is not None:
+            options.append(search_language(parse_pattern(part.pattern)))
+            sources.append(part.pattern)
+        else:
+            return None
+    return Alt(tuple(options)), sources
 
 
 def name_rule(node: Node, pointer: str, pattern: str | None = None) -> NameRule:

@@ -7,7 +7,9 @@ constraints on which properties are present.
   must match a pattern; no listed name may). Otherwise (up to 4 patterns) extra names are
   partitioned by exactly which patterns match them, minus the listed names
   (`json_schema_name_sets` writes each part as a regex; `ExtraClass` per part, the names
-  no pattern matches take `additionalProperties`). Listed properties whose name a pattern
+  no pattern matches take `additionalProperties`; a propertyNames of lengths, a lone
+  pattern or names is one more language every extra name must match). Listed properties
+  whose name a pattern
   matches, under our reading or Python's, also get the pattern's schema.
 * propertyNames: listed names are checked; extra names must be allowed too
   (`json_schema_names`: finitely many become listed properties, regexes restrict the
@@ -39,7 +41,7 @@ from .json_schema_name_sets import (
     search_language,
 )
 from .json_schema_names import NameRule, name_rule
-from .json_schema_pattern import PatternError, parse_pattern
+from .json_schema_pattern import PatternError, PatternNode, parse_pattern
 from .json_schema_resolve import METADATA
 from .json_schema_strings import any_json_char_regex, encode_string
 from .regex_builders import alt
@@ -91,11 +93,15 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
     )
     rule = _name_rule(builder, s, pointer, base)
     named: dict[str, Node] = {}  # extra names propertyNames allows, when finitely many
-    if rule is not None and patterns:  # pattern-named extras would escape propertyNames
-        raise GrammarError(
-            keyword="propertyNames", pointer=pointer, detail="with patternProperties"
-        )
-    if rule is not None and additional is not None:
+    if rule is not None and patterns:  # propertyNames becomes one more language of names
+        patterns.names = rule.language()
+        if patterns.names is None:
+            raise GrammarError(
+                keyword="propertyNames", pointer=pointer, detail="with patternProperties"
+            )
+        patterns.partitioned = True
+        additional = _additional(builder, s, pointer, base)
+    elif rule is not None and additional is not None:
         if not rule.parts:
             named = {n: additional for n in rule.finite if n not in listed}
             additional = None
@@ -134,20 +140,26 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
     if patterns and patterns.partitioned:
         classes, extra_key = patterns.partition(names, additional is not None, base)
         additional = None if extra_key is None else additional
-    if rule is not None and additional is not None:
+    if rule is not None and additional is not None and not patterns:
         extra_key = rule.extra_key(names, pointer)
         additional = None if extra_key is None else additional
     nonempty = _min_max_properties(s, properties, counted, pointer)
-    closed = (s.get("additionalProperties", True) is False and not patterns) or bool(
-        rule is not None and not rule.parts
+    closed = not patterns and (
+        s.get("additionalProperties", True) is False or bool(rule is not None and not rule.parts)
     )
     obj = Object(properties, additional, names, nonempty, closed, extra_key, classes)
     return enumerate_presence(obj, constraints, pointer) if constraints else obj
 
 
 def _exactly(matches: tuple[bool, ...], mask: int, count: int) -> bool:
-    """Exactly the patterns in `mask` match, and the name is not a listed one (the last)."""
-    return not matches[count] and all(matches[i] == bool(mask >> i & 1) for i in range(count))
+    """Exactly the patterns in `mask` match, the name is not a listed one (language `count`)
+    and propertyNames allows it (language `count + 1`, where there is one)."""
+    allowed = len(matches) == count + 1 or matches[count + 1]
+    return (
+        allowed
+        and not matches[count]
+        and all(matches[i] == bool(mask >> i & 1) for i in range(count))
+    )
 
 
 def _additional(builder: Lowering, s: dict, pointer: str, base: str) -> Node | None:
@@ -196,6 +208,7 @@ class PatternProperties:
         self.builder, self.schemas = builder, schemas
 
     partitioned = False  # extra names are split into classes by the patterns they match
+    names: tuple[PatternNode, list[str]] | None = None  # propertyNames' language, sources
 
     def __bool__(self) -> bool:
         return bool(self.items)
@@ -214,8 +227,12 @@ class PatternProperties:
             )
         try:
             languages = [search_language(parse_pattern(source)) for source in sources]
-            sets = NameSets([*languages, literal_names(listed)], safe_alphabet(sources))
             count = len(languages)
+            languages.append(literal_names(listed))
+            if self.names is not None:  # propertyNames: the last language must match
+                languages.append(self.names[0])
+                sources += self.names[1]
+            sets = NameSets(languages, safe_alphabet(sources))
             classes = []
             for mask in range(1, 1 << count):
                 key = sets.regex(partial(_exactly, mask=mask, count=count))

@@ -494,6 +494,37 @@ PATTERN_PROPERTIES_CASES = [
 ]
 
 
+PATTERN_PROPERTIES_CASES += [  # propertyNames as one more language of names
+    (
+        {
+            "type": "object",
+            "patternProperties": {".*": {"type": "integer"}},
+            "propertyNames": {"maxLength": 3},
+        },
+        [{"a": 1}, {"abcd": 1}, {"a": "x"}, {}],
+    ),
+    (  # (the pattern classes' names once escaped propertyNames: a false positive)
+        {
+            "type": "object",
+            "patternProperties": {"a|b": {"type": "string"}, "c": {"type": "integer"}},
+            "additionalProperties": False,
+            "propertyNames": {"pattern": "c"},
+        },
+        [{"a": "s"}, {"ac": "s"}, {"ac": 1}, {"c": 1}, {"c": "s"}, {"bc": "s"}, {"d": 1}],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}},
+            "patternProperties": {"^x-": {"type": "string"}},
+            "propertyNames": {"enum": ["id", "x-a", "y"]},
+            "additionalProperties": {"type": "boolean"},
+        },
+        [{"id": 1, "x-a": "s"}, {"x-a": 1}, {"y": True}, {"y": "s"}, {"x-b": "s"}, {"z": True}],
+    ),
+]
+
+
 @pytest.mark.parametrize(("schema", "instances"), PATTERN_PROPERTIES_CASES)
 def test_pattern_properties(schema: dict, instances: list) -> None:
     check_instances(schema, instances)
@@ -709,24 +740,19 @@ REFUSALS = [
         },
         "json_schema: unsupported keyword 'propertyNames' at # (a pattern that also admits the listed name 'id')",
     ),
-    (
-        {
-            "type": "object",
-            "patternProperties": {".*": {"type": "integer"}},
-            "propertyNames": {"maxLength": 3},
-        },
-        "json_schema: unsupported keyword 'propertyNames' at # (with patternProperties)",
-    ),
-    (  # extra names that patterns allow would escape propertyNames (a false positive once)
-        {
-            "type": "object",
-            "patternProperties": {"a|b": {"type": "string"}, "c": {"type": "integer"}},
-            "additionalProperties": False,
-            "propertyNames": {"pattern": "c"},
-        },
-        "json_schema: unsupported keyword 'propertyNames' at # (with patternProperties)",
-    ),
 ]
+
+
+REFUSALS.append(
+    (  # a name schema that is neither a lone pattern nor lengths cannot join the patterns
+        {
+            "type": "object",
+            "patternProperties": {"^x": {"type": "integer"}},
+            "propertyNames": {"pattern": "^[a-z]", "maxLength": 3},
+        },
+        "json_schema: unsupported keyword 'propertyNames' at # (with patternProperties)",
+    )
+)
 
 
 @pytest.mark.parametrize(("schema", "message"), REFUSALS)
