@@ -9,8 +9,7 @@ constraints on which properties are present.
   (`json_schema_name_sets` writes each part as a regex; `ExtraClass` per part, the names
   no pattern matches take `additionalProperties`; a propertyNames of lengths, a lone
   pattern or names is one more language every extra name must match). Listed properties
-  whose name a pattern
-  matches, under our reading or Python's, also get the pattern's schema.
+  whose name a pattern matches, under our reading or Python's, also get its schema.
 * propertyNames: listed names are checked; extra names must be allowed too
   (`json_schema_names`: finitely many become listed properties, regexes restrict the
   names of extra properties, listed names subtracted).
