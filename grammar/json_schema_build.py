@@ -3,6 +3,7 @@
 For each subschema: flatten (`$ref` and `allOf` merged into one keyword dict), refuse
 keywords that cannot be honored for the types the schema allows, then lower in this
 order: anyOf/oneOf (rest merged into every branch, `json_schema_combinators`) ->
+if/then/else and dependentSchemas (two disjoint branches, `json_schema_conditionals`) ->
 enum/const (members filtered by the rest) -> not (`json_schema_combinators`) -> one node
 per allowed type (`json_schema_types`, `json_schema_objects`). Subtrees are memoized.
 
@@ -17,6 +18,7 @@ from functools import reduce
 
 from .errors import GrammarError
 from .json_schema_combinators import lower_group, lower_not
+from .json_schema_conditionals import lower_condition
 from .json_schema_ir import (
     AnyValue,
     Const,
@@ -32,10 +34,11 @@ from .json_schema_resolve import (
     as_dict,
     detect_draft,
     merge,
+    named_values,
     normalize,
 )
 from .json_schema_types import TypeLowering
-from .json_schema_values import json_type, write_generic
+from .json_schema_values import json_equal, json_type, write_generic
 
 ALL_TYPES = ("null", "boolean", "object", "array", "string", "number")
 OBJECT_KEYWORDS = frozenset(
@@ -102,6 +105,7 @@ class SchemaBuilder:
         self.ref_stack: list[str] = []
         self.memo: dict[tuple, tuple[list, Node]] = {}
         self.num_nodes = 0
+        self.num_condition_branches = 0
         self.ctx = EmitContext()
         self.types = TypeLowering(self)
 
@@ -184,6 +188,9 @@ class SchemaBuilder:
         groups = list(s.get("_groups", []))
         if groups:
             return lower_group(self, s, groups, pointer, base)
+        conditions = list(s.get("_conds", []))
+        if conditions:
+            return lower_condition(self, s, conditions, pointer, base)
         if "enum" in s:
             return self.lower_enum(s, pointer, base)
         nots = list(s.get("_nots", []))
@@ -222,8 +229,6 @@ class SchemaBuilder:
         for key in s:
             if key in REFUSED:
                 raise GrammarError(keyword=key, pointer=pointer)
-            if key == "if" and ("then" in s or "else" in s):
-                raise GrammarError(keyword="if", pointer=pointer)
             owner = KEYWORD_TYPES.get(key)
             if owner is not None and (owner in types or (owner == "number" and "integer" in types)):
                 self.types.check(key, s, pointer)
@@ -239,6 +244,8 @@ class SchemaBuilder:
                 for v in values
                 for w in ([int(v), float(v)] if json_type(v) == "integer" else [v])
             ]
+        candidates = values
+        values, rest = _drop_excluded(values, rest)
         constraining = set(rest) - METADATA
         if constraining <= {"type"}:
             types = self.allowed_types(rest, pointer)
@@ -248,7 +255,7 @@ class SchemaBuilder:
                 if self.value_type(v) in types
                 or (self.value_type(v) == "integer" and "number" in types)
             ]
-            return self.const(kept, [write_generic(v) for v in kept], values)
+            return self.const(kept, [write_generic(v) for v in kept], candidates)
         node = self.lower(rest, pointer, base)
         kept, texts = [], []
         for value in values:
@@ -256,9 +263,23 @@ class SchemaBuilder:
             if self.ctx.accepts(node, text):
                 kept.append(value)
                 texts.append(text)
-        return self.const(kept, texts, values)
+        return self.const(kept, texts, candidates)
 
     def const(self, values: list, texts: list[str], candidates: list) -> Node:
         if not values:
             return Never()
         return Const(values, texts, list(candidates), float_is_integer=self.draft > 4)
+
+
+def _drop_excluded(values: list, rest: dict) -> tuple[list, dict]:
+    """`values` minus those a `not: {enum}` / `not: {const}` of `rest` excludes, and `rest`
+    without those `not`s (the enum answers them without lowering a node per type)."""
+    nots = rest.get("_nots", [])
+    banned = [named_values(n) for n in nots]
+    if all(b is None for b in banned):
+        return values, rest
+    excluded = [v for b in banned if b is not None for v in b]
+    kept = [v for v in values if not any(json_equal(v, e) for e in excluded)]
+    others = [n for n, b in zip(nots, banned) if b is None]
+    rest = {k: v for k, v in rest.items() if k != "_nots"}
+    return kept, {**rest, "_nots": others} if others else rest

@@ -4,8 +4,10 @@
   subsumes is dropped (`json_schema_disjoint.subsumes`).
 * oneOf: compiled as anyOf when the branches are provably disjoint; object branches that
   overlap are narrowed to "exactly one branch's required properties all present".
-* not: of types, of values (enum/const, where the excluded values can be cut out exactly),
-  of `required` (a presence constraint), and `not: {not: S}` = S.
+* not: of types (`not: {type: integer}` keeps numbers with a fractional part, `FRACTIONAL`),
+  of values (enum/const, where the excluded values can be cut out exactly),
+  of `required` (a presence constraint), and `not: {not: S}` = S; any other `not: S` is
+  S's complement as schemas (`json_schema_negation`), where it has one.
 """
 
 from __future__ import annotations
@@ -14,11 +16,18 @@ from functools import reduce
 
 from .errors import GrammarError
 from .json_schema_disjoint import disjoint, subsumes
-from .json_schema_ir import Boolean, Const, Never, Node, Null, String, Union
+from .json_schema_ir import Boolean, Const, Never, Node, Null, Number, String, Union
 from .json_schema_lowering import Lowering
+from .json_schema_names import names_not_in
+from .json_schema_negation import complement, value_complement
+from .json_schema_numbers import FRACTIONAL
 from .json_schema_resolve import METADATA, RecursionCutoff, merge
 from .json_schema_strings import string_not_in_regex
 from .json_schema_values import json_equal, json_type, write_generic
+
+_NUMBER_KEYWORDS = frozenset(
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+)
 
 
 def lower_group(builder: Lowering, s: dict, groups: list, pointer: str, base: str) -> Node:
@@ -106,7 +115,8 @@ def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -
     rest = {k: v for k, v in s.items() if k != "_nots"}
     types = builder.allowed_types(rest, pointer)
     excluded: list = []
-    doubled: list = []  # not {not: S} is S
+    doubled: list = []  # not {not: S} is S; other negations: S's complement as schemas
+    fractional = False  # `not: {type: integer}` where numbers are allowed
     for negated in nots:
         where = f"{pointer}/not"
         if negated is False:
@@ -117,10 +127,7 @@ def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -
             return Never()
         if keys == {"type"}:
             negated_types = builder.allowed_types(flat, where)
-            if "integer" in negated_types and "number" in types:
-                raise GrammarError(
-                    keyword="not", pointer=pointer, detail="numbers that are not integers"
-                )
+            fractional = fractional or ("integer" in negated_types and "number" in types)
             types -= negated_types
         elif keys == {"enum"}:
             excluded += flat["enum"]
@@ -130,15 +137,47 @@ def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -
             types &= {"object"}  # non-objects satisfy any `required`
             rest["_not_all"] = [*rest.get("_not_all", []), ("not", flat["required"])]
         else:
-            raise GrammarError(keyword="not", pointer=pointer, detail=f"'not' with {sorted(keys)}")
+            complemented = complement(builder, negated, where, base, "not")
+            if not complemented:
+                return Never()  # S accepts everything
+            fails = complemented[0] if len(complemented) == 1 else {"anyOf": complemented}
+            doubled.append((fails, where))
+    if fractional:
+        return _fractional(builder, rest, types, bool(doubled or excluded), pointer, base)
     rest["type"] = sorted(types)
     if not types:
         return Never()
-    if doubled:
-        node = builder.build_merged([(rest, pointer), *doubled], base, pointer)
-    else:
-        node = builder.lower(rest, pointer, base)
-    return _exclude_values(node, excluded, pointer) if excluded else node
+    parts = [(rest, pointer), *doubled]
+    node = (
+        builder.build_merged(parts, base, pointer)
+        if doubled
+        else builder.lower(rest, pointer, base)
+    )
+    if not excluded:
+        return node
+    try:
+        return _exclude_values(node, excluded, pointer)
+    except GrammarError as first:  # numbers between the excluded ones, and so on
+        try:
+            others = value_complement(excluded, f"{pointer}/not", "not")
+        except GrammarError:
+            raise first from None
+        fails = others[0] if len(others) == 1 else {"anyOf": others}
+        return builder.build_merged([*parts, (fails, f"{pointer}/not")], base, pointer)
+
+
+def _fractional(
+    builder: Lowering, rest: dict, types: set[str], more: bool, pointer: str, base: str
+) -> Node:
+    """Numbers that are not integers (`FRACTIONAL`), next to the other allowed types; only
+    where nothing else constrains the numbers (a regex cannot intersect them)."""
+    if more or set(rest) & _NUMBER_KEYWORDS:
+        raise GrammarError(keyword="not", pointer=pointer, detail="numbers that are not integers")
+    others = types - {"number"}
+    options: list[Node] = [Number(FRACTIONAL)]
+    if others:
+        options.insert(0, builder.lower({**rest, "type": sorted(others)}, pointer, base))
+    return options[0] if len(options) == 1 else Union(options)
 
 
 def _exclude_values(node: Node, excluded: list, pointer: str) -> Node:
@@ -163,6 +202,10 @@ def _exclude_values(node: Node, excluded: list, pointer: str) -> Node:
             if not any(json_equal(v, e) for e in hits)
         ]
         return Const(remaining, [write_generic(v) for v in remaining], remaining)
-    if isinstance(node, String) and node.unconstrained:
-        return String(string_not_in_regex([e for e in hits if isinstance(e, str)]))
+    if isinstance(node, String) and node.unconstrained:  # keeps its length bounds
+        words = [e for e in hits if isinstance(e, str)]
+        if (node.min_len, node.max_len) == (0, None):
+            return String(string_not_in_regex(words))
+        body = names_not_in(words, node.min_len, node.max_len)
+        return Never() if body is None else String(body, False, node.min_len, node.max_len)
     raise GrammarError(keyword="not", pointer=pointer, detail="excluding values of this type")

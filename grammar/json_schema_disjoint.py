@@ -90,6 +90,8 @@ def _object_excludes(node: Object, value: dict) -> bool:
                 return True
         elif key in node.excluded_names or node.closed:
             return True
+        elif node.classes:  # which class a name falls in is the patterns' business
+            continue
         elif node.additional is not None and _excludes(node.additional, item):
             return True
     return False
@@ -141,7 +143,7 @@ def _objects_disjoint(a: Object, b: Object) -> bool:
         if other is None:
             if prop.name in b.excluded_names or b.closed:
                 return True
-            if b.additional is not None and disjoint(prop.node, b.additional):
+            if not b.classes and b.additional is not None and disjoint(prop.node, b.additional):
                 return True
         elif disjoint(prop.node, other.node):
             return True
@@ -168,7 +170,9 @@ def subsumes(a: Node, b: Node) -> bool:
 
 
 def _object_subsumes(a: Object, b: Object) -> bool:
-    if a.extra_key is not None or b.extra_key is not None or (a.nonempty and not b.nonempty):
+    if a.extra_key is not None or b.extra_key is not None or a.classes or b.classes:
+        return False
+    if a.nonempty and not b.nonempty:
         return False
     listed_a = {p.name: p for p in a.properties}
     listed_b = {p.name: p for p in b.properties}

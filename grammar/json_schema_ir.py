@@ -206,7 +206,12 @@ class Union(Node):
         options: list[str | tuple | None] = []  # a tuple: where a group of objects goes
         for option in self.options:
             if isinstance(option, Object):
-                key = (id(option.additional), tuple(option.excluded_names), option.extra_key)
+                key = (
+                    id(option.additional),
+                    tuple(option.excluded_names),
+                    option.extra_key,
+                    tuple((c.key, id(c.node)) for c in option.classes),
+                )
                 if key not in groups:
                     groups[key] = []
                     options.append(key)  # placeholder, keeps the order
@@ -333,10 +338,20 @@ class Property:
     required: bool
 
 
+@dataclass(frozen=True, eq=False)
+class ExtraClass:
+    """Extra properties whose names match `key` (contents regex, canonical encoding; disjoint
+    from the other classes' keys and from the listed names) take values of `node`."""
+
+    key: str
+    node: Node
+
+
 @dataclass(eq=False)
 class Object(Node):
     """Listed properties in order, then extra properties (None: not allowed) whose names
-    differ from every name in `excluded_names`."""
+    differ from every name in `excluded_names`; names that match a `classes` key take that
+    class's values instead (patternProperties)."""
 
     properties: list[Property]
     additional: Node | None
@@ -344,6 +359,7 @@ class Object(Node):
     nonempty: bool = False  # at least one property
     closed: bool = False  # the schema forbids extra properties (not just this grammar)
     extra_key: str | None = None  # regex of extra names (contents); None: any unlisted name
+    classes: tuple[ExtraClass, ...] = ()
     json_types = frozenset({"object"})
 
     def regex(self, ctx: EmitContext) -> str | None:
@@ -363,18 +379,35 @@ class Object(Node):
         return members
 
     def extra_member(self, ctx: EmitContext) -> str | None:
-        if self.additional is None:
-            return None
-        value = ctx.regex(self.additional)
-        if value is None:
-            return None
-        names = (
-            string_not_in_regex(self.excluded_names) if self.extra_key is None else self.extra_key
-        )
-        member = "(?:" + '"' + names + '"' + ctx.sep(":") + value + ")"
-        if self.properties:  # next to listed properties, an undeclared one is the rare case
-            ctx.extras[member] = None
+        """Regex of one extra `"name":value` member, every class included (None: none)."""
+        members = [self._member(c.key, c.node, ctx) for c in self.classes]
+        if self.additional is not None:
+            names = (
+                string_not_in_regex(self.excluded_names)
+                if self.extra_key is None
+                else self.extra_key
+            )
+            members.insert(0, self._member(names, self.additional, ctx))
+        member = alt(members)
+        if member is not None and self.properties:  # next to listed properties, an
+            ctx.extras[member] = None  # undeclared one is the rare case
         return member
+
+    def _member(self, names: str, node: Node, ctx: EmitContext) -> str | None:
+        value = ctx.regex(node)
+        return None if value is None else "(?:" + '"' + names + '"' + ctx.sep(":") + value + ")"
+
+    def extra_node(self, key: str) -> Node | None:
+        """The node of an extra property named `key` (None: such a property is not allowed)."""
+        if key in self.excluded_names:
+            return None
+        contents = encode_string(key)[1:-1]
+        for extra in self.classes:
+            if re.fullmatch(extra.key, contents):
+                return extra.node
+        if self.extra_key is not None and not re.fullmatch(self.extra_key, contents):
+            return None
+        return self.additional
 
     def write(self, value: object, ctx: EmitContext) -> str:
         if not isinstance(value, dict):
@@ -388,7 +421,7 @@ class Object(Node):
                 )
         for key, item in value.items():  # every other key, so that nothing is ever dropped
             if key not in listed:
-                extra = None if key in self.excluded_names else self.additional
+                extra = self.extra_node(key)
                 text = extra.write(item, ctx) if extra is not None else write_generic(item)
                 parts.append(encode_string(key) + ":" + text)
         return "{" + ",".join(parts) + "}"
@@ -415,13 +448,8 @@ class Object(Node):
     ) -> bool:
         if key in listed:
             return listed[key].node.admits(item, ctx, depth_bound)
-        if key in self.excluded_names or self.additional is None:
-            return False
-        if self.extra_key is not None and not re.fullmatch(
-            self.extra_key, encode_string(key)[1:-1]
-        ):
-            return False
-        return self.additional.admits(item, ctx, depth_bound)
+        extra = self.extra_node(key)
+        return extra is not None and extra.admits(item, ctx, depth_bound)
 
 
 def objects_regex(objects: list[Object], ctx: EmitContext) -> str | None:

@@ -20,6 +20,7 @@ class Lowering(Protocol):
     strict: bool  # an object without `additionalProperties` gets no undeclared properties
     assert_formats: bool  # `format` is enforced, not only annotated
     ref_stack: list[str]  # the $refs open on the current path (recursion depth per target)
+    num_condition_branches: int  # branches of if/then/else lowered so far (a budget)
     ctx: EmitContext
 
     def any_value(self) -> Node:

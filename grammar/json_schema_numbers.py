@@ -23,6 +23,20 @@ _ANY_FRACTION = r"(?:\.[0-9]+)?"
 EXCLUSIVE_ZERO_EPSILON = Decimal("1e-15")
 
 
+# Numbers with a fractional part, written with at most 15 digits (leading "0" included) and
+# no exponent: at 15 significant digits decimal -> double -> decimal round-trips, so such a
+# text never parses to the double of an integer (unlike "1.0000000000000001"). Narrower
+# than "every non-integer", never wider.
+FRACTIONAL = (
+    r"-?(?:0\.[0-9]{0,13}[1-9]|"
+    + "|".join(
+        "[1-9]" + (rf"[0-9]{{{k}}}" if k else "") + rf"\.[0-9]{{0,{13 - k}}}[1-9]"
+        for k in range(14)
+    )
+    + ")"
+)
+
+
 def canonical_number(value: int | float) -> str:
     """How the grammar writes a JSON number: integers as integers, floats as plain
     decimals without exponent (``1e-07`` -> ``0.0000001``, ``2.0`` -> ``2.0``, ``-0.0`` ->

@@ -4,9 +4,15 @@ constraints on which properties are present.
 * Extra properties: `additionalProperties` (absent: any value, or none under `strict`).
 * patternProperties: when every pattern matches every name (its schema then binds every
   property), or with `additionalProperties: false` and one pattern schema (extra names
-  must match a pattern; no listed name may). Listed properties whose name a pattern
-  matches, under our reading or Python's, also get the pattern's schema.
-* propertyNames: when no extra properties are allowed (listed names are checked).
+  must match a pattern; no listed name may). Otherwise (up to 4 patterns) extra names are
+  partitioned by exactly which patterns match them, minus the listed names
+  (`json_schema_name_sets` writes each part as a regex; `ExtraClass` per part, the names
+  no pattern matches take `additionalProperties`; a propertyNames of lengths, a lone
+  pattern or names is one more language every extra name must match). Listed properties
+  whose name a pattern matches, under our reading or Python's, also get its schema.
+* propertyNames: listed names are checked; extra names must be allowed too
+  (`json_schema_names`: finitely many become listed properties, regexes restrict the
+  names of extra properties, listed names subtracted).
 * minProperties with extra properties allowed: up to the number of required properties,
   or 1. maxProperties only without extra properties.
 * Presence constraints (dependentRequired, `not: {required}`, oneOf over required sets,
@@ -16,21 +22,32 @@ constraints on which properties are present.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from functools import partial
 from typing import overload
 
 from .errors import GrammarError
-from .json_schema_ir import Never, Node, Object, Property, Union
+from .json_schema_ir import ExtraClass, Never, Node, Object, Property, Union
 from .json_schema_lengths import pattern_regex
 from .json_schema_lowering import Lowering
-from .json_schema_pattern import PatternError
+from .json_schema_name_sets import (
+    NameSetError,
+    NameSets,
+    literal_names,
+    safe_alphabet,
+    search_language,
+)
+from .json_schema_names import NameRule, name_rule
+from .json_schema_pattern import PatternError, PatternNode, parse_pattern
+from .json_schema_resolve import METADATA
 from .json_schema_strings import any_json_char_regex, encode_string
 from .regex_builders import alt
 
 MAX_ENUMERATED_NAMES = 12
 MAX_VARIANTS = 256
+MAX_PARTITIONED_PATTERNS = 4
 
 
 @overload
@@ -68,10 +85,29 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
             detail="malformed",
         )
     patterns = PatternProperties(builder, s, pointer, base)
-    additional = patterns.additional if patterns else _additional(builder, s, pointer, base)
-    constraints = presence_constraints(s, additional is None, pointer)
+    additional = (
+        patterns.additional
+        if patterns and not patterns.partitioned
+        else _additional(builder, s, pointer, base)
+    )
+    rule = _name_rule(builder, s, pointer, base)
+    named: dict[str, Node] = {}  # extra names propertyNames allows, when finitely many
+    if rule is not None and patterns:  # propertyNames becomes one more language of names
+        patterns.names = rule.language()
+        if patterns.names is None:
+            raise GrammarError(
+                keyword="propertyNames", pointer=pointer, detail="with patternProperties"
+            )
+        patterns.partitioned = True
+        additional = _additional(builder, s, pointer, base)
+    elif rule is not None and additional is not None:
+        if not rule.parts:
+            named = {n: additional for n in rule.finite if n not in listed}
+            additional = None
+    counted = additional is None and not (patterns and patterns.partitioned)  # no extras
+    constraints = presence_constraints(s, counted, pointer, [*listed, *named])
     mentioned = [n for _, names, _ in constraints for n in names]
-    names = list(dict.fromkeys([*listed, *required, *mentioned]))
+    names = list(dict.fromkeys([*listed, *required, *mentioned, *named]))
     properties = []
     for name in names:
         parts = (
@@ -82,25 +118,47 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
         parts += patterns.schemas_for(name) if patterns else []
         if parts:
             node = builder.build_merged(parts, base, parts[0][1])
-        elif patterns or (
+        elif name in named:
+            node = named[name]
+        elif (patterns and not patterns.partitioned) or (
             additional is None and (name not in required or "additionalProperties" in s)
         ):
             continue  # cannot appear (strict mode still lets a required name in)
         else:
             node = additional or builder.any_value()
         properties.append(Property(name, node, name in required))
-    if patterns:
-        patterns.check_names(names)
-    kept = _property_names(builder, s, properties, additional, pointer, base)
+    if patterns and patterns.extra_key is not None and patterns.clashes(names):
+        patterns.partitioned = True  # the listed names are subtracted from the patterns
+        additional = None  # additionalProperties is false in this shape
+    kept = properties if rule is None else _allowed_names(builder, rule, properties)
     if kept is None or any(name not in {p.name for p in kept} for name in required):
         return Never()
     properties = kept
-    nonempty = _min_max_properties(s, properties, additional, pointer)
-    closed = s.get("additionalProperties", True) is False and not patterns
-    obj = Object(
-        properties, additional, names, nonempty, closed, patterns.extra_key if patterns else None
+    extra_key = patterns.extra_key if patterns else None
+    classes: tuple[ExtraClass, ...] = ()
+    if patterns and patterns.partitioned:
+        classes, extra_key = patterns.partition(names, additional is not None, base)
+        additional = None if extra_key is None else additional
+    if rule is not None and additional is not None and not patterns:
+        extra_key = rule.extra_key(names, pointer)
+        additional = None if extra_key is None else additional
+    nonempty = _min_max_properties(s, properties, counted, pointer)
+    closed = not patterns and (
+        s.get("additionalProperties", True) is False or bool(rule is not None and not rule.parts)
     )
+    obj = Object(properties, additional, names, nonempty, closed, extra_key, classes)
     return enumerate_presence(obj, constraints, pointer) if constraints else obj
+
+
+def _exactly(matches: tuple[bool, ...], mask: int, count: int) -> bool:
+    """Exactly the patterns in `mask` match, the name is not a listed one (language `count`)
+    and propertyNames allows it (language `count + 1`, where there is one)."""
+    allowed = len(matches) == count + 1 or matches[count + 1]
+    return (
+        allowed
+        and not matches[count]
+        and all(matches[i] == bool(mask >> i & 1) for i in range(count))
+    )
 
 
 def _additional(builder: Lowering, s: dict, pointer: str, base: str) -> Node | None:
@@ -144,13 +202,55 @@ class PatternProperties:
         ):
             self.additional = builder.build_merged(schemas[:1], base, self.pointer)
             self.extra_key = alt(self.key_regexes)
-        else:
-            raise GrammarError(
-                keyword="patternProperties", pointer=pointer, detail="names that no pattern matches"
-            )
+        else:  # names split by which patterns match them: see `partition`
+            self.partitioned = True
+        self.builder, self.schemas = builder, schemas
+
+    partitioned = False  # extra names are split into classes by the patterns they match
+    names: tuple[PatternNode, list[str]] | None = None  # propertyNames' language, sources
 
     def __bool__(self) -> bool:
         return bool(self.items)
+
+    def partition(
+        self, listed: list[str], with_rest: bool, base: str
+    ) -> tuple[tuple[ExtraClass, ...], str | None]:
+        """One class per set of patterns that some unlisted name matches exactly (its values:
+        all those patterns' schemas), and the regex of the names no pattern matches (None:
+        none, or `with_rest` is False). Names are restricted to characters on which every
+        regex engine reads the patterns alike (`safe_alphabet`): narrower, never wider."""
+        sources = [source for source, _ in self.items]
+        if len(sources) > MAX_PARTITIONED_PATTERNS:
+            raise GrammarError(
+                keyword="patternProperties", pointer=self.pointer, detail="too many patterns"
+            )
+        try:
+            languages = [search_language(parse_pattern(source)) for source in sources]
+            count = len(languages)
+            languages.append(literal_names(listed))
+            if self.names is not None:  # propertyNames: the last language must match
+                languages.append(self.names[0])
+                sources += self.names[1]
+            sets = NameSets(languages, safe_alphabet(sources))
+            classes = []
+            for mask in range(1, 1 << count):
+                key = sets.regex(partial(_exactly, mask=mask, count=count))
+                if key is None:
+                    continue
+                chosen = [self.schemas[i] for i in range(count) if mask >> i & 1]
+                node = self.builder.build_merged(chosen, base, chosen[0][1])
+                if not isinstance(node, Never) or node.cutoff:
+                    classes.append(ExtraClass(key, node))
+            rest = sets.regex(partial(_exactly, mask=0, count=count)) if with_rest else None
+        except (PatternError, NameSetError) as exc:
+            raise GrammarError(
+                keyword="patternProperties", pointer=self.pointer, detail=str(exc)
+            ) from None
+        except RecursionError:  # derivatives recurse on the patterns' nesting
+            raise GrammarError(
+                keyword="patternProperties", pointer=self.pointer, detail="patterns nest too deeply"
+            ) from None
+        return tuple(classes), rest
 
     def matches(self, index: int, name: str) -> tuple[bool, bool]:
         """(our reading of pattern `index` matches `name`, Python's `re.search` does)."""
@@ -166,48 +266,48 @@ class PatternProperties:
             if any(self.matches(i, name))
         ]
 
-    def check_names(self, names: list[str]) -> None:
-        """Extra names come from the patterns' languages: no listed name may be in one."""
-        if self.extra_key is not None and any(
-            self.matches(i, n)[0] for n in names for i in range(len(self.items))
-        ):
-            raise GrammarError(
-                keyword="patternProperties",
-                pointer=self.pointer,
-                detail="a listed name matches a pattern",
-            )
+    def clashes(self, names: list[str]) -> bool:
+        """Whether a listed name is in a pattern's language (as extra names come from it)."""
+        return any(self.matches(i, n)[0] for n in names for i in range(len(self.items)))
 
 
-def _property_names(
-    builder: Lowering,
-    s: dict,
-    properties: list,
-    additional: Node | None,
-    pointer: str,
-    base: str,
-) -> list | None:
-    """Listed properties allowed by propertyNames (None: a required one is not)."""
+def _name_rule(builder: Lowering, s: dict, pointer: str, base: str) -> NameRule | None:
+    """The names `propertyNames` allows (None: absent, or it admits every name)."""
     schema = s.get("propertyNames", True)
     if schema is True or schema == {}:
-        return properties
-    if additional is not None:
-        raise GrammarError(
-            keyword="propertyNames", pointer=pointer, detail="with additional properties allowed"
-        )
+        return None
     node = builder.build(schema, f"{pointer}/propertyNames", base)
+    rule = name_rule(node, pointer, _lone_pattern(schema))
+    return None if rule.everything else rule
+
+
+def _lone_pattern(schema: object) -> str | None:
+    """The pattern of a name schema that is just ``{"pattern": P}`` (type string at most)."""
+    if not isinstance(schema, dict) or schema.get("type", "string") != "string":
+        return None
+    pattern = schema.get("pattern")
+    rest = set(schema) - METADATA - {"type", "pattern"}
+    return pattern if isinstance(pattern, str) and not rest else None
+
+
+def _allowed_names(
+    builder: Lowering, rule: NameRule, properties: list[Property]
+) -> list[Property] | None:
+    """The properties whose name `rule` allows (None: a required one is not allowed)."""
     kept = []
     for prop in properties:
-        if builder.ctx.accepts(node, encode_string(prop.name)):
+        if rule.accepts(prop.name, builder.ctx):
             kept.append(prop)
         elif prop.required:
             return None
     return kept
 
 
-def _min_max_properties(s: dict, properties: list, additional: Node | None, pointer: str) -> bool:
-    """Whether the object must be nonempty; refuses counts it cannot express."""
-    if additional is None:
-        return False  # counted exactly by presence_constraints
+def _min_max_properties(s: dict, properties: list, counted: bool, pointer: str) -> bool:
+    """Whether the object must be nonempty; refuses counts it cannot express (`counted`: no
+    extra properties, presence_constraints counts exactly)."""
+    if counted:
+        return False
     num_required = sum(p.required for p in properties)
     low = non_negative_int(s, "minProperties", pointer, 0)
     if "maxProperties" in s:
@@ -228,9 +328,10 @@ Presence = Callable[[frozenset[str]], bool]  # which property names may be prese
 
 
 def presence_constraints(
-    s: dict, closed: bool, pointer: str
+    s: dict, closed: bool, pointer: str, countable: list[str]
 ) -> list[tuple[str, list[str], Presence]]:
-    """(keyword, names it involves, predicate over the set of present names) per constraint."""
+    """(keyword, names it involves, predicate over the set of present names) per constraint;
+    `countable`: the names a closed object may have besides required ones (for counts)."""
     constraints: list[tuple[str, list[str], Presence]] = []
     for name, deps in s.get("dependentRequired", {}).items():
         if not isinstance(deps, list):
@@ -246,7 +347,7 @@ def presence_constraints(
         high = non_negative_int(s, "maxProperties", pointer, None)
         keyword = "minProperties" if "minProperties" in s else "maxProperties"
         rule = partial(_count_present, low=low, high=high)
-        constraints.append((keyword, list(s.get("properties", {})), rule))
+        constraints.append((keyword, list(countable), rule))
     return constraints
 
 
@@ -295,6 +396,4 @@ def _variant(obj: Object, free: set[str], present: frozenset[str]) -> Object:
         for p in obj.properties
         if p.name not in free or p.name in present
     ]
-    return Object(
-        properties, obj.additional, obj.excluded_names, obj.nonempty, obj.closed, obj.extra_key
-    )
+    return dataclasses.replace(obj, properties=properties)

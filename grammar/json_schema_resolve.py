@@ -1,15 +1,21 @@
 """Schema-level algebra before lowering: drafts, `$ref` lookup, and exact `allOf` merging.
 
 `normalize` rewrites draft-specific spellings into the 2020-12 vocabulary (draft-04
-boolean exclusive bounds, array-form `items` + `additionalItems`, `dependencies`).
+boolean exclusive bounds, array-form `items` + `additionalItems`, `dependencies`), and
+`unevaluated*` into `additional*`/`items` where no applicator evaluates anything (beside
+`contains`, an unevaluated item is one `contains` does not match: items become
+`anyOf: [contains, unevaluatedItems]`).
 `Resolver` finds the target of a `$ref` among the documents embedded in the root schema
 (`$id` / draft-04 `id`); remote references are refused. `merge` intersects two schemas
 keyword by keyword, exactly or not at all (GrammarError). anyOf/oneOf become `_groups`
-[(keyword, branches)] and `not` becomes `_nots` [schema], so merging only concatenates.
+[(keyword, branches)], `not` becomes `_nots` [schema], and `if`/`then`/`else` and each
+`dependentSchemas` entry become `_conds` [Condition], so merging only concatenates (an `if`
+in one allOf member never meets a `then` of another).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from urllib.parse import unquote, urldefrag, urljoin
 
 from .errors import GrammarError
@@ -62,6 +68,18 @@ METADATA = frozenset(
     }
 )
 FALSE_SCHEMA: dict = {"type": []}
+
+
+@dataclass(frozen=True)
+class Condition:
+    """ "`condition` holds -> `then`, else `otherwise`", from `keyword` (`if` or
+    `dependentSchemas`); the paths are the subschemas' pointers relative to the schema."""
+
+    keyword: str
+    condition: JSON
+    then: JSON
+    otherwise: JSON
+    paths: tuple[str, str, str]  # of condition, then, otherwise
 
 
 class RecursionCutoff(Exception):
@@ -129,12 +147,16 @@ def normalize(schema: dict, draft: int) -> dict:
         "$dynamicRef",
         "_groups",
         "_nots",
+        "_conds",
     )
     if not any(k in s for k in applicators):  # then "unevaluated" means "additional"
         if "unevaluatedProperties" in s and "patternProperties" not in s:
             s.setdefault("additionalProperties", s["unevaluatedProperties"])
             del s["unevaluatedProperties"]
-        if "unevaluatedItems" in s:
+        if "unevaluatedItems" in s and "items" not in s and "contains" in s:
+            if "prefixItems" not in s:  # items `contains` matches are evaluated
+                s["items"] = {"anyOf": [s["contains"], s.pop("unevaluatedItems")]}
+        elif "unevaluatedItems" in s:
             s.setdefault("items", s["unevaluatedItems"])
             del s["unevaluatedItems"]
     groups = [(k, s.pop(k)) for k in ("anyOf", "oneOf") if k in s]
@@ -142,6 +164,9 @@ def normalize(schema: dict, draft: int) -> dict:
         s["_groups"] = [*s.get("_groups", []), *groups]
     if "not" in s:
         s["_nots"] = [*s.get("_nots", []), s.pop("not")]
+    conditions = _conditions(s, draft)
+    if conditions:
+        s["_conds"] = [*s.get("_conds", []), *conditions]
     if "const" in s:
         s["enum"] = (
             [s.pop("const")]
@@ -150,6 +175,31 @@ def normalize(schema: dict, draft: int) -> dict:
         )
         s.pop("const", None)
     return s
+
+
+def accepts_everything(schema: JSON) -> bool:
+    """A schema that accepts every value."""
+    return schema is True or (isinstance(schema, dict) and not set(schema) - METADATA)
+
+
+def _conditions(s: dict, draft: int) -> list[Condition]:
+    """Pops `if`/`then`/`else` (draft-07 on; `then`/`else` without `if` assert nothing) and a
+    well-formed `dependentSchemas` (an object with the name present -> the subschema)."""
+    out = []
+    has_if = "if" in s
+    condition, then, otherwise = (s.pop(k, True) for k in ("if", "then", "else"))
+    if draft >= 7 and has_if and not (accepts_everything(then) and accepts_everything(otherwise)):
+        out.append(Condition("if", condition, then, otherwise, ("/if", "/then", "/else")))
+    dependents = s.get("dependentSchemas")
+    if isinstance(dependents, dict):
+        del s["dependentSchemas"]
+        for name, schema in dependents.items():
+            if accepts_everything(schema):
+                continue
+            where = "/dependentSchemas/" + name.replace("~", "~0").replace("/", "~1")
+            present = {"type": "object", "required": [name]}
+            out.append(Condition("dependentSchemas", present, schema, True, (where, where, where)))
+    return out
 
 
 class Resolver:
@@ -281,7 +331,7 @@ def _merge_keyword(key: str, x: JSON, y: JSON, pointer: str) -> JSON:
         return min(x, y)
     if key in _MINIMA:
         return max(x, y)
-    if key in ("_groups", "_nots", "_not_all"):
+    if key in ("_groups", "_nots", "_not_all", "_conds"):
         return list(x) + list(y)
     if key == "uniqueItems":
         return bool(x) or bool(y)
@@ -337,3 +387,12 @@ def _merge_arrays(a: dict, b: dict, pointer: str) -> dict:
         for i in range(max(len(prefix_a), len(prefix_b)))
     ]
     return {"prefixItems": prefix, "items": pair(items_a, items_b)}
+
+
+def named_values(schema: object) -> list | None:
+    """The values of a schema that is only an enum or a const (None otherwise)."""
+    if not isinstance(schema, dict) or len(set(schema) - METADATA) != 1:
+        return None
+    if isinstance(schema.get("enum"), list):
+        return list(schema["enum"])
+    return [schema["const"]] if "const" in schema else None

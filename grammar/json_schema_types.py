@@ -4,7 +4,9 @@ Each `lower_<type>` reads only the keywords of its type and raises GrammarError 
 cannot honor exactly. Keywords honored only in special cases:
 
 * multipleOf: integers with a divisor of 1 (trivially true); `number` + multipleOf 1.
-* uniqueItems: when at most one item is possible.
+* uniqueItems: when at most one item is possible, or items take finitely many values
+  (`json_schema_unique`).
+* contains / minContains / maxContains: `json_schema_contains`.
 
 Objects are lowered in `json_schema_objects`.
 """
@@ -15,6 +17,7 @@ import math
 from decimal import Decimal
 
 from .errors import GrammarError
+from .json_schema_contains import lower_contains
 from .json_schema_formats import format_pattern
 from .json_schema_ir import Array, Boolean, Integer, Never, Node, Null, Number, String
 from .json_schema_lengths import pattern_regex
@@ -29,8 +32,9 @@ from .json_schema_numbers import (
 from .json_schema_objects import lower_object, non_negative_int
 from .json_schema_pattern import PatternError
 from .json_schema_strings import string_regex
+from .json_schema_unique import at_most_one_item, unique_array
 
-_REFUSED = frozenset({"contains", "unevaluatedProperties", "unevaluatedItems"})
+_REFUSED = frozenset({"unevaluatedProperties", "unevaluatedItems"})
 _FLOAT_EXACT_LIMIT = 2**53
 
 
@@ -189,13 +193,15 @@ class TypeLowering:
             items = build(items_schema, f"{pointer}/items", base)
         min_items = non_negative_int(s, "minItems", pointer, 0)
         max_items = non_negative_int(s, "maxItems", pointer, None)
-        if s.get("uniqueItems") is True:
-            limits = [
-                m for m in (max_items, len(prefix) if items is None else None) if m is not None
-            ]
-            if not limits or min(limits) > 1:
-                raise GrammarError(keyword="uniqueItems", pointer=pointer)
-        return Array(prefix, items, min_items, max_items)
+        array = Array(prefix, items, min_items, max_items)
+        unique = s.get("uniqueItems") is True and not at_most_one_item(array)
+        if "contains" in s and self.builder.draft >= 6:
+            if unique:
+                raise GrammarError(
+                    keyword="uniqueItems", pointer=pointer, detail="together with contains"
+                )
+            return lower_contains(self.builder, s, array, pointer, base)
+        return unique_array(array, pointer) if unique else array
 
 
 def _decimal(value: object, key: str, pointer: str) -> Decimal:

@@ -448,11 +448,14 @@ REFUSALS = [
     (
         {
             "type": "object",
-            "properties": {"a": {"if": {"type": "string"}, "then": {"minLength": 1}}},
+            "properties": {"a": {"if": {"pattern": "^x"}, "then": {"minLength": 2}}},
         },
-        "json_schema: unsupported keyword 'if' at #/properties/a",
+        "json_schema: unsupported keyword 'if' at #/properties/a/if (a condition with 'pattern')",
     ),
-    ({"type": "array", "uniqueItems": True}, "json_schema: unsupported keyword 'uniqueItems' at #"),
+    (
+        {"type": "array", "uniqueItems": True},
+        "json_schema: unsupported keyword 'uniqueItems' at # (items of infinitely many values)",
+    ),
     (
         {"type": "integer", "multipleOf": 3},
         "json_schema: unsupported keyword 'multipleOf' at # (multipleOf 3)",
@@ -466,8 +469,8 @@ REFUSALS = [
         "json_schema: unsupported keyword '$ref' at # (remote reference 'http://example.com/x.json')",
     ),
     (
-        {"type": "object", "patternProperties": {"^x": {}}},
-        "json_schema: unsupported keyword 'patternProperties' at # (names that no pattern matches)",
+        {"type": "object", "patternProperties": {f"^{c}": {"const": c} for c in "abcde"}},
+        "json_schema: unsupported keyword 'patternProperties' at #/patternProperties (too many patterns)",
     ),
     ({"type": "string", "pattern": "(?=a)"}, None),
     (
@@ -475,8 +478,8 @@ REFUSALS = [
         "json_schema: unsupported keyword 'format' at # (format 'iri')",
     ),
     (
-        {"type": "array", "contains": {"type": "integer"}},
-        "json_schema: unsupported keyword 'contains' at #",
+        {"type": "array", "prefixItems": [{}], "contains": {"type": "integer"}},
+        "json_schema: unsupported keyword 'contains' at # (with prefixItems)",
     ),
     (False, None),
 ]

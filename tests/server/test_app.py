@@ -289,7 +289,11 @@ GRAMMAR_BAD_REQUESTS = [
                 "type": "json_schema",
                 "json_schema": {
                     "name": "x",
-                    "schema": {"type": "object", "if": {"required": ["a"]}, "then": {}},
+                    "schema": {
+                        "type": "object",
+                        "if": {"properties": {"a": {"pattern": "^x"}}},
+                        "then": {"required": ["b"]},
+                    },
                 },
             }
         ),
@@ -306,7 +310,7 @@ GRAMMAR_BAD_REQUESTS = [
                         "name": "f",
                         "parameters": {
                             "type": "object",
-                            "if": {"required": ["a"]},
+                            "if": {"properties": {"a": {"pattern": "^x"}}},
                             "then": {"required": ["b"]},
                         },
                     },

@@ -1,0 +1,762 @@
+"""JSON Schema keywords lowered through complements and counting: if/then/else,
+dependentSchemas, contains/minContains/maxContains, uniqueItems, propertyNames and
+patternProperties. Each schema is checked against `jsonschema` on valid and invalid
+instances (the grammar accepts an instance's canonical text iff it is valid), and the
+cases without an exact lowering are refused with the keyword and pointer."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import re
+
+import pytest
+from grammar_support import byte_dfa, dfa_fullmatch, shared_compiler
+from radixgen.grammar.errors import GrammarError
+from radixgen.grammar.json_schema import compile_schema, schema_to_regex
+from radixgen.grammar.json_schema_name_sets import NameSets, literal_names, search_language
+from radixgen.grammar.json_schema_numbers import FRACTIONAL
+from radixgen.grammar.json_schema_pattern import parse_pattern
+from radixgen.grammar.regex_builders import CharSet
+
+jsonschema = pytest.importorskip("jsonschema")
+
+
+def check_instances(schema: object, instances: list) -> None:
+    """Every instance's canonical text is accepted iff jsonschema says it is valid (with
+    either whitespace policy), and the list holds at least one valid and one invalid
+    instance."""
+    validator = jsonschema.validators.validator_for(
+        schema, default=jsonschema.Draft202012Validator
+    )(schema)
+    verdicts = set()
+    for whitespace in ("compact", "flexible"):
+        compiled = compile_schema(schema, whitespace=whitespace)
+        pattern = re.compile(compiled.regex)
+        for instance in instances:
+            text = compiled.canonical_json(instance)
+            valid = validator.is_valid(instance)
+            verdicts.add(valid)
+            assert (pattern.fullmatch(text) is not None) == valid, (instance, text, whitespace)
+    assert verdicts == {True, False}
+
+
+# ---------------------------------------------------------------- if / then / else
+
+KIND = {"properties": {"kind": {"const": "circle"}}, "required": ["kind"]}
+CONDITIONAL_CASES = [
+    (
+        {"if": {"exclusiveMaximum": 0}, "then": {"minimum": -10}, "else": {"maximum": 100}},
+        [-11, -10, -1, 0, 5, 100, 101, 100.5, "x", None],
+    ),
+    ({"if": {"const": 1}, "then": False}, [1, 1.0, 2, 0.5, "1", None, [1]]),
+    ({"if": {"const": 1}, "else": False}, [1, 1.0, 2, "1"]),
+    (
+        {"if": {"enum": [1, 3]}, "then": {"type": "integer"}, "else": {"type": "string"}},
+        [1, 3, 2, "a", 2.5],
+    ),
+    (
+        {"if": {"maxLength": 4}, "then": {"const": "yes"}, "else": {"const": "other"}},
+        ["yes", "no", "other", "toolong", 3],
+    ),
+    ({"if": True, "then": {"const": "then"}, "else": {"const": "else"}}, ["then", "else"]),
+    ({"if": False, "then": {"const": "then"}, "else": {"const": "else"}}, ["then", "else"]),
+    (
+        {
+            "type": ["string", "boolean"],
+            "if": {"type": "string"},
+            "then": {"minLength": 2},
+            "else": {"const": True},
+        },
+        ["ab", "a", True, False, 1],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {
+                "kind": {"enum": ["circle", "square"]},
+                "r": {"type": "number"},
+                "side": {"type": "number"},
+            },
+            "required": ["kind"],
+            "if": KIND,
+            "then": {"required": ["r"]},
+            "else": {"required": ["side"]},
+        },
+        [
+            {"kind": "circle", "r": 1},
+            {"kind": "circle", "side": 1},
+            {"kind": "square", "side": 1},
+            {"kind": "square", "r": 1},
+            {"kind": "triangle", "side": 1},
+            {"side": 1},
+        ],
+    ),
+    (
+        {
+            "type": "object",
+            "if": {"properties": {"a": {"type": "string"}}},
+            "then": {"required": ["b"]},
+        },
+        [{}, {"a": "x"}, {"a": "x", "b": 1}, {"a": 1}, {"b": 2}],
+    ),
+    (
+        {
+            "if": {"anyOf": [{"type": "null"}, {"type": "boolean"}]},
+            "then": {"const": None},
+            "else": {"type": "string"},
+        },
+        [None, True, "s", 1],
+    ),
+    (
+        {"if": {"not": {"type": "string"}}, "then": {"type": "integer"}, "else": {"minLength": 1}},
+        [1, 1.5, "", "a", None],
+    ),
+    (  # then/else without if assert nothing; two conditions on one schema
+        {
+            "type": "integer",
+            "allOf": [
+                {"if": {"minimum": 10}, "then": {"maximum": 20}},
+                {"if": {"maximum": 0}, "then": {"minimum": -5}},
+            ],
+        },
+        [5, 15, 25, -3, -6, 1.5],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), CONDITIONAL_CASES)
+def test_if_then_else(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+NOT_CASES = [  # `not` beyond types, values and required: the complement as schemas
+    ({"not": {"type": "integer"}}, [1, 1.5, 1.0, "x", None, -0.25, 2, 0.1]),
+    (
+        {"if": {"type": "integer"}, "then": {"minimum": 0}, "else": {"type": "string"}},
+        [1, -1, 1.5, "x", None],
+    ),
+    ({"type": "number", "not": {"enum": [1, 2]}}, [1, 2, 1.0, 1.5, 0, 3, "x"]),
+    ({"not": {"enum": [1, "a", None]}}, [1, 2, "a", "b", None, True, [1]]),
+    (  # excluded strings keep the length bounds (they were dropped: a false positive)
+        {"type": "string", "maxLength": 1, "not": {"enum": ["ab", "a"]}},
+        ["abc", "a", "b", "", "ab"],
+    ),
+    (
+        {"if": {"enum": ["b", 0]}, "then": {"type": "string"}, "else": {"minLength": 1}},
+        ["", "b", "c", 0, 1],
+    ),
+    ({"not": {"items": {"type": "string"}}}, [["a"], [1], ["a", 1], [], "x", 3]),
+    (
+        {"type": "object", "properties": {"a": {"not": {"type": "string", "maxLength": 2}}}},
+        [{"a": "abc"}, {"a": "ab"}, {"a": 1}, {}],
+    ),
+    ({"not": {"properties": {"k": {"const": 1}}, "required": ["k"]}}, [{"k": 1}, {"k": 2}, {}, 5]),
+    ({"type": "number", "not": {"minimum": 3, "maximum": 5}}, [2, 3, 4.5, 5, 6]),
+    ({"not": {"oneOf": [{"type": "string"}, {"maxLength": 2}]}}, ["a", "abc", 1, None]),
+]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1.5", "0.1", "-2.25", "10.05", "12345678901234.5", "0.00000000000001", "1.0", "0.0"]
+    + ["1", "1.0000000000000001", "123456789012345.5", "9007199254740993.5", "1e-3"],
+)
+def test_fractional_texts_never_parse_to_an_integer(text: str) -> None:
+    if re.fullmatch(FRACTIONAL, text):
+        assert not float(text).is_integer()
+    assert re.fullmatch(FRACTIONAL, text) or text not in ("1.5", "0.1", "-2.25", "10.05")
+
+
+@pytest.mark.parametrize(("schema", "instances"), NOT_CASES)
+def test_not_as_complement(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+def test_conditions_stay_apart_across_all_of() -> None:
+    """Each allOf member's keywords stay apart: an `if` alone asserts nothing."""
+    schema = {
+        "allOf": [
+            {"if": {"exclusiveMaximum": 0}},
+            {"then": {"minimum": -10}},
+            {"else": {"maximum": 2}},
+        ]
+    }
+    assert schema_to_regex(schema) == schema_to_regex({})
+
+
+def test_conditions_on_one_discriminator_stay_small() -> None:
+    """Branches that contradict each other are pruned before they are lowered: 30
+    conditions on one `kind` compile to one object variant per kind, quickly."""
+    kinds = [f"k{i}" for i in range(30)]
+    schema = {
+        "type": "object",
+        "properties": {"kind": {"enum": kinds}, **{f"f{i}": {"type": "string"} for i in range(30)}},
+        "required": ["kind"],
+        "allOf": [
+            {"if": {"properties": {"kind": {"const": k}}}, "then": {"required": [f"f{i}"]}}
+            for i, k in enumerate(kinds)
+        ],
+    }
+    check_instances(schema, [{"kind": "k3", "f3": "x"}, {"kind": "k3", "f4": "x"}, {"kind": "k9"}])
+
+
+def test_independent_conditions_are_refused_within_a_budget() -> None:
+    """k independent conditions mean 2**k object variants: refused, naming the keyword."""
+    listed = {f"{c}{i}": {"type": "string"} for i in range(12) for c in "ab"}
+    conditions = [
+        {
+            "if": {"properties": {f"a{i}": {"const": "x"}}, "required": [f"a{i}"]},
+            "then": {"required": [f"b{i}"]},
+        }
+        for i in range(12)
+    ]
+    schema = {"type": "object", "properties": listed, "allOf": conditions}
+    with pytest.raises(GrammarError, match="'if' at # \\(more than 2000 condition branches\\)"):
+        schema_to_regex(schema)
+
+
+def test_if_is_ignored_before_draft_07() -> None:
+    draft6 = {"$schema": "http://json-schema.org/draft-06/schema#", "type": "integer"}
+    schema = {**draft6, "if": {"minimum": 0}, "then": {"maximum": 3}}
+    assert schema_to_regex(schema) == schema_to_regex(draft6)
+
+
+def test_dependent_schemas() -> None:
+    single = {
+        "dependentSchemas": {
+            "bar": {"properties": {"foo": {"type": "integer"}, "bar": {"type": "integer"}}}
+        }
+    }
+    check_instances(
+        single,
+        [{"foo": 1, "bar": 2}, {"foo": "quux"}, {"foo": "quux", "bar": 2}, {"bar": "x"}, "x"],
+    )
+    check_instances(
+        {"dependentSchemas": {"foo": True, "bar": False}}, [{"foo": 1}, {"bar": 2}, {}, []]
+    )
+    incompatible = {
+        "properties": {"foo": {}},
+        "dependentSchemas": {"foo": {"properties": {"bar": {}}, "additionalProperties": False}},
+    }
+    check_instances(incompatible, [{"foo": 1}, {"bar": 1}, {"baz": 1}, {}])
+    draft7 = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+        "dependencies": {"a": {"required": ["b"]}},
+    }
+    check_instances(draft7, [{}, {"b": 1}, {"a": 1}, {"a": 1, "b": 2}])
+
+
+# ---------------------------------------------------------------- contains
+
+CONTAINS_CASES = [
+    ({"contains": {"minimum": 5}}, [[3, 4, 5], [2, 3, 4], [], [6], ["x", 7], {}, 5]),
+    ({"contains": {"const": 5}}, [[3, 4, 5], [5.0], [1, 2], []]),
+    ({"contains": True}, [[1], [], "x"]),
+    ({"contains": False}, [[1], [], "x"]),
+    ({"contains": {"type": "null"}}, [[None], [1, None, "a"], [0, False, ""]]),
+    ({"contains": {"const": 1}, "minContains": 2}, [[1], [1, 1], [1, 2, 1], [2, 2], []]),
+    ({"contains": {"const": 1}, "maxContains": 1}, [[1], [1, 1], [2, 1, 2], [2], []]),
+    (
+        {"contains": {"const": 1}, "minContains": 0, "maxContains": 1},
+        [[], [2], [1], [1, 1], [2, 1, 2, 1]],
+    ),
+    (
+        {"contains": {"const": 1}, "minContains": 2, "maxContains": 3},
+        [[1], [1, 1], [1, 2, 1, 1], [1] * 4],
+    ),
+    ({"contains": {"const": 1}, "maxContains": 1, "minContains": 3}, [[1], [1, 1, 1], [], "x"]),
+    (
+        {"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 10}},
+        [[1, 10], [1, 2], [10, "a"], [11], []],
+    ),
+    (
+        {
+            "type": "array",
+            "items": {"enum": ["a", "b", "c"]},
+            "contains": {"const": "b"},
+            "minItems": 1,
+        },
+        [["b"], ["a", "c"], ["a", "b", "c"], ["d", "b"], []],
+    ),
+    (
+        {"type": "array", "contains": {"type": "object", "required": ["id"]}},
+        [[{"id": 1}], [{}, {"id": 2}], [{}], [1, "x"]],
+    ),
+    ({"items": False, "contains": {}}, [[], [1], "x"]),
+    (  # items that `contains` matches are evaluated: the others meet unevaluatedItems
+        {"contains": {"type": "string"}, "minContains": 0, "unevaluatedItems": {"type": "null"}},
+        [["foo", "bar"], ["a", None], [None], [1], ["a", 1], []],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), CONTAINS_CASES)
+def test_contains(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+def test_contains_whitespace_and_draft_07() -> None:
+    schema = {"contains": {"const": 1}, "maxContains": 1}
+    assert re.fullmatch(schema_to_regex(schema, whitespace="flexible"), "[ 2 , 1 ,\n3 ]")
+    draft7 = {"$schema": "http://json-schema.org/draft-07/schema#", **schema}  # no maxContains
+    check_instances(draft7, [[1, 1], [2]])
+
+
+# ---------------------------------------------------------------- uniqueItems
+
+UNIQUE_CASES = [
+    (
+        {
+            "prefixItems": [{"type": "boolean"}, {"type": "boolean"}],
+            "uniqueItems": True,
+            "items": False,
+        },
+        [[True, False], [False, True], [True, True], [False], []],
+    ),
+    (
+        {"type": "array", "items": {"enum": [1, 2, "x"]}, "uniqueItems": True},
+        [[1, 2, "x"], [2, 1], [1, 1], [1, 1.0], [], ["x", "x"], [3]],
+    ),
+    (
+        {
+            "type": "array",
+            "items": {"type": ["boolean", "null"]},
+            "uniqueItems": True,
+            "minItems": 2,
+        },
+        [[True, None], [None, False, True], [True], [None, None]],
+    ),
+    (
+        {"type": "array", "items": {"enum": [[1], {"a": 1}]}, "uniqueItems": True},
+        [[[1], {"a": 1}], [[1], [1]], [{"a": 1}]],
+    ),
+    (
+        {"type": "array", "items": {"type": "string"}, "uniqueItems": True, "maxItems": 1},
+        [["a"], ["a", "a"]],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), UNIQUE_CASES)
+def test_unique_items(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+# ---------------------------------------------------------------- propertyNames
+
+PROPERTY_NAMES_CASES = [
+    (
+        {"propertyNames": {"maxLength": 3}},
+        [{"f": {}, "foo": {}}, {"foo": {}, "foobar": {}}, {}, [1], "x"],
+    ),
+    ({"propertyNames": {"pattern": "^a+$"}}, [{"a": {}, "aa": {}}, {"aaA": {}}, {}]),
+    ({"propertyNames": False}, [{}, {"a": 1}, 1]),
+    ({"propertyNames": {"const": "foo"}}, [{"foo": 1}, {"bar": 1}, {}]),
+    (
+        {
+            "type": "object",
+            "propertyNames": {"enum": ["a", "b"]},
+            "additionalProperties": {"type": "integer"},
+            "minProperties": 2,
+        },
+        [{"a": 1, "b": 2}, {"b": 1, "a": 2}, {"a": 1}, {"a": "x", "b": 1}, {"a": 1, "c": 2}],
+    ),
+    (  # listed names are subtracted from "up to 3 characters" (a trie), so "id" keeps its schema
+        {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
+            "propertyNames": {"maxLength": 3},
+            "additionalProperties": {"type": "string"},
+        },
+        [
+            {"id": 1},
+            {"id": "x"},
+            {"id": 1, "ab": "x"},
+            {"abc": 1},
+            {"abcd": "x"},
+            {"i": "x"},
+            {"name": "x"},
+        ],
+    ),
+    (  # a lone name pattern minus the listed names (a product DFA)
+        {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}},
+            "propertyNames": {"pattern": "^[a-z]+$"},
+            "additionalProperties": {"type": "string"},
+        },
+        [{"id": 1}, {"id": "x"}, {"ab": "x"}, {"ab": 1}, {"A": "x"}, {"id": 1, "zz": "q"}],
+    ),
+    (  # listed names that the name pattern rejects cannot appear
+        {"type": "object", "properties": {"ID": {}}, "propertyNames": {"pattern": "^[a-z]+$"}},
+        [{"abc": 1}, {"ID": 1}, {"a1": 1}],
+    ),
+    (
+        {"type": "object", "propertyNames": {"type": "string", "minLength": 2}, "required": ["ab"]},
+        [{"ab": 1}, {"ab": 1, "c": 2}, {"ab": 1, "cd": 2}, {"cd": 1}],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), PROPERTY_NAMES_CASES)
+def test_property_names(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+def test_property_names_exclude_listed_names_in_any_spelling() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}},
+        "propertyNames": {"maxLength": 3},
+        "additionalProperties": {"type": "string"},
+    }
+    regex = schema_to_regex(schema)
+    assert re.fullmatch(regex, '{"id":1,"ab":"x"}')
+    assert not re.fullmatch(regex, '{"id":"x"}')
+    assert not re.fullmatch(regex, '{"\\u0069d":"x"}')
+
+
+# ---------------------------------------------------------------- patternProperties
+
+PATTERN_PROPERTIES_CASES = [
+    (
+        {
+            "type": "object",
+            "properties": {"a": {"type": "string"}},
+            "patternProperties": {"^x": {"type": "integer"}},
+        },
+        [{"a": "s"}, {"a": 1}, {"x1": 1}, {"x1": "s"}, {"b": "s"}, {"a": "s", "xa": 2, "y": None}],
+    ),
+    (
+        {"patternProperties": {"f.*o": {"type": "integer"}}},
+        [{"foo": 1}, {"foo": "x"}, {"fo": "x"}, {"afob": 1.5}],
+    ),
+    (
+        {"patternProperties": {"a*": {"type": "integer"}, "aaa*": {"maximum": 20}}},
+        [{"a": 2}, {"aaaa": 18}, {"aaaa": 31}, {"aaa": "foo"}, {"b": 1}, {"b": "x"}],
+    ),
+    (
+        {"patternProperties": {"[0-9]{2,}": {"type": "boolean"}, "X_": {"type": "string"}}},
+        [
+            {"answer 1": "42"},
+            {"a31b": True},
+            {"a31b": None},
+            {"a_x_3": 3},
+            {"a_X_3": 3},
+            {"X_12": "x"},
+        ],
+    ),
+    (
+        {"patternProperties": {"f.*": True, "b.*": False}},
+        [{"foo": 1}, {"bar": 2}, {"foobar": 1}, {}, {"q": 1}],
+    ),
+    (
+        {
+            "type": "object",
+            "patternProperties": {"^x-": {"type": "string"}},
+            "additionalProperties": {"type": "integer"},
+        },
+        [{"x-a": "s"}, {"x-a": 1}, {"y": 1}, {"y": "s"}, {"x": 1}],
+    ),
+    (  # a listed name inside the pattern's language keeps its own schema and the pattern's
+        {
+            "type": "object",
+            "properties": {"line1": {"maxLength": 3}, "city": {"type": "string"}},
+            "patternProperties": {"^line[1-3]$": {"type": "string"}},
+            "additionalProperties": False,
+        },
+        [
+            {"line1": "abc"},
+            {"line1": "abcd"},
+            {"line2": "x"},
+            {"line2": 1},
+            {"city": "c"},
+            {"zip": "1"},
+        ],
+    ),
+    (
+        {
+            "type": "object",
+            "patternProperties": {"^[0-9a-zA-Z_-]{1,255}$": {"type": "string"}},
+            "required": ["id"],
+        },
+        [
+            {"id": "x"},
+            {"id": 1},
+            {"id": "x", "a b": 1},
+            {"id": "x", "ab": 1},
+            {"id": "x", "a" * 256: 2},
+        ],
+    ),
+]
+
+
+PATTERN_PROPERTIES_CASES += [  # propertyNames as one more language of names
+    (
+        {
+            "type": "object",
+            "patternProperties": {".*": {"type": "integer"}},
+            "propertyNames": {"maxLength": 3},
+        },
+        [{"a": 1}, {"abcd": 1}, {"a": "x"}, {}],
+    ),
+    (  # (the pattern classes' names once escaped propertyNames: a false positive)
+        {
+            "type": "object",
+            "patternProperties": {"a|b": {"type": "string"}, "c": {"type": "integer"}},
+            "additionalProperties": False,
+            "propertyNames": {"pattern": "c"},
+        },
+        [{"a": "s"}, {"ac": "s"}, {"ac": 1}, {"c": 1}, {"c": "s"}, {"bc": "s"}, {"d": 1}],
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"id": {"type": "integer"}},
+            "patternProperties": {"^x-": {"type": "string"}},
+            "propertyNames": {"enum": ["id", "x-a", "y"]},
+            "additionalProperties": {"type": "boolean"},
+        },
+        [{"id": 1, "x-a": "s"}, {"x-a": 1}, {"y": True}, {"y": "s"}, {"x-b": "s"}, {"z": True}],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), PATTERN_PROPERTIES_CASES)
+def test_pattern_properties(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+@pytest.mark.parametrize(
+    "source", ["^x-", "\\w", "f.*o", "aaa*", "^[0-9a-f]{2,3}$", "^(ab|b)+$", "[0-9]{2,}|X_"]
+)
+def test_name_sets_agree_with_python_re(source: str) -> None:
+    """Every short name over a small alphabet lands in exactly the part Python's `re` says."""
+    listed = ["ab", "x-"]
+    sets = NameSets(
+        [search_language(parse_pattern(source)), literal_names(listed)], CharSet.universe()
+    )
+    inside = re.compile(sets.regex(lambda m: m[0] and not m[1]) or "(?!)")
+    outside = re.compile(sets.regex(lambda m: not m[0] and not m[1]) or "(?!)")
+    for length in range(5):
+        for chars in itertools.product("abx-0f9X_", repeat=length):
+            name = "".join(chars)
+            matched = re.search(source, name) is not None and name not in listed
+            missed = re.search(source, name) is None and name not in listed
+            assert (inside.fullmatch(name) is not None, outside.fullmatch(name) is not None) == (
+                matched,
+                missed,
+            ), name
+
+
+def test_pattern_names_outside_the_safe_alphabet_are_narrowed() -> None:
+    """With `\\w`, engines disagree on non-ASCII names: such extra names are left out."""
+    schema = {"type": "object", "patternProperties": {"\\w": {"type": "integer"}}}
+    regex = schema_to_regex(schema)
+    assert re.fullmatch(regex, '{"a":1,"-":"s"}')
+    assert not re.fullmatch(regex, '{"a":"s"}')
+    assert not re.fullmatch(regex, '{"\u00e9":"s"}')
+
+
+# ---------------------------------------------------------------- the engine's dialect
+
+ALL_CASES = [
+    *CONDITIONAL_CASES,
+    *NOT_CASES,
+    *CONTAINS_CASES,
+    *UNIQUE_CASES,
+    *PROPERTY_NAMES_CASES,
+    *PATTERN_PROPERTIES_CASES,
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), ALL_CASES)
+def test_byte_automaton_agrees_with_python_re(schema: dict, instances: list) -> None:
+    """The engine's own regex parser and byte DFA give every instance text the verdict of
+    Python `re`, with flexible whitespace too."""
+    for whitespace in ("compact", "flexible"):
+        compiled = compile_schema(schema, whitespace=whitespace)
+        pattern, dfa = re.compile(compiled.regex), byte_dfa(compiled.regex)
+        for instance in instances:
+            text = compiled.canonical_json(instance)
+            assert dfa_fullmatch(dfa, text) == (pattern.fullmatch(text) is not None), text
+
+
+TOKEN_CASES = [
+    CONDITIONAL_CASES[8],
+    CONTAINS_CASES[6],
+    UNIQUE_CASES[1],
+    PATTERN_PROPERTIES_CASES[0],
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), TOKEN_CASES)
+def test_token_walks_of_compiled_schemas(tokenizer, schema: dict, instances: list) -> None:
+    """Through `GrammarCompiler` and a matcher, walked as the tokenizer encodes the texts."""
+    grammar = shared_compiler(tokenizer).compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    canonical = compile_schema(schema)
+    for instance in instances:
+        matcher = grammar.matcher()
+        ids = tokenizer.encode(canonical.canonical_json(instance))
+        walked = all(matcher.accept_token(i) for i in ids) and matcher.is_accepting()
+        assert walked == validator.is_valid(instance), instance
+
+
+# ---------------------------------------------------------------- randomized: never wider
+
+SCALARS = [None, True, False, 0, 1, 2, 2.5, -1, "a", "b", "ab", "abc", ""]
+
+
+def _random_value(rng: random.Random, depth: int = 0) -> object:
+    roll = rng.random()
+    if depth < 2 and roll < 0.15:
+        return [_random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    if depth < 2 and roll < 0.3:
+        return {rng.choice("xyz"): _random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))}
+    return rng.choice(SCALARS)
+
+
+def _random_condition(rng: random.Random, depth: int = 0) -> dict:
+    kinds = ["type", "enum", "bound", "length", "properties", "required", "not", "anyOf", "items"]
+    kind = rng.choice(kinds if depth < 2 else kinds[:6])
+    if kind == "type":
+        return {"type": rng.sample(["null", "boolean", "integer", "number", "string", "array"], 2)}
+    if kind == "enum":
+        return {"enum": rng.sample(SCALARS, rng.randint(1, 3))}
+    if kind == "bound":
+        return {rng.choice(["minimum", "exclusiveMaximum"]): rng.choice([0, 1, 2.5])}
+    if kind == "length":
+        return {rng.choice(["minLength", "maxLength"]): rng.randint(0, 2)}
+    if kind == "properties":
+        return {"properties": {rng.choice("xyz"): _random_condition(rng, depth + 1)}}
+    if kind == "required":
+        return {"required": rng.sample(list("xyz"), rng.randint(1, 2))}
+    if kind in ("not", "items"):
+        return {kind: _random_condition(rng, depth + 1)}
+    return {"anyOf": [_random_condition(rng, depth + 1) for _ in range(2)]}
+
+
+def _random_schema(rng: random.Random) -> dict:
+    roll = rng.random()
+    if roll < 0.4:
+        keys = ("if", "then", "else")
+        return {k: _random_condition(rng) for k in keys}
+    if roll < 0.6:
+        return {"not": _random_condition(rng), **_random_condition(rng)}
+    if roll < 0.8:
+        return {"contains": _random_condition(rng), "maxContains": rng.randint(0, 2)}
+    return {
+        "properties": {"x": _random_condition(rng)},
+        "dependentSchemas": {"x": _random_condition(rng)},
+    }
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_schemas_never_accept_an_invalid_instance(seed: int) -> None:
+    """Whatever compiles (refusals are fine, narrowings too) rejects every invalid instance."""
+    rng = random.Random(seed)
+    for _ in range(40):
+        schema = _random_schema(rng)
+        try:
+            compiled = compile_schema(schema)
+        except GrammarError:
+            continue
+        pattern = re.compile(compiled.regex)
+        validator = jsonschema.Draft202012Validator(schema)
+        for _ in range(20):
+            value = _random_value(rng)
+            text = compiled.canonical_json(value)
+            assert pattern.fullmatch(text) is None or validator.is_valid(value), (schema, value)
+
+
+# ---------------------------------------------------------------- refusals
+
+REFUSALS = [
+    (
+        {"if": {"pattern": "^a"}, "then": {"maxLength": 3}},
+        "json_schema: unsupported keyword 'if' at #/if (a condition with 'pattern')",
+    ),
+    (  # numbers that are not integers are one regex; it cannot be intersected with bounds
+        {"if": {"type": "integer"}, "then": {"minimum": 0}, "maximum": 10},
+        "json_schema: unsupported keyword 'not' at # (numbers that are not integers)",
+    ),
+    (
+        {
+            "if": {"allOf": [{"oneOf": [{"multipleOf": 3}, {"minimum": 0}]}]},
+            "then": {"maxLength": 3},
+        },
+        "json_schema: unsupported keyword 'if' at #/if/oneOf/0 (a condition with 'multipleOf')",
+    ),
+    (
+        {"if": {"const": [1]}, "then": {"type": "string"}},
+        "json_schema: unsupported keyword 'not' at # (excluding values of this type)",
+    ),
+    (
+        {
+            "dependentSchemas": {"a": {"required": ["b"]}},
+            "properties": {"b": {"format": "date"}},
+            "if": {"properties": {"b": {"format": "date"}}},
+            "then": {"required": ["c"]},
+        },
+        "json_schema: unsupported keyword 'if' at #/if/properties/b (a condition with 'format')",
+    ),
+    (
+        {"contains": {"pattern": "^a"}, "items": {"type": "string"}},
+        "json_schema: unsupported keyword 'contains' at #/contains (a condition with 'pattern')",
+    ),
+    (
+        {"contains": {"type": "string"}, "maxItems": 3},
+        "json_schema: unsupported keyword 'maxItems' at # (together with contains)",
+    ),
+    (
+        {"contains": {"type": "string"}, "minItems": 2},
+        "json_schema: unsupported keyword 'minItems' at # (together with contains)",
+    ),
+    (
+        {"contains": {"type": "string"}, "uniqueItems": True, "items": {"type": "boolean"}},
+        "json_schema: unsupported keyword 'uniqueItems' at # (together with contains)",
+    ),
+    (
+        {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+        "json_schema: unsupported keyword 'uniqueItems' at # (items of infinitely many values)",
+    ),
+    (
+        {"type": "array", "items": {"enum": list(range(10))}, "uniqueItems": True},
+        "json_schema: unsupported keyword 'uniqueItems' at # (more than 4096 distinct arrays)",
+    ),
+    (
+        {"type": "object", "patternProperties": {"^\\p{L}": {"type": "integer"}}},
+        "json_schema: unsupported keyword 'patternProperties' at # (unknown escape '\\p' at offset 3 of pattern '^\\\\p{L}')",
+    ),
+    (
+        {
+            "type": "object",
+            "properties": {"id": {}},
+            "propertyNames": {"pattern": "^[a-z]+$", "maxLength": 5},
+        },
+        "json_schema: unsupported keyword 'propertyNames' at # (a pattern that also admits the listed name 'id')",
+    ),
+]
+
+
+REFUSALS.append(
+    (  # a name schema that is neither a lone pattern nor lengths cannot join the patterns
+        {
+            "type": "object",
+            "patternProperties": {"^x": {"type": "integer"}},
+            "propertyNames": {"pattern": "^[a-z]", "maxLength": 3},
+        },
+        "json_schema: unsupported keyword 'propertyNames' at # (with patternProperties)",
+    )
+)
+
+
+@pytest.mark.parametrize(("schema", "message"), REFUSALS)
+def test_refusals_name_keyword_and_pointer(schema: object, message: str) -> None:
+    with pytest.raises(GrammarError) as info:
+        schema_to_regex(schema)
+    assert str(info.value) == message
