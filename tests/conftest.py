@@ -11,6 +11,13 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+
+# Triton reads TRITON_INTERPRET when triton.language is first imported, and test modules of
+# any folder may import radixgen.kernels (hence triton) while pytest collects: set it here,
+# before any of them, so that the kernel tests run Triton's CPU interpreter without a GPU.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SERVER_API_KEY = "test-key"
