@@ -62,7 +62,7 @@ def column_mask(auto: EarleyAutomaton, table: TokenTable, col: Column) -> tuple[
     candidates = np.concatenate(walk) if walk else np.zeros(0, dtype=np.int64)
     allowed.append(_walk(auto, table, uid, table.longest_first(candidates)))
     ids = np.concatenate(allowed)
-    return _pack(table, ids), int(ids.size)
+    return table.pack(ids), int(ids.size)
 
 
 def _class_sizes(auto: EarleyAutomaton, table: TokenTable) -> list[int]:
@@ -75,13 +75,6 @@ def _class_sizes(auto: EarleyAutomaton, table: TokenTable) -> list[int]:
             sizes[cls] += int(per_byte[byte])
         auto.class_sizes = sizes
     return sizes
-
-
-def _pack(table: TokenTable, ids: np.ndarray) -> np.ndarray:
-    """int32 [num_words] bitmask row of ``ids`` (distinct)."""
-    bits = np.zeros(table.num_words * 32, dtype=bool)
-    bits[ids] = True
-    return np.packbits(bits, bitorder="little").view("<u4").view(np.int32).copy()
 
 
 def _group(
