@@ -123,7 +123,7 @@ def error_delta(req: Req, message: str) -> Delta:
         text="",
         token_ids=[],
         finished=True,
-        finish_reason="abort",
+        finish_reason="error",
         prompt_tokens=len(req.prompt_ids),
         completion_tokens=len(req.output_ids),
         error=message,

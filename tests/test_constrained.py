@@ -159,5 +159,5 @@ def test_grammar_failure_mid_decode_ends_only_that_request(engine):
     last = deltas.get(timeout=60)
     while not last.finished:
         last = deltas.get(timeout=60)
-    assert last.finish_reason == "abort" and "state limit" in last.error
+    assert last.finish_reason == "error" and "state limit" in last.error
     engine.check_integrity()

@@ -116,4 +116,4 @@ def test_an_error_set_before_the_token_keeps_it_out():
     req.error = "grammar: too many states"
     assert processor.process(req, 1, None) is None and req.output_ids == []
     delta = error_delta(req, req.error)
-    assert delta.finished and delta.finish_reason == "abort" and delta.error == req.error
+    assert delta.finished and delta.finish_reason == "error" and delta.error == req.error
