@@ -84,11 +84,21 @@ class EngineConfig:
     )
     device: str = option("auto", "cpu, cuda, cuda:N or auto (cuda if available, else cpu)")
     max_total_tokens: int | None = option(
-        None, "KV pool size in tokens (default: sized from memory)"
+        None, "KV pool size in tokens (default: sized from memory, see --kv-memory-fraction)"
+    )
+    kv_memory_fraction: float | None = option(
+        None,
+        "share of memory the default KV pool takes (default: 0.6 of free GPU memory after the "
+        "weights; on CPU 0.1 of available RAM, at most 4 GiB)",
     )
     max_running_requests: int = option(64, "most requests decoding at once")
     chunked_prefill_size: int = option(
         2048, "most prompt tokens computed per step (<= 0: no chunking)"
+    )
+    max_step_ms: float | None = option(
+        None,
+        "target time of one engine step: prompt chunks and scoring are sized from measured "
+        "step times to stay under it (default: 300 on CPU, 100 on CUDA; 0: tokens only)",
     )
     schedule_policy: str = option(
         "auto",
@@ -121,6 +131,12 @@ class EngineConfig:
             )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected {_one_of(DTYPES)}, got {self.dtype!r}")
+        if self.max_step_ms is not None and not 0 <= self.max_step_ms <= 3_600_000:
+            raise ValueError(f"max_step_ms: expected 0 to 3600000, got {self.max_step_ms}")
+        if self.kv_memory_fraction is not None and not 0 < self.kv_memory_fraction < 1:
+            raise ValueError(
+                f"kv_memory_fraction: expected a number between 0 and 1, got {self.kv_memory_fraction}"
+            )
         if self.max_running_requests < 1:
             raise ValueError(
                 f"max_running_requests: expected >= 1, got {self.max_running_requests}"

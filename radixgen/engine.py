@@ -21,6 +21,7 @@ import time
 import traceback
 import uuid
 import weakref
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -36,15 +37,17 @@ from .mem_cache.prefix_cache import PrefixCache
 from .mem_cache.radix_cache import RadixCache
 from .model_runner import ModelRunner
 from .models.hub import resolve_model
+from .models.llama import StepInterrupted
 from .models.loader import load_model
 from .output_processor import OutputProcessor, error_delta, make_delta
 from .outputs import EngineStats
 from .prompts import prompt_ids
-from .request import Delta, Req, ReqStatus, RequestOutput, TokenLogprob
+from .request import Delta, Req, ReqStatus, RequestOutput, RunningReq, TokenLogprob
 from .sampler import Sampler
 from .sampling_params import SamplingParams
 from .scheduler.scheduler import Scheduler
-from .scoring import ScoreOutput, Scorer, score
+from .scheduler.step_budget import attention_horizon, work
+from .scoring import ScoreJob, ScoreOutput, Scorer, ScoreRow
 from .tokenizer import load_tokenizer
 
 if TYPE_CHECKING:
@@ -56,6 +59,8 @@ logger = logging.getLogger(__name__)
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
 T = TypeVar("T")
 Prompt = str | list[int]  # text, or token ids
+SCORE_TIMEOUT_S = 300.0  # a score call waiting this long (rows or memory short) gives up
+MAX_STEP_MS = {"cpu": 300.0, "cuda": 100.0}  # default --max-step-ms per device type
 
 
 class Engine:
@@ -94,6 +99,7 @@ class Engine:
         )
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._reqs: dict[str, Req] = {}
+        self._score_jobs: deque[ScoreJob] = deque()
         self._stopping = False
         # What is loaded lives as long as the engine: keep it out of the collector's full
         # scans, which otherwise cost ~200 ms in the middle of a decode step.
@@ -130,7 +136,7 @@ class Engine:
             cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, self.dtype
         )
         self.max_total_tokens = self.config.max_total_tokens or _default_pool_tokens(
-            per_token, self.device
+            per_token, self.device, self.config.kv_memory_fraction
         )
         self.kv_pool = KVPool(
             self.max_total_tokens,
@@ -148,32 +154,86 @@ class Engine:
             ChunkCache(allocator) if self.config.disable_radix_cache else RadixCache(allocator)
         )
         self.kv = KVManager(cache, allocator, req_to_token_pool)
-        self.scheduler = Scheduler(self.config, self.kv)
+        self.max_step_ms = _pick_max_step_ms(self.config.max_step_ms, self.device)
+        horizon = attention_horizon(
+            cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        )
+        self.scheduler = Scheduler(self.config, self.kv, self.max_step_ms, horizon)
         self.model_runner = ModelRunner(self.model, self.kv_pool, req_to_token_pool)
         self.scorer = Scorer(
-            self.model_runner,
             self.kv,
             cfg.vocab_size,
             max_len=min(self.context_len, self.max_total_tokens) - 1,
             share_prompt=not self.config.disable_radix_cache,
+            budget=self.scheduler.budget,
         )
 
     # ================================================================== the main loop
     @torch.inference_mode()
-    def step(self) -> None:
-        """One iteration: schedule, forward, sample, post-process, emit (engine thread only)."""
+    def step(self) -> bool:
+        """One iteration: schedule, forward, sample, post-process, emit (engine thread only).
+        The oldest score job's next chunk joins the forward. Returns whether anything ran."""
+        started = time.perf_counter()
         batch = self.scheduler.schedule()
-        if not batch:
-            return
+        job, score_rows = self._plan_scoring()
+        if not batch and not score_rows:
+            return False
         sampling = [r.computed_len + r.extend_len == r.seq_len for r in batch]
-        logits = self.model_runner.forward(batch, sampling)
+        wanted = [_last_position(r) if s else range(0) for r, s in zip(batch, sampling)]
+        horizon = self.scheduler.budget.horizon
+        score_units = sum(work(r.extend_len, r.computed_len, horizon) for r in score_rows)
+        try:
+            logits = self.model_runner.forward_at(
+                [*batch, *score_rows], [*wanted, *(r.wanted() for r in score_rows)]
+            )
+        except BaseException as exc:
+            if job is not None:
+                self._fail_scoring(job, exc)
+            raise
+        num_sampled = sum(sampling)
+        if job is not None:
+            self._complete_scoring(job, score_rows, logits[num_sampled:])
         to_sample = [r.req for r, s in zip(batch, sampling) if s]
         bitmask, masked_rows = self.constraints.bitmask(to_sample)
-        next_ids, logprobs = self.sampler.sample(logits, to_sample, bitmask, masked_rows)
+        next_ids, logprobs = self.sampler.sample(
+            logits[:num_sampled], to_sample, bitmask, masked_rows
+        )
         self.scheduler.advance(batch)
         for req, token_id, logprob in zip(to_sample, next_ids, logprobs):
             self._post_process(req, token_id, logprob)
         self.stats_counters.steps += 1
+        self.scheduler.observe((time.perf_counter() - started) * 1000, extra_units=score_units)
+        return True
+
+    def _plan_scoring(self) -> tuple[ScoreJob | None, list[ScoreRow]]:
+        """The oldest score job and its next chunk, within what the schedule left of the
+        step's budget (at least a minimal chunk: scoring always progresses)."""
+        if not self._score_jobs:
+            return None, []
+        job = self._score_jobs[0]
+        try:
+            return job, job.plan(self.scheduler.units_left)
+        except Exception as exc:
+            self._fail_scoring(job, exc)
+            return None, []
+
+    def _complete_scoring(self, job: ScoreJob, rows: list[ScoreRow], logits: torch.Tensor) -> None:
+        try:
+            job.complete(rows, logits)
+        except Exception as exc:
+            self._fail_scoring(job, exc)
+        if job.finished and job in self._score_jobs:
+            self._score_jobs.remove(job)
+
+    def _fail_scoring(self, job: ScoreJob, error: BaseException) -> None:
+        """End ``job`` with ``error`` (an interruption ends it as aborted)."""
+        if job in self._score_jobs:
+            self._score_jobs.remove(job)
+        if not isinstance(error, Exception):
+            error = RuntimeError(f"score: interrupted ({type(error).__name__})")
+        if isinstance(error, StepInterrupted):
+            error = RuntimeError("score: aborted (the engine is shutting down)")
+        job.fail(error)
 
     def _post_process(self, req: Req, token_id: int, logprob: TokenLogprob | None) -> None:
         """Hand the drawn token to the output processor and emit. A request whose own grammar
@@ -189,12 +249,16 @@ class Engine:
     def _loop(self) -> None:
         if self.config.num_threads:  # OpenMP thread counts are per calling thread: set it here too
             torch.set_num_threads(self.config.num_threads)
+        busy = False
         while not self._stopping:
-            self._drain_inbox(block=not self.scheduler.has_work())
+            self._drain_inbox(block=not busy)
             if self._stopping:
                 break
+            busy = False
             try:
-                self.step()
+                busy = self.step()
+            except StepInterrupted:
+                busy = True  # abort_all asked: its command is in the inbox, drained next
             except Exception:
                 # a bug must not kill the thread silently: fail what runs, keep serving
                 logger.error("engine step failed:\n%s", traceback.format_exc())
@@ -284,6 +348,23 @@ class Engine:
 
         self._inbox.put(command)
 
+    def abort_all(self) -> None:
+        """Abort every request and score job; a model step in progress ends at its next layer
+        boundary (shutdown uses this once its grace period is over)."""
+
+        def command() -> None:
+            self.model.interrupt.clear()
+            for req in list(self._reqs.values()):
+                if req.status is not ReqStatus.FINISHED:
+                    self._emit_abort(req)
+            for job in list(self._score_jobs):
+                self._fail_scoring(
+                    job, RuntimeError("score: aborted (the engine is shutting down)")
+                )
+
+        self._inbox.put(command)
+        self.model.interrupt.set()
+
     def _emit_abort(self, req: Req) -> None:
         self._finish(req, "abort")
         req.sink(make_delta(req, "", [], "abort"))
@@ -356,7 +437,7 @@ class Engine:
         """
         prompt_ids = self._prompt_ids(prompt)
         ids = [self.tokenizer.encode(c) if isinstance(c, str) else list(c) for c in continuations]
-        return score(self.scorer, self.call, prompt_ids, ids, top_k=top_logprobs)
+        return self._score(prompt_ids, ids, top_logprobs)
 
     def prompt_logprobs(
         self, prompt: str | list[int], top_logprobs: int = 0
@@ -366,8 +447,31 @@ class Engine:
         ids = self._prompt_ids(prompt)
         if len(ids) < 2:
             return ids, [None] * len(ids), [[] for _ in ids]
-        out = score(self.scorer, self.call, ids[:1], [ids[1:]], top_k=top_logprobs)
+        out = self._score(ids[:1], [ids[1:]], top_logprobs)
         return ids, [None, *out.token_logprobs[0]], [[], *out.top_logprobs[0]]
+
+    def _score(
+        self,
+        prompt_ids: list[int],
+        continuations: list[list[int]],
+        top_k: int,
+        timeout: float = SCORE_TIMEOUT_S,
+    ) -> ScoreOutput:
+        """Run a score job on the engine thread (chunked between steps) and wait for it."""
+        self.scorer.validate(prompt_ids, continuations)
+        box: queue.SimpleQueue[tuple[bool, object]] = queue.SimpleQueue()
+        job = self.scorer.job(prompt_ids, continuations, top_k, lambda ok, v: box.put((ok, v)))
+        self._inbox.put(lambda: self._score_jobs.append(job))
+        try:
+            ok, value = box.get(timeout=timeout)
+        except queue.Empty:
+            self._inbox.put(lambda: self._fail_scoring(job, TimeoutError("score: cancelled")))
+            raise TimeoutError(f"score: not done within {timeout}s") from None
+        if not ok:
+            assert isinstance(value, BaseException)
+            raise value
+        assert isinstance(value, ScoreOutput)
+        return value
 
     def stats(self) -> dict[str, Any]:
         """Cache and scheduler counters (hit rate = cached prompt tokens / prompt tokens)."""
@@ -384,6 +488,8 @@ class Engine:
             "evicted_tokens": cache.num_evictions,
             "retractions": self.scheduler.num_retractions,
             "radix_cache": not self.config.disable_radix_cache,
+            "score_jobs": len(self._score_jobs),
+            **self.scheduler.budget.as_dict(),
         }
 
     def call(self, fn: Callable[[], T], timeout: float = 60.0) -> T:
@@ -417,11 +523,15 @@ class Engine:
             return
 
         def stop() -> None:
+            self.model.interrupt.clear()
             for req in list(self._reqs.values()):
                 self._emit_abort(req)
+            for job in list(self._score_jobs):
+                self._fail_scoring(job, RuntimeError("score: aborted (the engine shut down)"))
             self._stopping = True
 
         self._inbox.put(stop)
+        self.model.interrupt.set()  # a step in progress ends at its next layer boundary
         self._thread.join(timeout=30)
         self.constraints.shutdown()
         atexit.unregister(self._at_exit)
@@ -486,11 +596,33 @@ def _pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return value
 
 
-def _default_pool_tokens(bytes_per_token: int, device: torch.device) -> int:
-    """KV pool size: ~60% of free GPU memory after weights, or ~10% of RAM (at most 256k tokens)."""
+def _last_position(row: RunningReq) -> range:
+    end = row.computed_len + row.extend_len
+    return range(end - 1, end)
+
+
+def _pick_max_step_ms(value: float | None, device: torch.device) -> float:
+    return MAX_STEP_MS.get(device.type, 300.0) if value is None else value
+
+
+def _default_pool_tokens(bytes_per_token: int, device: torch.device, fraction: float | None) -> int:
+    """KV pool size: ``fraction`` (0.6) of free GPU memory after the weights, or on CPU
+    ``fraction`` (0.1) of available RAM, at most 4 GiB; between 1024 and 256k tokens."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        budget = free * 0.6
+        budget = free * (0.6 if fraction is None else fraction)
     else:
-        budget = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.10
+        budget = min(_available_ram() * (0.1 if fraction is None else fraction), 4 << 30)
     return int(max(1024, min(budget // bytes_per_token, 1 << 18)))
+
+
+def _available_ram() -> int:
+    """MemAvailable (Linux), else physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

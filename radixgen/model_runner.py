@@ -32,21 +32,31 @@ class ModelRunner:
         computed_len + extend_len]``. Returns float32 logits ``[sum(sampling), V]`` for the
         requests flagged in ``sampling`` (their last new token), in order.
         """
-        return self.model.forward(self.prepare(reqs, sampling))
+        return self.forward_at(reqs, [_last(r) if s else () for r, s in zip(reqs, sampling)])
 
-    def prepare(self, reqs: Sequence[ExtendRow], sampling: list[bool]) -> ForwardBatch:
+    def forward_at(
+        self, reqs: Sequence[ExtendRow], positions: Sequence[Sequence[int]]
+    ) -> torch.Tensor:
+        """As ``forward``, with the logits of the given positions of each row (each within its
+        new tokens ``[computed_len, computed_len + extend_len)``): ``[sum(len), V]`` in row
+        order. Only leading 1-token rows take the decode path; a later one is a short extend."""
+        return self.model.forward(self.prepare(reqs, positions))
+
+    def prepare(
+        self, reqs: Sequence[ExtendRow], positions: Sequence[Sequence[int]]
+    ) -> ForwardBatch:
         input_ids: list[int] = []
-        positions: list[int] = []
+        token_positions: list[int] = []
         logits_indices: list[int] = []
         rows: list[int] = []
         prefix_lens: list[int] = []
         extend_lens: list[int] = []
-        for req, wants_logits in zip(reqs, sampling):
+        for req, wanted in zip(reqs, positions):
             start, n = req.computed_len, req.extend_len
+            offset = len(input_ids) - start
             input_ids.extend(req.token_ids(start, start + n))
-            positions.extend(range(start, start + n))
-            if wants_logits:
-                logits_indices.append(len(input_ids) - 1)
+            token_positions.extend(range(start, start + n))
+            logits_indices.extend(offset + p for p in wanted)
             rows.append(req.pool_row)
             prefix_lens.append(start)
             extend_lens.append(n)
@@ -65,7 +75,7 @@ class ModelRunner:
         dev = self.device
         return ForwardBatch(
             input_ids=torch.tensor(input_ids, dtype=torch.int64).to(dev, non_blocking=True),
-            positions=torch.tensor(positions, dtype=torch.int64).to(dev, non_blocking=True),
+            positions=torch.tensor(token_positions, dtype=torch.int64).to(dev, non_blocking=True),
             out_slots=out_slots.to(dev),
             req_pool_indices=rows_t.to(dev),
             prefix_lens=prefix_t.to(dev),
@@ -94,3 +104,8 @@ class ModelRunner:
             pool.v_buffers[0],
             q_dtype=self.model.dtype,
         )
+
+
+def _last(req: ExtendRow) -> range:
+    end = req.computed_len + req.extend_len
+    return range(end - 1, end)

@@ -10,27 +10,29 @@ one extend row over the KV pool, and its logits are read at the positions that p
 
 Phase 1 publishes ``prompt[:-1]`` to the radix tree (when the cache is on and it is not cached
 yet), so the shared prompt is computed once however many continuations there are; phase 2 runs
-all continuations as one batch. Afterwards each row's tokens are inserted into the tree like a
-finished request's (so a following ``prompt + choice`` generation hits the cache), private
-duplicates are freed and the borrowed node unlocked: no slot changes owner for good except
-into the tree. All of it goes through the engine's ``KVManager`` (admit / release / discard,
-as the scheduler does) and runs on the engine thread, between steps: ``score`` hands
-``Scorer.try_score`` to the engine thread through the ``call`` it is given.
+the continuations, several rows per forward. Afterwards each row's tokens are inserted into the
+tree like a finished request's (so a following ``prompt + choice`` generation hits the cache),
+private duplicates are freed and the borrowed node unlocked: no slot changes owner for good
+except into the tree. All of it goes through the engine's ``KVManager`` (admit / reserve /
+release / discard, as the scheduler does).
+
+A score call is a ``ScoreJob`` whose chunks ride along in the engine's steps: each step's
+forward carries the job's next chunk, sized to what is left of the step's ``StepBudget``, so an
+8,000-token prompt being scored never stalls running streams for longer than a step, and at
+most one chunk's logits exist at a time (their log-softmax is reduced to the picked and top
+logprobs before the next chunk).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from .mem_cache.kv_manager import KVManager, KVRow, OnKVRow
-from .model_runner import ModelRunner
 from .prompts import check_token_ids
-
-RETRY_INTERVAL_S = 0.01  # wait for a free request row / KV slots while the engine is full
+from .scheduler.step_budget import StepBudget, work
 
 
 @dataclass(slots=True)
@@ -61,67 +63,134 @@ class _RowSpec:
 
 
 @dataclass(slots=True, eq=False)
-class _Row(OnKVRow):
-    """An admitted ``_RowSpec`` and its KV row (an ``ExtendRow`` for the model runner)."""
+class ScoreRow(OnKVRow):
+    """An admitted ``_RowSpec`` (the ``index``-th of its phase) and its KV row (an
+    ``ExtendRow`` for the model runner)."""
 
     spec: _RowSpec
     kv: KVRow
+    index: int
 
     def token_ids(self, start: int, end: int) -> list[int]:
         return self.spec.ids[start:end]
 
+    def wanted(self) -> range:
+        """Positions of this chunk whose logits are read (they predict the continuation)."""
+        end = self.computed_len + self.extend_len
+        return range(max(self.computed_len, len(self.spec.ids) - self.spec.num_logits), end)
 
-# runs a function on the engine thread (within a timeout, seconds) and returns its result
-RunOnEngine = Callable[[Callable[[], ScoreOutput | None], float], ScoreOutput | None]
-
-
-def score(
-    scorer: Scorer,
-    call: RunOnEngine,
-    prompt_ids: list[int],
-    continuations: list[list[int]],
-    timeout: float = 300.0,
-    top_k: int = 0,
-) -> ScoreOutput:
-    """Teacher-forced logprobs of each continuation after ``prompt_ids`` (any thread; blocks),
-    with the ``top_k`` most likely tokens at each position if asked. ``call`` runs a function
-    on the engine thread and returns its result (``Engine.call``).
-
-    Raises ``ValueError`` for an empty prompt or continuation, an out-of-vocabulary id, or a
-    sequence longer than the context. Waits (up to ``timeout``) while the engine has no free
-    request row or KV slots for the rows.
-    """
-    scorer.validate(prompt_ids, continuations)
-    deadline = time.monotonic() + timeout
-    while True:
-        result = call(lambda: scorer.try_score(prompt_ids, continuations, top_k), timeout)
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"score: no free request row or KV memory within {timeout}s")
-        time.sleep(RETRY_INTERVAL_S)
+    def targets(self) -> range:
+        """The continuation tokens the ``wanted`` positions predict."""
+        first = len(self.spec.ids) - self.spec.num_logits
+        wanted = self.wanted()
+        return range(wanted.start - first, wanted.stop - first)
 
 
-class Scorer:
-    """Scores over the engine's model and KV (``try_score`` on the engine thread only).
+class _Phase:
+    """Rows to compute in order (a few at a time, each in chunks); logits go to ``picked``."""
 
-    ``max_len``: the longest prompt + continuation allowed (context and pool limit);
-    ``share_prompt``: publish the shared prompt to the cache first (the radix cache is on).
+    def __init__(self, specs: list[_RowSpec], picked: _Picked | None) -> None:
+        self.specs = specs
+        self.picked = picked
+        self.pending = list(range(len(specs)))  # not admitted yet
+        self.active: list[ScoreRow] = []
+
+    @property
+    def done(self) -> bool:
+        return not self.pending and not self.active
+
+
+class ScoreJob:
+    """One score call, computed by the engine thread a chunk per step.
+
+    ``plan(units)`` gives the rows of the next chunk (their KV reserved, ``extend_len`` set) for
+    the step's forward; ``complete(rows, logits)`` takes the logits of their ``wanted``
+    positions back. ``done(ok, value)`` is called once, with the ``ScoreOutput`` or the
+    exception that ended the job. Engine thread only.
     """
 
     def __init__(
         self,
-        model_runner: ModelRunner,
+        scorer: Scorer,
+        prompt_ids: list[int],
+        continuations: list[list[int]],
+        top_k: int,
+        done: Callable[[bool, object], None],
+    ) -> None:
+        self._scorer = scorer
+        self._prompt_ids = prompt_ids
+        self._continuations = continuations
+        self._picked = _Picked(continuations, top_k)
+        self._phases: list[_Phase] | None = None  # made at the first plan (reads the cache)
+        self._num_cached = 0
+        self._done = done
+        self.finished = False
+
+    def plan(self, units: float) -> list[ScoreRow]:
+        """The next chunk's rows within ``units`` of work (empty: rows or memory short now)."""
+        if self._phases is None:
+            self._phases = self._make_phases()
+        return self._scorer.schedule(self._phases[0], units)
+
+    def complete(self, rows: list[ScoreRow], logits: torch.Tensor) -> None:
+        """The chunk ``rows`` was computed; ``logits``: their wanted positions, in order."""
+        assert self._phases is not None
+        phase = self._phases[0]
+        if phase.picked is not None:
+            phase.picked.add(rows, logits)
+        self._scorer.advance(phase, rows)
+        if phase.done:
+            self._phases.pop(0)
+        if not self._phases:
+            n = len(self._prompt_ids)
+            self._end(True, self._picked.output(n, self._num_cached))
+
+    def fail(self, error: BaseException) -> None:
+        """End the job with ``error``; its rows are discarded (their KV may not be computed)."""
+        for phase in self._phases or []:
+            for row in phase.active:
+                self._scorer.kv.discard(row.kv)
+            phase.active.clear()
+        self._end(False, error)
+
+    def _make_phases(self) -> list[_Phase]:
+        prompt_ids, n = self._prompt_ids, len(self._prompt_ids)
+        cached, _ = self._scorer.kv.cache.match_prefix(prompt_ids[:-1])
+        self._num_cached = len(cached)
+        phases = []
+        if len(self._continuations) > 1 and self._num_cached < n - 1 and self._scorer.share_prompt:
+            phases.append(_Phase([_RowSpec(prompt_ids[:-1], n - 1, 0)], None))
+        specs = [_RowSpec(prompt_ids + c[:-1], n - 1, len(c)) for c in self._continuations]
+        phases.append(_Phase(specs, self._picked))
+        return phases
+
+    def _end(self, ok: bool, value: object) -> None:
+        if not self.finished:
+            self.finished = True
+            self._done(ok, value)
+
+
+class Scorer:
+    """Scores over the engine's model and KV (jobs run on the engine thread only).
+
+    ``max_len``: the longest prompt + continuation allowed (context and pool limit);
+    ``share_prompt``: publish the shared prompt to the cache first (the radix cache is on);
+    ``budget``: the engine's step budget, which sizes the chunks (its token cap and horizon).
+    """
+
+    def __init__(
+        self,
         kv: KVManager,
         vocab_size: int,
         max_len: int,
         share_prompt: bool,
+        budget: StepBudget,
     ) -> None:
-        self.model_runner = model_runner
         self.kv = kv
         self.vocab_size = vocab_size
         self.max_len = max_len
         self.share_prompt = share_prompt
+        self.budget = budget
 
     def validate(self, prompt_ids: list[int], continuations: list[list[int]]) -> None:
         """Raise ``ValueError`` for input ``score`` refuses (any thread)."""
@@ -138,94 +207,81 @@ class Scorer:
                 f"allows ({self.max_len})"
             )
 
-    def try_score(
-        self, prompt_ids: list[int], continuations: list[list[int]], top_k: int = 0
-    ) -> ScoreOutput | None:
-        """Engine thread. ``None`` when rows or memory are short right now (the caller retries)."""
-        n = len(prompt_ids)
-        cached, _ = self.kv.cache.match_prefix(prompt_ids[:-1])
-        num_cached = len(cached)
-        if len(continuations) > 1 and num_cached < n - 1 and self.share_prompt:
-            if self._run_rows([_RowSpec(prompt_ids[:-1], n - 1, 0)]) is None:
-                return None
-        specs = [_RowSpec(prompt_ids + c[:-1], n - 1, len(c)) for c in continuations]
-        group = self.kv.num_free_rows
-        if group == 0:
-            return None
-        parts = [self._run_rows(specs[i : i + group]) for i in range(0, len(specs), group)]
-        logits = [p for p in parts if p is not None]
-        if len(logits) < len(parts):
-            return None
-        logprobs = torch.log_softmax(torch.cat(logits), dim=-1)  # [sum(len(c)), V]
-        return _score_output(logprobs, continuations, top_k, n, num_cached)
+    def job(
+        self,
+        prompt_ids: list[int],
+        continuations: list[list[int]],
+        top_k: int,
+        done: Callable[[bool, object], None],
+    ) -> ScoreJob:
+        """A job scoring ``continuations`` after ``prompt_ids`` (validated) for the engine to run."""
+        return ScoreJob(self, prompt_ids, continuations, top_k, done)
 
-    def _run_rows(self, specs: list[_RowSpec]) -> torch.Tensor | None:
-        """Extend every row in one forward; logits ``[sum(num_logits), V]`` in row order (None:
-        rows or memory are short)."""
-        rows = self._admit(specs)
-        if rows is None:
-            return None
-        try:
-            logits = self._forward(rows)
-        except BaseException:
-            for row in rows:
-                self.kv.discard(row.kv)  # never publish KV that was not computed
-            raise
+    def schedule(self, phase: _Phase, units: float) -> list[ScoreRow]:
+        """The chunk's rows with their ``extend_len`` set: the active rows' next pieces, then
+        new rows while ``units`` last. Empty when memory or request rows are short."""
+        budget, tokens = self.budget, self.budget.max_tokens
+        lens = []
+        for row in phase.active:
+            remaining = len(row.spec.ids) - row.computed_len
+            n = min(budget.tokens(units, row.computed_len, remaining), max(tokens, 1))
+            lens.append(n)
+            units, tokens = units - work(n, row.computed_len, budget.horizon), tokens - n
+        if phase.active and not self.kv.reserve([r.kv for r in phase.active], lens):
+            return []
+        chunk = list(phase.active)
+        while phase.pending and units > 0 and tokens > 0 and self.kv.num_free_rows:
+            spec = phase.specs[phase.pending[0]]
+            prefix = self.kv.lock_prefix(spec.ids[: spec.match_len])
+            remaining = len(spec.ids) - prefix.num_tokens
+            n = min(budget.tokens(units, prefix.num_tokens, remaining), tokens)
+            rows = self.kv.admit([prefix], [n])
+            if rows is None:
+                self.kv.unlock(prefix)
+                break
+            row = ScoreRow(spec, rows[0], phase.pending.pop(0))
+            phase.active.append(row)
+            chunk.append(row)
+            units, tokens = units - work(n, prefix.num_tokens, budget.horizon), tokens - n
+        return chunk
+
+    def advance(self, phase: _Phase, rows: list[ScoreRow]) -> None:
+        """The chunk's KV is computed: rows that reached their end go to the cache."""
         for row in rows:
             row.kv.advance()
-            self.kv.release(row.kv, row.spec.ids)
-        return logits
+            if row.computed_len == len(row.spec.ids):
+                phase.active.remove(row)
+                self.kv.release(row.kv, row.spec.ids)
 
-    def _admit(self, specs: list[_RowSpec]) -> list[_Row] | None:
-        """Borrow each row's cached prefix (locked), give it a request row and fresh slots for
-        the rest; None (nothing held) when rows or memory are short."""
-        if self.kv.num_free_rows < len(specs):
-            return None
-        prefixes = [self.kv.lock_prefix(s.ids[: s.match_len]) for s in specs]
-        kv_rows = self.kv.admit(
-            prefixes, [len(s.ids) - p.num_tokens for s, p in zip(specs, prefixes)]
+
+class _Picked:
+    """The picked and top logprobs of each continuation, filled chunk by chunk."""
+
+    def __init__(self, continuations: list[list[int]], top_k: int) -> None:
+        self.continuations = continuations
+        self.top_k = top_k
+        self.values: list[list[float]] = [[0.0] * len(c) for c in continuations]
+        self.tops: list[list[list[tuple[int, float]]]] = [[[] for _ in c] for c in continuations]
+
+    def add(self, rows: list[ScoreRow], logits: torch.Tensor) -> None:
+        """``logits``: the wanted positions of ``rows``, in order (``Scorer._forward``)."""
+        where = [(row.index, j) for row in rows for j in row.targets()]
+        if not where:
+            return
+        logprobs = torch.log_softmax(logits, dim=-1)
+        targets = torch.tensor([self.continuations[i][j] for i, j in where], device=logits.device)
+        values: list[float] = logprobs.gather(1, targets[:, None]).squeeze(1).tolist()
+        for (i, j), value in zip(where, values):
+            self.values[i][j] = value
+        if self.top_k > 0:
+            top_values, top_ids = logprobs.topk(min(self.top_k, logprobs.shape[-1]), dim=-1)
+            for (i, j), ids, vals in zip(where, top_ids.tolist(), top_values.tolist()):
+                self.tops[i][j] = list(zip(ids, vals))
+
+    def output(self, prompt_tokens: int, cached_tokens: int) -> ScoreOutput:
+        return ScoreOutput(
+            self.values,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached_tokens,
+            top_logprobs=self.tops,
         )
-        if kv_rows is None:
-            for prefix in prefixes:
-                self.kv.unlock(prefix)
-            return None
-        return [_Row(spec, kv) for spec, kv in zip(specs, kv_rows)]
-
-    def _forward(self, rows: list[_Row]) -> torch.Tensor:
-        order = sorted(
-            range(len(rows)), key=lambda i: rows[i].extend_len != 1
-        )  # 1-token rows first
-        runner = self.model_runner
-        batch = runner.prepare([rows[i] for i in order], [False] * len(rows))
-        wanted: dict[int, list[int]] = {}
-        offset = 0
-        for i in order:
-            offset += rows[i].extend_len
-            wanted[i] = list(range(offset - rows[i].spec.num_logits, offset))
-        indices = [k for i in range(len(rows)) for k in wanted[i]]
-        batch.logits_indices = torch.tensor(indices, dtype=torch.int64).to(runner.device)
-        logits: torch.Tensor = runner.model.forward(batch)
-        return logits
-
-
-def _score_output(
-    logprobs: torch.Tensor,  # [sum(len(c)), V]
-    continuations: list[list[int]],
-    top_k: int,
-    prompt_tokens: int,
-    cached_tokens: int,
-) -> ScoreOutput:
-    targets = torch.tensor([t for c in continuations for t in c], device=logprobs.device)
-    picked: list[float] = logprobs.gather(1, targets[:, None]).squeeze(1).tolist()
-    tops: list[list[tuple[int, float]]] = [[] for _ in picked]
-    if top_k > 0:
-        values, ids = logprobs.topk(min(top_k, logprobs.shape[-1]), dim=-1)
-        tops = [list(zip(i, v)) for i, v in zip(ids.tolist(), values.tolist())]
-    out, top_out, start = [], [], 0
-    for c in continuations:
-        out.append(picked[start : start + len(c)])
-        top_out.append(tops[start : start + len(c)])
-        start += len(c)
-    return ScoreOutput(
-        out, prompt_tokens=prompt_tokens, cached_tokens=cached_tokens, top_logprobs=top_out
-    )

@@ -27,6 +27,8 @@ ENGINE_FLAGS = {
     "--max-total-tokens",
     "--max-running-requests",
     "--chunked-prefill-size",
+    "--max-step-ms",
+    "--kv-memory-fraction",
     "--schedule-policy",
     "--disable-radix-cache",
     "--context-length",

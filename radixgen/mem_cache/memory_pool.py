@@ -13,6 +13,7 @@ request's private tail, or a radix-tree node (see ``RadixCache.check_integrity``
 
 from __future__ import annotations
 
+import numpy
 import torch
 
 
@@ -92,8 +93,8 @@ class KVPool:
         device: torch.device | str,
     ) -> None:
         shape = (num_slots + 1, num_kv_heads, head_dim)
-        self.k_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.v_buffers = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.k_buffers = [_zeros(shape, dtype, device) for _ in range(num_layers)]
+        self.v_buffers = [_zeros(shape, dtype, device) for _ in range(num_layers)]
         self.num_slots = num_slots
 
     @staticmethod
@@ -101,3 +102,14 @@ class KVPool:
         num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
     ) -> int:
         return 2 * num_layers * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
+
+
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A zeroed buffer. On the CPU its pages come from the OS zeroed and become resident only
+    when first written (``numpy.zeros`` calls ``calloc``), so the process's RSS grows with the
+    slots in use rather than with the pool's size; ``torch.zeros`` writes every page up front."""
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    raw = numpy.zeros((*shape[:-1], shape[-1] * itemsize), dtype=numpy.uint8)
+    return torch.from_numpy(raw).view(dtype)

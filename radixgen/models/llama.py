@@ -8,6 +8,7 @@ CPU, plain ``F.linear`` elsewhere). The forward pass takes a ragged
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +47,10 @@ class ModelWeights:
     lm_head: torch.Tensor  # [V, H] (the embedding itself when tied)
 
 
+class StepInterrupted(Exception):
+    """A forward pass left at a layer boundary because ``LlamaModel.interrupt`` was set."""
+
+
 class LlamaModel:
     """Stateless apart from weights and the rotary table; KV lives in the batch's pool."""
 
@@ -60,6 +65,8 @@ class LlamaModel:
         self.sm_scale = config.head_dim**-0.5
         self.heads = HeadShape(config.num_heads, config.num_kv_heads, config.head_dim)
         self.lm_head = PackedLinear(weights.lm_head, keep_weight=True)  # the embedding when tied
+        # set from another thread to end the forward in progress at its next layer boundary
+        self.interrupt = threading.Event()
 
     @property
     def dtype(self) -> torch.dtype:
@@ -67,12 +74,16 @@ class LlamaModel:
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
-        """Logits ``[len(batch.logits_indices), V]`` in float32; writes the new tokens' K/V."""
+        """Logits ``[len(batch.logits_indices), V]`` in float32; writes the new tokens' K/V.
+        Raises ``StepInterrupted`` between layers once ``interrupt`` is set (the KV written so
+        far belongs to slots the caller frees)."""
         w = self.weights
         hidden = F.embedding(batch.input_ids, w.embed)  # [N, H]
         residual = None
         ops = self.layer_ops(batch)
         for layer_id, layer in enumerate(w.layers):
+            if self.interrupt.is_set():
+                raise StepInterrupted
             hidden, residual = self._layer(ops, layer_id, layer, hidden, residual, batch)
         hidden, _ = ops.add_rms_norm(hidden, w.norm, self.config.rms_norm_eps, residual)
         hidden = hidden[batch.logits_indices]  # [M, H]

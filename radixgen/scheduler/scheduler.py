@@ -14,12 +14,15 @@ from ..mem_cache.kv_manager import KVManager
 from ..mem_cache.radix_cache import common_prefix_len
 from ..request import Req, ReqStatus, RunningReq
 from .policy import order_waiting
+from .step_budget import StepBudget, work
 
 INIT_NEW_TOKEN_RATIO = 0.7  # share of max_new_tokens we expect a running request to still use
 MIN_NEW_TOKEN_RATIO = 0.1
 NEW_TOKEN_RATIO_DECAY = 0.001  # per step
 # defer a request whose uncached part shares this many tokens with one admitted this round
 SHARED_PREFIX_DEFER = 32
+# while a waiting request could start, running prompt chunks take at most this share of a step
+RUNNING_CHUNK_SHARE = 0.25
 
 
 class Scheduler:
@@ -29,7 +32,13 @@ class Scheduler:
     its ``RunningReq`` in admission order (the order rows are batched and victims chosen in).
     """
 
-    def __init__(self, config: EngineConfig, kv: KVManager) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        kv: KVManager,
+        max_step_ms: float = 0.0,
+        horizon: float = float("inf"),
+    ) -> None:
         self.config = config
         self.kv = kv
         self.shares_prefixes = not config.disable_radix_cache
@@ -38,6 +47,9 @@ class Scheduler:
         self.chunk_size = (
             config.chunked_prefill_size if config.chunked_prefill_size > 0 else 1 << 30
         )
+        self.budget = StepBudget(max_step_ms, self.chunk_size, horizon)
+        self.step_units = 0.0  # prompt work of the step last scheduled
+        self.units_left = 0.0  # what that step's budget has left (for scoring chunks)
         self.waiting: list[Req] = []
         self.running: dict[Req, RunningReq] = {}  # admission order
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
@@ -54,27 +66,52 @@ class Scheduler:
     def schedule(self) -> list[RunningReq]:
         """Pick this step's requests, set each ``extend_len``, allocate and record their new slots.
 
-        Returns decode rows (``extend_len == 1``) first. Requests that cannot get memory are
-        retracted to the waiting queue.
+        Every running request gets a row (decode rows one token). Prompt chunks share what is
+        left of the step's budget (``StepBudget``: tokens and time); with the time bound on and a
+        waiting request that could start, running chunks take ``RUNNING_CHUNK_SHARE`` of it, so a short
+        prompt is not queued behind every chunk of a long one. Returns decode rows
+        (``extend_len == 1``) first. Requests that cannot get memory are retracted.
         """
-        budget = self.chunk_size
-        self._reserve_running(budget)
-        budget -= sum(r.extend_len for r in self.running.values() if r.extend_len > 1)
-        if budget > 0 and len(self.running) < self.config.max_running_requests:
-            self._admit(budget)
+        allowance = _Allowance(self.chunk_size, self.budget.units())
+        held_back = 0.0  # kept for admissions while running chunks take their share
+        if self.budget.timed and self.waiting and self._admission_open() and self._waiting_ready():
+            held_back = allowance.units * (1 - RUNNING_CHUNK_SHARE)
+            allowance.units -= held_back
+        self._reserve_running(allowance)
+        allowance.units += held_back
+        if allowance.open and self._admission_open():
+            self._admit(allowance)
         self.new_token_ratio = max(
             MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY
         )
+        self.step_units = allowance.spent_units
+        self.units_left = max(allowance.units, 0.0) if allowance.tokens > 0 else 0.0
         return sorted(self.running.values(), key=lambda r: r.extend_len != 1)
 
-    def _reserve_running(self, budget: int) -> None:
+    def observe(self, elapsed_ms: float, extra_units: float = 0.0) -> None:
+        """The step ``schedule`` made (plus ``extra_units`` of prompt work others added to its
+        forward: scoring) took ``elapsed_ms``: teach the budget."""
+        self.budget.observe(elapsed_ms, self.step_units + extra_units)
+
+    def _admission_open(self) -> bool:
+        return len(self.running) < self.config.max_running_requests
+
+    def _waiting_ready(self) -> bool:
+        """Whether some waiting request would not be deferred behind a running chunk."""
+        computing = [r.req for r in self.running.values() if r.seq_len - r.computed_len > 1]
+        return any(not self._defer_for_shared_prefix(r, computing) for r in self.waiting)
+
+    def _reserve_running(self, allowance: _Allowance) -> None:
         """Give every running request its next token(s); retract the least advanced on shortage."""
         extend_lens: dict[Req, int] = {}
         for running in sorted(self.running.values(), key=lambda r: r.req.arrival_time):
             remaining = running.seq_len - running.computed_len
-            extend_lens[running.req] = n = 1 if remaining == 1 else max(1, min(remaining, budget))
-            if remaining > 1:
-                budget -= n
+            if remaining == 1:
+                extend_lens[running.req] = 1
+            else:
+                extend_lens[running.req] = allowance.take(
+                    self.budget, running.computed_len, remaining
+                )
         while self.running:
             rows = list(self.running.values())
             if self.kv.reserve([r.kv for r in rows], [extend_lens[r.req] for r in rows]):
@@ -86,19 +123,17 @@ class Scheduler:
         return min(self.running, key=lambda r: (len(r.output_ids), -len(r.prompt_ids)))
 
     # ------------------------------------------------------------------ admission
-    def _admit(self, budget: int) -> None:
+    def _admit(self, allowance: _Allowance) -> None:
         admitted: list[Req] = []
         # prompts computed this step (running chunks and this round's admissions) reach the tree after it
         computing = [r.req for r in self.running.values() if r.extend_len > 1]
         for req in order_waiting(self.waiting, self.policy, self.kv.cache):
-            if budget <= 0 or len(self.running) >= self.config.max_running_requests:
+            if not allowance.open or not self._admission_open():
                 break
             if self._defer_for_shared_prefix(req, computing):
                 continue
-            taken = self._try_admit(req, budget)
-            if taken == 0:
+            if not self._try_admit(req, allowance):
                 break  # out of memory: keep the order, wait for memory to come back
-            budget -= taken
             admitted.append(req)
             computing.append(req)
         for req in admitted:
@@ -115,19 +150,21 @@ class Scheduler:
             for other in computing
         )
 
-    def _try_admit(self, req: Req, budget: int) -> int:
-        """Admit ``req`` if memory allows; returns tokens scheduled (0 = not admitted)."""
+    def _try_admit(self, req: Req, allowance: _Allowance) -> bool:
+        """Admit ``req`` with its first chunk if memory allows (False: not admitted)."""
         prefix = self.kv.lock_prefix(req.fill_ids[:-1])
-        extend_len = min(req.seq_len - prefix.num_tokens, budget)
+        remaining = req.seq_len - prefix.num_tokens
+        extend_len = allowance.fit(self.budget, prefix.num_tokens, remaining)
         rows = self.kv.admit([prefix], [extend_len]) if self._fits(req, prefix.num_tokens) else None
         if rows is None:
             self.kv.unlock(prefix)
-            return 0
+            return False
+        allowance.spend(self.budget, prefix.num_tokens, extend_len)
         if req.num_retractions == 0:
             req.cached_tokens = prefix.num_tokens
         req.status = ReqStatus.RUNNING
         self.running[req] = RunningReq(req, rows[0])
-        return extend_len
+        return True
 
     def _fits(self, req: Req, prefix_len: int) -> bool:
         """Admission budget: free + evictable - reserved decode of running >= this request's need."""
@@ -173,3 +210,31 @@ class Scheduler:
         self.num_retractions += 1
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
         self.waiting.append(req)
+
+
+class _Allowance:
+    """What is left of one step's prompt budget: tokens (the chunk cap) and work units (time)."""
+
+    __slots__ = ("tokens", "units", "spent_units")
+
+    def __init__(self, tokens: int, units: float) -> None:
+        self.tokens, self.units, self.spent_units = tokens, units, 0.0
+
+    @property
+    def open(self) -> bool:
+        return self.tokens > 0 and self.units > 0
+
+    def fit(self, budget: StepBudget, context: int, remaining: int) -> int:
+        """Tokens of a chunk after ``context`` tokens that fit (at least one)."""
+        return max(1, min(budget.tokens(max(self.units, 0.0), context, remaining), self.tokens))
+
+    def spend(self, budget: StepBudget, context: int, num_tokens: int) -> None:
+        cost = work(num_tokens, context, budget.horizon)
+        self.tokens -= num_tokens
+        self.units -= cost
+        self.spent_units += cost
+
+    def take(self, budget: StepBudget, context: int, remaining: int) -> int:
+        n = self.fit(budget, context, remaining)
+        self.spend(budget, context, n)
+        return n
