@@ -126,7 +126,7 @@ def test_finish_all_now_ends_streams_without_the_engine():
 # --------------------------------------------------------------------------- a live server
 
 SHUTDOWN_TIMEOUT_S = 4.0
-LONG = 5000  # tokens: a stream that lasts far longer than the shutdown timeout
+LONG = 7000  # tokens: a stream that lasts far longer than the shutdown timeout (context 8192)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 server flags or that end the server (shutdown, connection limits).
 
 The model is a 2-layer Llama (hidden size 64) with the default model's tokenizer: it loads in
-a few seconds and decodes about 100 tokens a second on the CI machine, so a request with
+a few seconds and decodes a few hundred tokens a second on the CI machine, so a request with
 ``ignore_eos`` and a few thousand ``max_tokens`` is a stream that lasts as long as a test needs.
 """
 
@@ -65,7 +65,7 @@ class TinyServer:
         self.model = model.name  # the served model name (the folder's name)
         self.log = log
         cmd = [sys.executable, "-m", "radixgen", "serve", "--model", str(model)]
-        cmd += ["--port", str(self.port), "--max-total-tokens", "32768", *flags]
+        cmd += ["--port", str(self.port), "--max-total-tokens", "65536", *flags]
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 cmd,
