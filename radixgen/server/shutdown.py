@@ -209,6 +209,7 @@ class GracefulServer(uvicorn.Server):
         if await self.drain.wait_idle(deadline - margin / 2):
             return
         logger.warning(
-            "the engine did not end %d streams in time: ending them now", len(self.client.live)
+            "the engine has not ended %d requests yet (a step still running): ending them now",
+            sum(gen.count - len(gen.finished) for gen in self.client.live),
         )
         self.client.finish_all_now()
