@@ -92,6 +92,16 @@ def test_slow_headers_get_408_and_the_connection_closes(server):
     assert TIMEOUT_S * 0.9 <= elapsed <= TIMEOUT_S + SLACK_S
 
 
+def test_slow_headers_of_a_second_request_on_a_kept_alive_connection_get_408(server):
+    sock = _connect(server)
+    sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert _read_response(sock).startswith(b"HTTP/1.1 200")
+    sock.sendall(b"GET /health HTTP/1.1\r\n")  # and no more: the header timer starts here
+    data, elapsed = _read_until_closed(sock, TIMEOUT_S + SLACK_S)
+    assert _status_and_json(data)[0] == 408
+    assert elapsed >= TIMEOUT_S * 0.9
+
+
 def test_a_connection_that_sends_nothing_is_closed(server):
     sock = _connect(server)
     data, elapsed = _read_until_closed(sock, TIMEOUT_S + SLACK_S)
