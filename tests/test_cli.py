@@ -44,6 +44,11 @@ SERVER_FLAGS = {
     "--served-model-name",
     "--max-queued-requests",
     "--max-body-bytes",
+    "--shutdown-timeout",
+    "--header-timeout",
+    "--body-timeout",
+    "--keep-alive-timeout",
+    "--max-connections",
 }
 
 

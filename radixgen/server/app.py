@@ -10,9 +10,11 @@ otherwise) except ``/health`` and ``/metrics``, which stay open for probes and s
 Bodies over ``--max-body-bytes`` are refused with 413, whether announced by Content-Length or
 found while reading a chunked body. ``--max-queued-requests`` bounds the waiting queue (429).
 
-Shutdown (SIGINT/SIGTERM): uvicorn stops accepting, gives in-flight requests
-``graceful_shutdown_s`` to finish, cancels the rest (their streams abort their engine
-requests), then the lifespan exit calls ``Engine.shutdown()``.
+Shutdown (SIGINT/SIGTERM, ``shutdown.py``): admission stops at once (503), in-flight requests
+get ``--shutdown-timeout`` seconds to finish, the rest end with ``finish_reason: "abort"`` (a
+JSON 503 when not streaming), then the lifespan exit calls ``Engine.shutdown()``; exit status 0.
+Connections (``connection.py``): header and body read timeouts (408), a keep-alive timeout and
+a cap on open connections (503).
 """
 
 from __future__ import annotations
@@ -21,11 +23,9 @@ import asyncio
 import dataclasses
 import logging
 import secrets
-from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import orjson
 import uvicorn
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
@@ -33,15 +33,16 @@ from fastapi.responses import PlainTextResponse
 from ..config import EngineConfig
 from ..engine import Engine
 from . import native_api, openai_api
+from .asgi import PROBE_PATHS, ASGIApp, Message, Receive, Scope, Send, send_error
+from .connection import protocol_class
 from .engine_client import EngineClient
-from .errors import error_body, install_error_handlers
+from .errors import install_error_handlers
 from .metrics import ServerMetrics, render_metrics
 from .protocol import OrjsonResponse
 from .settings import ServerSettings
+from .shutdown import Drain, DrainGate, GracefulServer
 
 logger = logging.getLogger("radixgen.server")
-
-OPEN_PATHS = ("/health", "/metrics")
 
 
 def create_app(
@@ -50,7 +51,7 @@ def create_app(
     """The app serving a loaded ``engine``; ``engine.shutdown()`` runs when the app stops.
 
     ``model_arg``: the ``--model`` string, accepted as a model name (with the served name,
-    the aliases and the path).
+    the aliases and the path). ``app.state.drain`` is the app's shutdown state (``Drain``).
     """
     settings = settings or ServerSettings()
     client = EngineClient(engine, settings, ServerMetrics(), model_arg)
@@ -59,7 +60,7 @@ def create_app(
     async def lifespan(app: FastAPI):
         _log_ready(client, settings)
         yield
-        logger.info("shutting down: aborting %d in-flight requests", client.in_flight)
+        logger.info("stopping the engine (%d requests unfinished)", client.in_flight)
         await asyncio.to_thread(engine.shutdown)
 
     app = FastAPI(
@@ -70,6 +71,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.client = client
+    app.state.drain = drain = Drain()
     install_error_handlers(app)
     app.include_router(openai_api.router)
     app.include_router(native_api.router)
@@ -84,7 +86,8 @@ def create_app(
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     app.add_middleware(_BodyLimit, limit=settings.max_body_bytes)
-    app.add_middleware(_Auth, api_key=settings.api_key)  # added last = outermost: runs first
+    app.add_middleware(_Auth, api_key=settings.api_key)
+    app.add_middleware(DrainGate, drain=drain)  # added last = outermost: runs first
     return app
 
 
@@ -112,34 +115,19 @@ def _log_ready(client: EngineClient, settings: ServerSettings) -> None:
 # --------------------------------------------------------------------------- ASGI middleware
 
 
-async def _send_error(send: Callable, status: int, message: str, code: str | None = None) -> None:
-    body = orjson.dumps(error_body(status, message, code=code))
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 class _Auth:
-    """401 unless ``Authorization: Bearer <api_key>`` (paths in ``OPEN_PATHS`` stay open)."""
+    """401 unless ``Authorization: Bearer <api_key>`` (paths in ``PROBE_PATHS`` stay open)."""
 
-    def __init__(self, app: Callable, api_key: str | None) -> None:
+    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
         self.app, self.expected = app, f"Bearer {api_key}".encode() if api_key else None
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if self.expected is None or scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.expected is None or scope["type"] != "http" or scope["path"] in PROBE_PATHS:
             return await self.app(scope, receive, send)
         given = dict(scope["headers"]).get(b"authorization", b"")
         if not secrets.compare_digest(given, self.expected):
             reason = "missing" if not given else "invalid"
-            return await _send_error(
+            return await send_error(
                 send,
                 401,
                 f"{reason} API key: send 'Authorization: Bearer <key>'",
@@ -155,17 +143,15 @@ class _BodyLimit:
     later ``receive`` calls go to the server, so disconnects are still seen.
     """
 
-    def __init__(self, app: Callable, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app, self.limit = app, limit
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD"):
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
-            return await _send_error(
-                send, 413, self._message(int(length)), code="request_too_large"
-            )
+            return await send_error(send, 413, self._message(int(length)), code="request_too_large")
         chunks, size, more = [], 0, True
         while more:
             message = await receive()
@@ -174,13 +160,13 @@ class _BodyLimit:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.limit:
-                return await _send_error(
+                return await send_error(
                     send, 413, self._message(size, at_least=True), code="request_too_large"
                 )
             more = message.get("more_body", False)
         replayed = False
 
-        async def replay() -> dict:
+        async def replay() -> Message:
             nonlocal replayed
             if replayed:
                 return await receive()
@@ -211,20 +197,10 @@ def serve(config: EngineConfig, settings: ServerSettings, log_level: str = "info
         host=settings.host,
         port=settings.port,
         log_level=log_level,
-        timeout_graceful_shutdown=settings.graceful_shutdown_s,
+        http=protocol_class(settings),
+        timeout_graceful_shutdown=GracefulServer.uvicorn_timeout(settings.shutdown_timeout),
     )
-    _Server(uvicorn_config, app.state.client).run()
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, plus: halfway through the graceful-shutdown wait, abort what still runs,
-    so open streams end with ``finish_reason: "abort"`` and ``[DONE]`` instead of being cut."""
-
-    def __init__(self, config: uvicorn.Config, client: EngineClient) -> None:
-        super().__init__(config)
-        self.client = client
-
-    async def shutdown(self, sockets: list | None = None) -> None:
-        delay = (self.config.timeout_graceful_shutdown or 0) / 2
-        asyncio.get_running_loop().call_later(delay, self.client.abort_all)
-        await super().shutdown(sockets)
+    server = GracefulServer(
+        uvicorn_config, app.state.client, app.state.drain, settings.shutdown_timeout
+    )
+    server.run()

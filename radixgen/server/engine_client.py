@@ -88,6 +88,21 @@ class Generation:
             if index not in self.finished:
                 self._client.engine.abort(rid)
 
+    def finish_now(self) -> None:
+        """Event loop, shutdown: end the unfinished requests for the reader at once, each with a
+        final delta (``finish_reason: "abort"``, no completion tokens counted), without waiting
+        for the engine; what the engine sends for them afterwards is not read. A generation
+        still being submitted is left alone (its HTTP call has no response to finish)."""
+        if len(self.rids) < self.count:
+            return
+        for index, rid in enumerate(self.rids):
+            if index not in self.finished:
+                prompt_tokens = len(self.prompt_ids[index])
+                end = Delta(
+                    rid, "", [], finished=True, finish_reason="abort", prompt_tokens=prompt_tokens
+                )
+                self._deliver(index, end)
+
 
 class EngineClient:
     """Owns the engine handle, the in-flight count (for 429) and request submission."""
@@ -177,6 +192,12 @@ class EngineClient:
         """Abort every unfinished request (shutdown); their streams still end with a finish chunk."""
         for gen in list(self.live):
             gen.abort()
+
+    def finish_all_now(self) -> None:
+        """Abort every unfinished request and end it for its reader now (``Generation.finish_now``)."""
+        for gen in list(self.live):
+            gen.abort()
+            gen.finish_now()
 
     def _after_cancelled_submit(self, future: asyncio.Future, gen: Generation, count: int) -> None:
         if future.cancelled() or future.exception() is not None:
