@@ -189,9 +189,11 @@ class EngineClient:
         return gen
 
     def abort_all(self) -> None:
-        """Abort every unfinished request (shutdown); their streams still end with a finish chunk."""
+        """Abort every unfinished request (shutdown); their streams still end with a finish chunk.
+        The engine also leaves a model step in progress at its next layer boundary."""
         for gen in list(self.live):
             gen.abort()
+        self.engine.abort_all()
 
     def finish_all_now(self) -> None:
         """Abort every unfinished request and end it for its reader now (``Generation.finish_now``)."""

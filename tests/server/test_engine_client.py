@@ -35,6 +35,7 @@ class FakeEngine:
         self.config = SimpleNamespace(max_running_requests=max_running)
         self.started: list[tuple[list[int], SamplingParams]] = []
         self.aborted: list[str] = []
+        self.aborted_all = False
         self.hold = False
 
     def add_request(self, ids, params, sink, rid=None):
@@ -60,6 +61,9 @@ class FakeEngine:
 
     def abort(self, rid):
         self.aborted.append(rid)
+
+    def abort_all(self):
+        self.aborted_all = True
 
 
 def _client(engine: FakeEngine, queued: int = 1) -> EngineClient:
