@@ -112,7 +112,8 @@ class Engine:
         self._at_exit = _shutdown_at_exit(weakref.ref(self))
         atexit.register(self._at_exit)
         logger.info(
-            "loaded %s (%s layers, vocab %d) on %s/%s in %.1fs; KV pool %d tokens; context %d",
+            "loaded %s (%s layers, vocab %d) on %s/%s in %.1fs; KV pool %d tokens (%.2f GiB, %s); "
+            "context %d; steps target %s",
             path.name,
             self.model.config.num_layers,
             self.model.config.vocab_size,
@@ -120,7 +121,10 @@ class Engine:
             str(self.dtype).removeprefix("torch."),
             time.monotonic() - started,
             self.max_total_tokens,
+            self.kv_pool_bytes / 2**30,
+            self.kv_pool_sizing,
             self.context_len,
+            f"{self.max_step_ms:g} ms" if self.max_step_ms > 0 else "off (tokens only)",
         )
 
     @property
@@ -135,9 +139,14 @@ class Engine:
         per_token = KVPool.bytes_per_token(
             cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, self.dtype
         )
-        self.max_total_tokens = self.config.max_total_tokens or _default_pool_tokens(
-            per_token, self.device, self.config.kv_memory_fraction
-        )
+        if self.config.max_total_tokens:
+            self.max_total_tokens = self.config.max_total_tokens
+            self.kv_pool_sizing = "--max-total-tokens"
+        else:
+            self.max_total_tokens, self.kv_pool_sizing = _default_pool_tokens(
+                per_token, self.device, self.config.kv_memory_fraction
+            )
+        self.kv_pool_bytes = per_token * self.max_total_tokens
         self.kv_pool = KVPool(
             self.max_total_tokens,
             cfg.num_layers,
@@ -481,6 +490,8 @@ class Engine:
             "running": len(self.scheduler.running),
             "waiting": len(self.scheduler.waiting),
             "max_total_tokens": self.max_total_tokens,
+            "kv_pool_bytes": self.kv_pool_bytes,
+            "kv_pool_sizing": self.kv_pool_sizing,
             "free_tokens": self.kv.num_free_slots,
             "tokens_in_tree": cache.total_size(),
             "evictable_tokens": cache.evictable_size,
@@ -605,15 +616,24 @@ def _pick_max_step_ms(value: float | None, device: torch.device) -> float:
     return MAX_STEP_MS.get(device.type, 300.0) if value is None else value
 
 
-def _default_pool_tokens(bytes_per_token: int, device: torch.device, fraction: float | None) -> int:
-    """KV pool size: ``fraction`` (0.6) of free GPU memory after the weights, or on CPU
-    ``fraction`` (0.1) of available RAM, at most 4 GiB; between 1024 and 256k tokens."""
+def _default_pool_tokens(
+    bytes_per_token: int, device: torch.device, fraction: float | None
+) -> tuple[int, str]:
+    """KV pool size and how it was chosen: ``fraction`` (0.6) of free GPU memory after the
+    weights, or on CPU ``fraction`` (0.1) of available RAM, at most 4 GiB; between 1024 and
+    256k tokens."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        budget = free * (0.6 if fraction is None else fraction)
+        share = 0.6 if fraction is None else fraction
+        budget, how = free * share, f"{share:g} of free GPU memory"
     else:
-        budget = min(_available_ram() * (0.1 if fraction is None else fraction), 4 << 30)
-    return int(max(1024, min(budget // bytes_per_token, 1 << 18)))
+        share = 0.1 if fraction is None else fraction
+        available = _available_ram()
+        budget = min(available * share, 4 << 30)
+        how = f"{share:g} of {available / 2**30:.1f} GiB available RAM" + (
+            ", capped at 4 GiB" if budget == 4 << 30 else ""
+        )
+    return int(max(1024, min(budget // bytes_per_token, 1 << 18))), how
 
 
 def _available_ram() -> int:

@@ -37,6 +37,7 @@ from .asgi import PROBE_PATHS, ASGIApp, Message, Receive, Scope, Send, send_erro
 from .connection import protocol_class
 from .engine_client import EngineClient
 from .errors import install_error_handlers
+from .memory import TRIM_AFTER_BYTES, release_free_memory
 from .metrics import ServerMetrics, render_metrics
 from .protocol import OrjsonResponse
 from .settings import ServerSettings
@@ -140,7 +141,8 @@ class _BodyLimit:
     """413 for bodies over ``limit`` bytes: by Content-Length, or counted while reading.
 
     The body is read here in full (FastAPI reads it whole anyway) and replayed to the app;
-    later ``receive`` calls go to the server, so disconnects are still seen.
+    later ``receive`` calls go to the server, so disconnects are still seen. After a large
+    body the heap's free pages go back to the OS (``memory.release_free_memory``).
     """
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
@@ -173,7 +175,12 @@ class _BodyLimit:
             replayed = True
             return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
 
-        return await self.app(scope, replay, send)
+        try:
+            return await self.app(scope, replay, send)
+        finally:
+            if size >= TRIM_AFTER_BYTES:
+                chunks.clear()
+                await asyncio.to_thread(release_free_memory)
 
     def _message(self, size: int, at_least: bool = False) -> str:
         return f"request body of {'more than ' if at_least else ''}{size} bytes exceeds the limit of {self.limit} bytes"

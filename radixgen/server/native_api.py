@@ -268,7 +268,14 @@ async def get_server_info(request: Request) -> OrjsonResponse:
     engine = client.engine
     settings = {k: v for k, v in dataclasses.asdict(client.settings).items() if k != "api_key"}
     engine_config = dataclasses.asdict(engine.config)
-    return OrjsonResponse({**settings, **engine_config, "stats": engine.stats()})
+    # what the engine resolved from its defaults (SGLang's name for the pool size)
+    resolved = {
+        "max_total_num_tokens": engine.max_total_tokens,
+        "context_length": engine.context_len,
+    }
+    if hasattr(engine, "max_step_ms"):
+        resolved["max_step_ms"] = engine.max_step_ms
+    return OrjsonResponse({**settings, **engine_config, **resolved, "stats": engine.stats()})
 
 
 @router.api_route("/flush_cache", methods=["GET", "POST"])

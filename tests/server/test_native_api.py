@@ -201,6 +201,9 @@ def test_generate_ebnf(http):
 def test_model_info_and_operations(http):
     info = http.get("/get_model_info").json()
     assert info["is_generation"] is True and info["model_path"].endswith(".gguf")
-    assert http.get("/get_server_info").json()["stats"]["max_total_tokens"] > 0
+    server_info = http.get("/get_server_info").json()
+    assert server_info["stats"]["max_total_tokens"] == server_info["max_total_num_tokens"] > 0
+    assert server_info["stats"]["kv_pool_bytes"] > 0 and server_info["stats"]["kv_pool_sizing"]
+    assert server_info["max_step_ms"] >= 0
     assert http.get("/health_generate").status_code == 200
     assert http.post("/flush_cache").status_code in (200, 400)  # 400 only while requests run
