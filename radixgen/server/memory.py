@@ -25,7 +25,7 @@ def _load_trim() -> Callable[[int], int] | None:
     if trim is None:
         return None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim  # type: ignore[no-any-return]
+    return trim
 
 
 _TRIM = _load_trim()
