@@ -88,6 +88,7 @@ def native_params(
         raise APIError(
             400, str(exc).replace("sampling params:", "sampling_params:"), param="sampling_params"
         ) from None
+    params.validate()  # types and ranges before seeds are derived from it (ValueError: a 400)
     return params, n, max_new
 
 

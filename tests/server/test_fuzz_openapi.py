@@ -225,3 +225,12 @@ def test_a_constraint_the_vocabulary_cannot_spell_is_a_400(tiny_server_url, stre
     error = r.json()["error"] if not stream else json.loads(r.text.split("data: ")[2])["error"]
     assert (r.status_code, error["type"]) == (200 if stream else 400, "invalid_request_error")
     assert "no token of the model's vocabulary continues the constraint" in error["message"]
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_native_seed_of_the_wrong_type_is_a_400(tiny_server_url, n):
+    """Found by benchmarks/soak.py: ``/generate`` derived the seeds of ``n`` choices (``seed + j``)
+    before validating, so ``"seed": "x"`` was a TypeError and a 500."""
+    body = {"text": "Hi", "sampling_params": {"seed": "x", "n": n, "max_new_tokens": 2}}
+    r = httpx.post(f"{tiny_server_url}/generate", json=body, headers=AUTH, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "seed", r.text
