@@ -227,8 +227,8 @@ class Soak:
         bad = bad_calls(self.model)
         while time.monotonic() < deadline:
             roll = rng.random()
-            if roll < self.args.bad_fraction:
-                self.bad.append(await send(client, rng.choice(bad)))
+            if roll < self.args.bad_fraction:  # round-robin: even a short run sends each case
+                self.bad.append(await send(client, bad[(seed + len(self.bad)) % len(bad)]))
             elif roll < self.args.bad_fraction + self.args.disconnect_fraction:
                 call = good_call("chat_stream", self.model, rng, 200)
                 call = Call("disconnect", call.path, {**call.body, "ignore_eos": True}, True)
