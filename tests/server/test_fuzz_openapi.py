@@ -9,8 +9,10 @@ make it reach the code behind validation instead of stopping at the first check:
   ``min_p``, ``repetition_penalty``, ``regex`` ...; see ``protocol``) and ``/generate``'s
   ``sampling_params`` object are described from ``SamplingParams`` itself (its pydantic
   schema), so none is re-listed here;
-- the token budgets (``max_tokens``, ``max_completion_tokens``, ``max_new_tokens``) and ``n``
-  get small maxima for the positive cases; negative cases still send values past them.
+- the fields get the ranges that the server's own 400s state (``temperature`` in [0, 1e6],
+  ``top_p`` in (0, 1], token ids inside the vocabulary, ...), with small token budgets,
+  ``n``, prompts and messages, so that positive cases mostly run; negative cases send values
+  past them, wrong types and broken JSON.
 
 Every status below 500 is an acceptable answer to a fuzzed body (FastAPI documents 422 for
 validation errors; this server answers 400, as OpenAI does, so status-code conformance is not
