@@ -25,6 +25,11 @@ from .tokenizer import Tokenizer
 logger = logging.getLogger(__name__)
 
 MAX_FORCED_TOKENS = 64  # jump-forward at most this many tokens per step
+# a request's error when its constraint allows no token: the client's constraint, not a fault
+DEAD_END = (
+    "grammar: no token of the model's vocabulary continues the constraint here "
+    "(it requires text this tokenizer cannot produce)"
+)
 
 
 class Constraints:
@@ -90,7 +95,10 @@ class Constraints:
             except GrammarError as exc:  # its automaton outgrew the limits: end this request only
                 reqs[i].error = f"grammar: {exc}"
             except Exception as exc:  # any other fault in this row ends this request only too
-                reqs[i].error = f"grammar: {type(exc).__name__}: {exc}"
+                reqs[i].error = f"internal error in the grammar: {type(exc).__name__}: {exc}"
+            else:
+                if not bool(bitmask[i].any()):  # e.g. a character no token of the vocabulary spells
+                    reqs[i].error = DEAD_END
         return bitmask.to(self.device, non_blocking=True), rows
 
     def accept(self, req: Req, token_id: int) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -47,6 +48,37 @@ def engine(default_model_path):
     eng = Engine(str(default_model_path), max_total_tokens=16384)
     yield eng
     eng.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_folder(tmp_path_factory, tokenizer):
+    """A 2-layer random-weight Llama (GQA 4/2) with the default model's tokenizer, as an HF folder:
+    a real engine or server whose steps take milliseconds (kernel, fuzzing and property tests)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+    )
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    transformers.LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
+    tokenizer.backend.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "chat_template": tokenizer.chat_template,
+                "eos_token": "<|im_end|>",
+                "bos_token": "<|im_start|>",
+            }
+        )
+    )
+    return folder
 
 
 @pytest.fixture(scope="session")
@@ -143,3 +175,36 @@ def server_url(tmp_path_factory: pytest.TempPathFactory):
         f"radixgen serve exited with {proc.returncode}:\n{text[-4000:]}"
     )
     assert "Application shutdown complete" in text and "Traceback" not in text, text[-4000:]
+
+
+@pytest.fixture(scope="session")
+def tiny_server_url(tmp_path_factory: pytest.TempPathFactory, tiny_model_folder: Path):
+    """A live ``radixgen serve`` of ``tiny_model_folder`` (served as ``tiny``, ``--api-key
+    test-key``, the test body limit): requests take milliseconds, so fuzzers can send many. Its
+    log is printed if start-up fails; after the session it must have shut down cleanly."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("tiny-server") / "server.log"
+    cmd = [
+        *(sys.executable, "-m", "radixgen", "serve", "--model", str(tiny_model_folder)),
+        *("--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port)),
+        *("--api-key", SERVER_API_KEY, "--max-body-bytes", str(SERVER_BODY_LIMIT)),
+        *("--max-total-tokens", "8192", "--num-threads", "1", "--log-level", "warning"),
+    ]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc, log)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert proc.returncode in (0, -signal.SIGTERM), text[-4000:]
+    assert "Traceback" not in text, text[-4000:]

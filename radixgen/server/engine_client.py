@@ -25,7 +25,7 @@ from ..models.hub import ALIASES
 from ..prompts import prompt_ids
 from ..request import Delta, RequestOutput, TokenLogprob
 from ..sampling_params import SamplingParams
-from .errors import APIError
+from .errors import APIError, generation_error
 from .metrics import ServerMetrics
 from .settings import ServerSettings
 from .tools import ChatRenderer
@@ -253,7 +253,7 @@ async def collect(gen: Generation) -> list[RequestOutput]:
     async with aclosing(gen.deltas()) as deltas:
         async for index, delta in deltas:
             if delta.error:
-                raise APIError(500, f"generation failed: {delta.error}")
+                raise generation_error(delta.error)
             per_request[index].append(delta)
     return [RequestOutput.from_deltas(d) for d in per_request]
 

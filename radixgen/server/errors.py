@@ -66,6 +66,14 @@ def error_response(
     return OrjsonResponse(error_body(status, message, param, code), status_code=status)
 
 
+def generation_error(error: str) -> APIError:
+    """The error of a request the engine ended: 400 when its own constraint caused it (messages
+    starting ``grammar:``: a constraint the vocabulary cannot continue, or one past the grammar
+    limits), 500 for a fault of the engine."""
+    status = 400 if error.startswith("grammar:") else 500
+    return APIError(status, f"generation failed: {error}")
+
+
 def bad_request(exc: ValueError) -> APIError:
     """A ``ValueError`` from validation or the grammar compiler, as a 400 naming its field."""
     message = str(exc)

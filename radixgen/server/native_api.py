@@ -27,7 +27,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 from ..request import Delta
 from ..sampling_params import SamplingParams
 from .engine_client import DisconnectWatch, EngineClient, Generation, Job
-from .errors import APIError, error_body
+from .errors import APIError, error_body, generation_error
 from .logprobs import native_logprobs
 from .openai_stream import DONE, sse
 from .protocol import GenerateRequest, OrjsonResponse
@@ -88,6 +88,7 @@ def native_params(
         raise APIError(
             400, str(exc).replace("sampling params:", "sampling_params:"), param="sampling_params"
         ) from None
+    params.validate()  # types and ranges before seeds are derived from it (ValueError: a 400)
     return params, n, max_new
 
 
@@ -226,7 +227,7 @@ async def _collect(gen: Generation, results: list[_Result]) -> None:
     async with aclosing(gen.deltas()) as deltas:
         async for index, delta in deltas:
             if delta.error:
-                raise APIError(500, f"generation failed: {delta.error}")
+                raise generation_error(delta.error)
             results[index].push(delta)
 
 
@@ -234,7 +235,7 @@ async def _stream(gen: Generation, results: list[_Result], client: EngineClient)
     async with aclosing(gen.deltas()) as deltas:
         async for index, delta in deltas:
             if delta.error:
-                yield sse(error_body(500, f"generation failed: {delta.error}"))
+                yield sse(generation_error(delta.error).body())
                 return
             results[index].push(delta)
             if delta.text or delta.token_ids or delta.finished:

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 
 from .engine_client import Generation
-from .errors import error_body
+from .errors import generation_error
 from .logprobs import chat_logprobs, completion_logprobs
 from .tool_parser import ToolOutput
 
@@ -104,7 +104,7 @@ async def chat_stream(
     async with aclosing(gen.deltas()) as deltas:
         async for index, delta in deltas:
             if delta.error:
-                yield sse(error_body(500, f"generation failed: {delta.error}"))
+                yield sse(generation_error(delta.error).body())
                 return
             out = outputs[index]
             events = out.feed(delta.text) + (out.finish() if delta.finished else [])
@@ -148,7 +148,7 @@ async def completion_stream(
     async with aclosing(gen.deltas()) as deltas:
         async for index, delta in deltas:
             if delta.error:
-                yield sse(error_body(500, f"generation failed: {delta.error}"))
+                yield sse(generation_error(delta.error).body())
                 return
             lps = (
                 completion_logprobs(tokenizer, delta.logprobs, offsets[index])

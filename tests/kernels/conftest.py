@@ -8,7 +8,6 @@ the variable is left alone and the kernels compile for it.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 
@@ -66,33 +65,3 @@ TOLERANCES = {
     torch.float16: {"atol": 2e-3, "rtol": 2e-3},
     torch.bfloat16: {"atol": 2e-2, "rtol": 2e-2},
 }
-
-
-@pytest.fixture(scope="module")
-def tiny_model_folder(tmp_path_factory, tokenizer):
-    """A 2-layer random-weight Llama (GQA 4/2) with the default model's tokenizer, as an HF folder."""
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-    )
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    transformers.LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
-    tokenizer.backend.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "chat_template": tokenizer.chat_template,
-                "eos_token": "<|im_end|>",
-                "bos_token": "<|im_start|>",
-            }
-        )
-    )
-    return folder
