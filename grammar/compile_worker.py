@@ -20,7 +20,10 @@ def main() -> None:
     os.nice(10)  # the engine's decode steps come first when the cores are all busy
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but replies on the pipe
-    vocab, settings = receive(stdin)
+    try:
+        vocab, settings = receive(stdin)
+    except EOFError:  # the server stopped before it sent the vocabulary
+        return
     compiler = GrammarCompiler(vocab, max_workers=1, **settings)
     while True:
         try:
