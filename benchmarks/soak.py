@@ -219,6 +219,7 @@ class Soak:
     long: list[Result] = field(default_factory=list)
     disconnects: int = 0
     rss: list[tuple[float, float]] = field(default_factory=list)  # (seconds, MiB)
+    pool_full_at: float | None = None  # when the KV pool was first all in use (seconds)
     slots: dict[str, Any] | None = None  # the accounting after the drain
     started: float = field(default_factory=time.monotonic)
 
@@ -246,14 +247,19 @@ class Soak:
             await asyncio.sleep(self.args.long_every)
             self.long.append(await send(client, long_call(self.model, tokens, len(self.long))))
 
-    async def rss_loop(self, pid: int | None, stop: asyncio.Event) -> None:
+    async def rss_loop(
+        self, client: httpx.AsyncClient, pid: int | None, stop: asyncio.Event
+    ) -> None:
         if pid is None:
             return
         import psutil
 
         process = psutil.Process(pid)
         while not stop.is_set():
-            self.rss.append((time.monotonic() - self.started, _rss_mib(process)))
+            now = time.monotonic() - self.started
+            self.rss.append((now, _rss_mib(process)))
+            if self.pool_full_at is None and await _pool_full(client):
+                self.pool_full_at = now  # the CPU pool's pages are all resident from here on
             try:
                 await asyncio.wait_for(stop.wait(), self.args.rss_every)
             except asyncio.TimeoutError:
@@ -276,6 +282,15 @@ class Soak:
             f"hostile {len(self.bad)} (5xx {five}), disconnects {self.disconnects}, "
             f"long {len(self.long)}{rss}"
         )
+
+
+async def _pool_full(client: httpx.AsyncClient) -> bool:
+    """Whether the server's KV pool is (nearly) all in use: its pages have all been written."""
+    try:
+        stats = (await client.get("/get_server_info", timeout=10)).json()["stats"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return False
+    return stats["free_tokens"] <= 0.02 * stats["max_total_tokens"]
 
 
 def _rss_mib(process) -> float:
@@ -301,7 +316,7 @@ async def run(args: argparse.Namespace, url: str, pid: int | None) -> Soak:
         deadline = time.monotonic() + args.minutes * 60
         stop = asyncio.Event()
         monitors = [
-            asyncio.create_task(soak.rss_loop(pid, stop)),
+            asyncio.create_task(soak.rss_loop(client, pid, stop)),
             asyncio.create_task(soak.progress_loop(stop)),
         ]
         loops = [soak.client_loop(client, args.seed + i, deadline) for i in range(args.clients)]
@@ -366,7 +381,7 @@ def summary(soak: Soak) -> dict[str, Any]:
             "stream_ttft_p50": pct(streams, 50),
             "stream_ttft_p99": pct(streams, 99),
         },
-        "rss_mib": rss_summary(soak.rss),
+        "rss_mib": rss_summary(soak.rss, soak.pool_full_at),
         "rss_samples": [(round(t, 1), round(m, 1)) for t, m in soak.rss],
         "slots_after_drain": soak.slots,
     }
@@ -376,14 +391,21 @@ def _status_class(status: int) -> str:
     return "no answer" if status == 0 else f"{status // 100}xx"
 
 
-def rss_summary(samples: list[tuple[float, float]]) -> dict[str, float] | None:
-    """First, peak and last RSS after warm-up (the first fifth of the run), and the spread."""
+def rss_summary(
+    samples: list[tuple[float, float]], pool_full_at: float | None
+) -> dict[str, float | None] | None:
+    """First, peak and last RSS after warm-up, and the spread. Warm-up: the first fifth of the
+    run, or longer, until the KV pool was first all in use (on the CPU its pages become
+    resident as slots are first written, so until then the RSS grows by design)."""
     if not samples:
         return None
-    warm = samples[len(samples) // 5 :] or samples
+    warm_end = max(samples[len(samples) // 5][0], pool_full_at or 0.0)
+    warm = [(t, m) for t, m in samples if t >= warm_end] or samples[-1:]
     values = [m for _, m in warm]
     low = min(values)
     return {
+        "warmup_end_s": round(warm_end, 1),
+        "pool_full_at_s": None if pool_full_at is None else round(pool_full_at, 1),
         "start": samples[0][1],
         "after_warmup_min": low,
         "after_warmup_max": max(values),
@@ -392,7 +414,9 @@ def rss_summary(samples: list[tuple[float, float]]) -> dict[str, float] | None:
     }
 
 
-def plot(samples: list[tuple[float, float]], path: Path, title: str) -> None:
+def plot(
+    samples: list[tuple[float, float]], path: Path, title: str, warm_end: float | None = None
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -404,6 +428,11 @@ def plot(samples: list[tuple[float, float]], path: Path, title: str) -> None:
     ax.set_ylabel("server RSS (MiB)")
     ax.set_title(title)
     ax.set_ylim(bottom=0)
+    if warm_end is not None:
+        ax.axvline(warm_end / 60, color="grey", linestyle="--", linewidth=1)
+        ax.annotate(
+            " end of warm-up (KV pool filled)", (warm_end / 60, 0), va="bottom", color="grey"
+        )
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -515,7 +544,8 @@ def main() -> None:
     numbers["server_exit_status"] = exit_status
     (args.out / "soak.json").write_text(json.dumps(numbers, indent=2))
     if soak.rss:  # matplotlib: the bench extra
-        plot(soak.rss, args.out / "soak_rss.png", f"{args.clients} clients, {args.minutes} min")
+        title = f"{args.clients} clients, {args.minutes:g} min"
+        plot(soak.rss, args.out / "soak_rss.png", title, numbers["rss_mib"]["warmup_end_s"])
     print(json.dumps({k: v for k, v in numbers.items() if k != "rss_samples"}, indent=2))
     failed = verdict(numbers, args.rss_limit_pct)
     print("soak: PASS" if not failed else "soak: FAIL: " + "; ".join(failed))

@@ -183,7 +183,7 @@ class Engine:
         """One iteration: schedule, forward, sample, post-process, emit (engine thread only).
         The oldest score job's next chunk joins the forward. Returns whether anything ran."""
         started = time.perf_counter()
-        batch = self.scheduler.schedule()
+        batch = self.scheduler.schedule(scoring=bool(self._score_jobs))
         job, score_rows = self._plan_scoring()
         if not batch and not score_rows:
             return False
@@ -221,7 +221,7 @@ class Engine:
             return None, []
         job = self._score_jobs[0]
         try:
-            return job, job.plan(self.scheduler.units_left)
+            return job, job.plan(self.scheduler.units_left, self.scheduler.tokens_left)
         except Exception as exc:
             self._fail_scoring(job, exc)
             return None, []

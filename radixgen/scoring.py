@@ -32,7 +32,7 @@ import torch
 
 from .mem_cache.kv_manager import KVManager, KVRow, OnKVRow
 from .prompts import check_token_ids
-from .scheduler.step_budget import StepBudget, work
+from .scheduler.step_budget import MIN_TOKENS, StepBudget, work
 
 
 @dataclass(slots=True)
@@ -126,11 +126,12 @@ class ScoreJob:
         self._done = done
         self.finished = False
 
-    def plan(self, units: float) -> list[ScoreRow]:
-        """The next chunk's rows within ``units`` of work (empty: rows or memory short now)."""
+    def plan(self, units: float, tokens: int) -> list[ScoreRow]:
+        """The next chunk's rows within ``units`` of work and ``tokens`` tokens (at least a
+        minimal piece of an active row; empty: rows or memory short now)."""
         if self._phases is None:
             self._phases = self._make_phases()
-        return self._scorer.schedule(self._phases[0], units)
+        return self._scorer.schedule(self._phases[0], units, tokens)
 
     def complete(self, rows: list[ScoreRow], logits: torch.Tensor) -> None:
         """The chunk ``rows`` was computed; ``logits``: their wanted positions, in order."""
@@ -217,10 +218,10 @@ class Scorer:
         """A job scoring ``continuations`` after ``prompt_ids`` (validated) for the engine to run."""
         return ScoreJob(self, prompt_ids, continuations, top_k, done)
 
-    def schedule(self, phase: _Phase, units: float) -> list[ScoreRow]:
+    def schedule(self, phase: _Phase, units: float, tokens: int) -> list[ScoreRow]:
         """The chunk's rows with their ``extend_len`` set: the active rows' next pieces, then
-        new rows while ``units`` last. Empty when memory or request rows are short."""
-        budget, tokens = self.budget, self.budget.max_tokens
+        new rows while ``units`` and ``tokens`` last. Empty when memory or rows are short."""
+        budget = self.budget
         lens = []
         for row in phase.active:
             remaining = len(row.spec.ids) - row.computed_len
@@ -230,6 +231,8 @@ class Scorer:
         if phase.active and not self.kv.reserve([r.kv for r in phase.active], lens):
             return []
         chunk = list(phase.active)
+        if not phase.active:  # a new job always starts: it waits no longer than one step
+            units, tokens = max(units, float(MIN_TOKENS)), max(tokens, MIN_TOKENS)
         while phase.pending and units > 0 and tokens > 0 and self.kv.num_free_rows:
             spec = phase.specs[phase.pending[0]]
             prefix = self.kv.lock_prefix(spec.ids[: spec.match_len])

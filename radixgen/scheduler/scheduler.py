@@ -50,6 +50,7 @@ class Scheduler:
         self.budget = StepBudget(max_step_ms, self.chunk_size, horizon)
         self.step_units = 0.0  # prompt work of the step last scheduled
         self.units_left = 0.0  # what that step's budget has left (for scoring chunks)
+        self.tokens_left = 0
         self.waiting: list[Req] = []
         self.running: dict[Req, RunningReq] = {}  # admission order
         self.new_token_ratio = INIT_NEW_TOKEN_RATIO
@@ -63,18 +64,21 @@ class Scheduler:
         return bool(self.running or self.waiting)
 
     # ------------------------------------------------------------------ one step
-    def schedule(self) -> list[RunningReq]:
+    def schedule(self, scoring: bool = False) -> list[RunningReq]:
         """Pick this step's requests, set each ``extend_len``, allocate and record their new slots.
 
         Every running request gets a row (decode rows one token). Prompt chunks share what is
         left of the step's budget (``StepBudget``: tokens and time); with the time bound on and a
         waiting request that could start, running chunks take ``RUNNING_CHUNK_SHARE`` of it, so a short
-        prompt is not queued behind every chunk of a long one. Returns decode rows
+        prompt is not queued behind every chunk of a long one (``scoring``: a score job waits
+        for what the schedule leaves, ``units_left``/``tokens_left``, and counts as waiting).
+        Returns decode rows
         (``extend_len == 1``) first. Requests that cannot get memory are retracted.
         """
         allowance = _Allowance(self.chunk_size, self.budget.units())
         held_back = 0.0  # kept for admissions while running chunks take their share
-        if self.budget.timed and self.waiting and self._admission_open() and self._waiting_ready():
+        others_wait = scoring or (self.waiting and self._admission_open() and self._waiting_ready())
+        if self.budget.timed and others_wait:
             held_back = allowance.units * (1 - RUNNING_CHUNK_SHARE)
             allowance.units -= held_back
         self._reserve_running(allowance)
@@ -86,6 +90,7 @@ class Scheduler:
         )
         self.step_units = allowance.spent_units
         self.units_left = max(allowance.units, 0.0) if allowance.tokens > 0 else 0.0
+        self.tokens_left = max(allowance.tokens, 0)
         return sorted(self.running.values(), key=lambda r: r.extend_len != 1)
 
     def observe(self, elapsed_ms: float, extra_units: float = 0.0) -> None:

@@ -75,3 +75,18 @@ def test_a_short_prompt_is_admitted_ahead_of_the_next_chunks_of_a_long_one():
     assert rows["short"] == len(short.prompt_ids)  # all of it, this very step
     assert rows["long"] <= 0.25 * s.budget.units() + MIN_TOKENS
     assert sum(rows.values()) * 5.0 <= 300.0 * 1.1  # the step stays within the target
+
+
+def test_a_waiting_score_job_gets_most_of_a_step_beside_a_long_chunk():
+    s = make_scheduler(num_slots=4096, chunked_prefill_size=2048)
+    s.budget = budget()
+    s.budget.observe(elapsed_ms=20.0, units=0.0)
+    s.budget.observe(elapsed_ms=20.0 + 5.0 * 64, units=64.0)
+    long = make_req("long", list(range(1, 2000)))
+    s.add(long)
+    run_step(s)
+    computed = s.running[long].computed_len
+    alone = s.budget.tokens(s.budget.units(), computed, long.seq_len - computed)
+    batch = s.schedule(scoring=True)
+    assert batch[0].extend_len <= 0.25 * s.budget.units() + MIN_TOKENS < alone
+    assert s.units_left >= 0.7 * s.budget.units() and s.tokens_left > 0
