@@ -3,6 +3,12 @@
 Grammars compile in the compiler's thread pool. ``start`` waits for the result on the *caller's*
 thread (never the engine thread), so an unsupported schema is a ``GrammarError`` (a
 ``ValueError``) at submit time while running requests keep decoding.
+
+JSON Schema objects are closed by default: an object without ``additionalProperties`` (or
+``patternProperties``) gets no undeclared properties, as XGrammar (vLLM's and SGLang's default
+engine) does, since the schemas pydantic makes for instructor, langchain and openai-agents
+never want them; the output still validates against the schema. A schema that wants extras says
+so (``additionalProperties: true`` or a schema).
 """
 
 from __future__ import annotations
@@ -78,7 +84,12 @@ class Constraints:
         if constraint is None:
             return
         kind, spec = constraint  # the compiler's kinds are SamplingParams' constraint fields
-        future = self.compiler.compile_async(kind, True if kind == "json_object" else spec)
+        compiler = self.compiler
+        if isinstance(compiler, GrammarCompiler) and kind == "json_schema":
+            # objects closed by default: no undeclared properties unless the schema asks
+            future = compiler.compile_async(kind, spec, strict=True)
+        else:
+            future = compiler.compile_async(kind, True if kind == "json_object" else spec)
         req.matcher = future.result().matcher()
 
     def bitmask(self, reqs: list[Req]) -> tuple[torch.Tensor | None, list[int]]:

@@ -161,3 +161,25 @@ def test_grammar_failure_mid_decode_ends_only_that_request(engine):
         last = deltas.get(timeout=60)
     assert last.finish_reason == "error" and "state limit" in last.error
     engine.check_integrity()
+
+
+def test_objects_are_closed_unless_the_schema_asks_for_extras(engine):
+    """An object without additionalProperties gets no undeclared properties (XGrammar's default;
+    pydantic's schemas never want them); additionalProperties true or patternProperties still
+    allow them. Checked on the matcher the engine attaches to a request."""
+    from radixgen.request import Req
+
+    def matcher(schema):
+        req = Req.__new__(Req)
+        req.matcher = None
+        engine.constraints.start(req, SamplingParams(json_schema=schema))
+        return req.matcher
+
+    declared = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    assert matcher(declared).accept_string('{"a":1}')
+    assert not matcher(declared).accept_string('{"a":1,"b":2}')
+    opened = {**declared, "additionalProperties": True}
+    assert matcher(opened).accept_string('{"a":1,"b":2}')
+    patterned = {**declared, "patternProperties": {"^x_": {"type": "string"}}}
+    assert matcher(patterned).accept_string('{"a":1,"x_y":"z"}')
+    assert not matcher(patterned).accept_string('{"a":1,"b":2}')
