@@ -145,6 +145,8 @@ class Sampler:
             sorted_probs, order = probs.sort(dim=-1, descending=True)
             before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass strictly above each token
             drop = before >= top_p[:, None]
+            drop[:, 0] = False  # the most likely token always stays (a top_p below float32's
+            # smallest number is 0 here and would drop every token)
             sorted_probs = sorted_probs.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter_(1, order, sorted_probs)
         min_p = torch.tensor([p.min_p for p in params], device=self.device)

@@ -113,3 +113,12 @@ def test_min_new_tokens_leaves_the_only_allowed_token():
     req = _req(SamplingParams(temperature=0.0, min_new_tokens=5))
     ids, _ = sampler.sample(LIKELY_EOS.clone(), [req], bitmask, [0])
     assert ids == [EOS] and req.error is None
+
+
+def test_a_top_p_below_float32_keeps_the_most_likely_token():
+    """Found by the OpenAPI fuzzer: ``top_p: 5e-324`` is valid (> 0) but 0 in float32, which
+    dropped every token ("invalid multinomial distribution")."""
+    sampler = Sampler(4, torch.device("cpu"))
+    req = _req(SamplingParams(temperature=1.0, top_p=5e-324), seed=0)
+    ids, _ = sampler.sample(LOGITS[None].clone(), [req])
+    assert ids == [0] and req.error is None
