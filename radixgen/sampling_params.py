@@ -29,6 +29,7 @@ BOOL_FIELDS = (
 )
 UNSET_WHEN_EMPTY = ("stop", "stop_regex", "stop_token_ids")
 MAX_STOPS = 16  # stop strings, and stop regexes, per request
+MAX_STOP_REGEX_LEN = 256  # characters of one stop_regex pattern
 INT64_RANGE = (-(2**63), 2**63 - 1)
 
 
@@ -232,6 +233,10 @@ class SamplingParams:
             f"stop_regex: at most {MAX_STOPS} patterns, got {len(self.stop_regexes)}",
         )
         for pattern in self.stop_regexes:
+            _check(
+                len(pattern) <= MAX_STOP_REGEX_LEN,
+                f"stop_regex: at most {MAX_STOP_REGEX_LEN} characters a pattern, got {len(pattern)}",
+            )
             try:
                 compiled = re.compile(pattern)
             except (re.error, RecursionError, OverflowError) as exc:

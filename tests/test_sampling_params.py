@@ -105,6 +105,7 @@ def test_field_names_are_all_the_fields():
         (dict(stop_regex="("), "stop_regex: '\\(' is not a valid regex"),
         (dict(stop_regex=["x", "a*"]), "stop_regex: 'a\\*' matches the empty string"),
         (dict(stop_regex=["a"] * 17), "stop_regex: at most 16"),
+        (dict(stop_regex="a" * 257), "stop_regex: at most 256 characters"),
         (dict(no_stop_trim="yes"), "no_stop_trim: expected a boolean"),
         (dict(spaces_between_special_tokens=False), "spaces_between_special_tokens: only true"),
         (dict(spaces_between_special_tokens=1), "spaces_between_special_tokens: expected a bool"),
