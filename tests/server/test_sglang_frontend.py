@@ -69,3 +69,47 @@ def test_fork_run_batch_and_stream(backend):
     assert all(s["answer"] for s in states)
     streamed = "".join(_qa.run(question="Say hi.", stream=True).text_iter())
     assert streamed.endswith(_qa.run(question="Say hi.")["answer"] + "\n")
+
+
+def _annotated_fields(module: str, cls: str) -> list[str]:
+    """The fields ``cls`` declares in sglang's source (read, not imported: io_struct pulls in
+    the whole runtime)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin
+    with open(spec.origin) as source:
+        tree = ast.parse(source.read())
+    node = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == cls)
+    return [n.target.id for n in node.body if isinstance(n, ast.AnnAssign)]
+
+
+# SamplingParams fields that sglang fills itself (``normalize``), never sent by a client
+SGLANG_INTERNAL = {
+    "stop_strs",
+    "stop_regex_strs",
+    "stop_str_max_len",
+    "stop_regex_max_len",
+    "is_normalized",
+    "ebnf_full_assistant",
+}
+
+
+def test_every_field_of_the_installed_sglang_is_classified():
+    from radixgen import SamplingParams
+    from radixgen.server import sglang_fields as f
+
+    body = _annotated_fields("sglang.srt.managers.io_struct", "GenerateReqInput")
+    known = {*f.BODY_HONORED, *f.BODY_IGNORED, *f.BODY_REFUSED}
+    assert [name for name in body if name not in known] == []
+    sampling = _annotated_fields("sglang.srt.sampling.sampling_params", "SamplingParams")
+    known = {
+        *SamplingParams.field_names(),
+        *f.SAMPLING_RENAMED,
+        *f.SAMPLING_NATIVE,
+        *f.SAMPLING_IGNORED,
+        *f.SAMPLING_REFUSED,
+        *SGLANG_INTERNAL,
+    }
+    assert [name for name in sampling if name not in known] == []

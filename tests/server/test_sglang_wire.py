@@ -274,3 +274,21 @@ def test_nulls_are_not_given(http):
     assert _ok(http, body)["meta_info"]["completion_tokens"] == 0
     sampling = {"max_new_tokens": 2, "temperature": None, "top_p": None, "n": None, "stop": None}
     assert _ok(http, {"text": PROMPT, "sampling_params": sampling})["meta_info"]["prompt_tokens"]
+
+
+def test_docs_list_every_field_with_its_status():
+    """docs/server.md's native-API tables name each field of ``sglang_fields``'s tables
+    (``return_flat_raw_*`` and ``*_dynamic_patch`` stand for their families)."""
+    import re
+    from pathlib import Path
+
+    from radixgen.server.sglang_fields import BODY_HONORED, SAMPLING_RENAMED
+
+    docs = (Path(__file__).parents[2] / "docs" / "server.md").read_text()
+    section = docs[docs.index("## SGLang-compatible native API") : docs.index("## Operations")]
+    written = set(re.findall(r"`([a-z_*]+)`", section))
+    families = [re.compile(w.replace("*", ".*")) for w in written if "*" in w]
+    names = [*BODY_HONORED, *BODY_IGNORED, *BODY_REFUSED, *SAMPLING_RENAMED]
+    names += [*SAMPLING_IGNORED, *SAMPLING_REFUSED, "min_new_tokens", "stop_regex", "no_stop_trim"]
+    missing = [n for n in names if n not in written and not any(f.fullmatch(n) for f in families)]
+    assert missing == []
