@@ -2,13 +2,27 @@
 
 ``IncrementalDetokenizer`` turns a growing list of token ids into text deltas and never emits a
 broken UTF-8 character (a byte-level token may hold half of one). ``StopStringMatcher`` finds the
-earliest stop string in the generated text, cuts the output exactly before it, and while
-streaming holds back any tail that may still grow into a stop string.
+earliest stop string or ``stop_regex`` match in the generated text, cuts the output exactly
+before it (after it with ``no_stop_trim``), and while streaming holds back any tail that may
+still grow into a stop.
 """
 
 from __future__ import annotations
 
+import re
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from .tokenizer import Tokenizer
+
+if sys.version_info >= (3, 11):
+    from re import _parser as _sre_parse  # the parser ``re`` compiles with (private, stable)
+else:
+    import sre_parse as _sre_parse
+
+if TYPE_CHECKING:
+    from .sampling_params import SamplingParams
 
 _REPLACEMENT = "\ufffd"
 _PREFIX_WINDOW = 6  # tokens of context kept so merges across the boundary decode correctly
@@ -58,33 +72,90 @@ class IncrementalDetokenizer:
 
 
 class StopStringMatcher:
-    """Tracks generated text against stop strings; decides what may be streamed."""
+    """Tracks generated text against stop strings and stop regexes (Python ``re``); decides what
+    may be streamed.
 
-    __slots__ = ("stops", "_max_len", "_scan_from", "_hit")
+    A hit is the earliest match: the stop string, or the regex match, that starts first in the
+    text (a string before a regex at the same start). Once found it is remembered: the text only
+    grows. Regexes are searched from where a match ending in the new text can start: ``width - 1``
+    characters back for a pattern whose matches have at most ``width`` characters, from the
+    start for an unbounded one (``+``, ``*``, ``{n,}``)."""
 
-    def __init__(self, stops: list[str]) -> None:
+    __slots__ = ("stops", "patterns", "_max_len", "_regex_width", "_scan_from", "_hit")
+
+    def __init__(self, stops: list[str], regexes: Sequence[str] = ()) -> None:
         self.stops = stops
+        self.patterns = [re.compile(r) for r in regexes]
         self._max_len = max((len(s) for s in stops), default=0)
+        widths = [max_match_len(p) for p in self.patterns]
+        self._regex_width: int | None = 0 if None not in widths else None
+        if self._regex_width is not None:
+            self._regex_width = max((w for w in widths if w is not None), default=0)
         self._scan_from = 0
-        self._hit: int | None = None
+        self._hit: tuple[int, int, str] | None = None  # (start, end, the stop string or pattern)
+
+    @classmethod
+    def for_params(cls, params: SamplingParams) -> StopStringMatcher:
+        return cls(params.stop_strings, params.stop_regexes)
 
     def find(self, text: str) -> int | None:
-        """Index where the earliest stop string starts in ``text`` (a growing string), or None.
+        """Index where the earliest stop starts in ``text`` (a growing string), or None.
 
         Scans only the new tail; once found, the position is remembered."""
-        if not self.stops or self._hit is not None:
+        hit = self._search(text)
+        return None if hit is None else hit[0]
+
+    def end(self, text: str) -> int | None:
+        """Index just past the earliest stop in ``text`` (where ``no_stop_trim`` cuts), or None."""
+        hit = self._search(text)
+        return None if hit is None else hit[1]
+
+    def matched(self, text: str) -> str | None:
+        """The stop string, or the regex pattern, of the earliest stop in ``text``, or None."""
+        hit = self._search(text)
+        return None if hit is None else hit[2]
+
+    def _search(self, text: str) -> tuple[int, int, str] | None:
+        if self._hit is not None or not (self.stops or self.patterns):
             return self._hit
+        hits = []
         start = max(0, self._scan_from - self._max_len + 1)
-        hits = [i for i in (text.find(s, start) for s in self.stops) if i >= 0]
+        for s in self.stops:
+            i = text.find(s, start)
+            if i >= 0:
+                hits.append((i, 0, i + len(s), s))
+        width = self._regex_width
+        start = 0 if width is None else max(0, self._scan_from - width + 1)
+        for p in self.patterns:
+            m = p.search(text, start)
+            if m is not None:
+                hits.append((m.start(), 1, m.end(), p.pattern))
         self._scan_from = len(text)
-        self._hit = min(hits) if hits else None
+        if hits:
+            first = min(hits)
+            self._hit = (first[0], first[2], first[3])
         return self._hit
 
     def safe_len(self, text: str) -> int:
         """Length of ``text`` that can be streamed now: excludes a tail that is a proper prefix of
-        some stop string (it might still complete into one)."""
+        some stop string, and the last ``width - 1`` characters while stop regexes of at most
+        ``width`` characters are searched (all of the text for an unbounded pattern: a match
+        may still start anywhere)."""
+        safe = len(text)
+        if self.patterns:
+            width = self._regex_width
+            safe = 0 if width is None else max(0, len(text) - max(width - 1, 0))
         for keep in range(min(self._max_len - 1, len(text)), 0, -1):
             tail = text[-keep:]
             if any(s.startswith(tail) for s in self.stops):
-                return len(text) - keep
-        return len(text)
+                return min(safe, len(text) - keep)
+        return safe
+
+
+def max_match_len(pattern: re.Pattern[str]) -> int | None:
+    """The most characters a match of ``pattern`` can have, or None when unbounded."""
+    try:
+        high = _sre_parse.parse(pattern.pattern, pattern.flags).getwidth()[1]
+    except Exception:  # the private parser changed: treat the pattern as unbounded
+        return None
+    return None if high >= _sre_parse.MAXREPEAT - 1 else int(high)

@@ -85,7 +85,9 @@ class Engine:
         self.tokenizer = load_tokenizer(path)
         self.model = load_model(path, self.dtype, self.device)
         self._build_memory()
-        self.sampler = Sampler(self.model.config.vocab_size, self.device)
+        self.sampler = Sampler(
+            self.model.config.vocab_size, self.device, self.tokenizer.eos_token_ids
+        )
         self.constraints = Constraints(
             self.tokenizer,
             self.model.config.vocab_size,
@@ -330,7 +332,7 @@ class Engine:
             params=params,
             sink=sink or (lambda d: None),
             detokenizer=IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens),
-            stop_matcher=StopStringMatcher(params.stop_strings),
+            stop_matcher=StopStringMatcher.for_params(params),
         )
         if params.seed is not None:
             req.generator = torch.Generator(device=self.device)

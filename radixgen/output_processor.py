@@ -3,7 +3,8 @@
 After each step the engine hands every sampled token to ``OutputProcessor.process`` (append it,
 advance the grammar, detokenize, check stops and limits, jump over grammar-forced tokens) and
 then emits ``OutputProcessor.delta`` (the new text, cut before a stop string and holding back a
-tail that may still become one; the new token ids and logprobs). Engine thread only; nothing
+tail that may still become one — with ``no_stop_trim``, cut just after it; the new token ids
+and logprobs). Engine thread only; nothing
 here touches KV, the scheduler or the request's sink.
 """
 
@@ -83,11 +84,13 @@ class OutputProcessor:
 
     def delta(self, req: Req, reason: str | None) -> Delta:
         """What ``req`` emits now: text and tokens not sent yet (all of the text when it
-        finishes, cut before a stop string). Marks them sent."""
+        finishes, cut before a stop string or ``stop_regex`` match, or after it with
+        ``no_stop_trim``). Marks them sent."""
         text = req.detokenizer.text
         if reason is not None:
             text += req.detokenizer.flush()
-            cut = req.stop_matcher.find(text)
+            matcher = req.stop_matcher
+            cut = matcher.end(text) if req.params.no_stop_trim else matcher.find(text)
             end = len(text) if cut is None else cut
         else:
             end = req.stop_matcher.safe_len(text)

@@ -1,7 +1,9 @@
 """Sampler: logits -> next tokens.
 
-Order per row: penalties -> logit_bias -> grammar mask -> (logprobs) -> temperature / top-k /
-top-p / min-p -> draw. Greedy rows take argmax. A request with a ``seed`` draws from its own
+Order per row: penalties -> logit_bias -> grammar mask -> min_new_tokens mask -> (logprobs) ->
+temperature / top-k / top-p / min-p -> draw. Until a request has ``min_new_tokens`` output
+tokens, the tokens that would end it (EOS unless ``ignore_eos``, its ``stop_token_ids``) are
+masked, unless the grammar allows nothing else (the constraint is done: it ends the request). Greedy rows take argmax. A request with a ``seed`` draws from its own
 ``torch.Generator``, so its tokens do not depend on its batch-mates.
 
 A row whose own processing fails gets ``req.error`` (the engine then fails that request alone)
@@ -10,6 +12,8 @@ and a placeholder token; the other rows are drawn as if it were not there.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import torch
 
 from .kernels import apply_token_bitmask_inplace
@@ -17,9 +21,12 @@ from .request import Req, TokenLogprob
 
 
 class Sampler:
-    def __init__(self, vocab_size: int, device: torch.device) -> None:
+    def __init__(
+        self, vocab_size: int, device: torch.device, eos_token_ids: Collection[int] = ()
+    ) -> None:
         self.vocab_size = vocab_size
         self.device = device
+        self.eos_token_ids = list(eos_token_ids)
         self.generator = torch.Generator(device=device)
         self.generator.seed()
 
@@ -35,6 +42,7 @@ class Sampler:
         self._apply_logit_bias(logits, reqs)
         if bitmask is not None and masked_rows:
             apply_token_bitmask_inplace(logits, bitmask, indices=masked_rows)
+        self._apply_min_new_tokens(logits, reqs)
         logprobs = (
             torch.log_softmax(logits, dim=-1) if any(r.params.logprobs for r in reqs) else None
         )
@@ -89,6 +97,26 @@ class Sampler:
                 except Exception as exc:
                     _fail_row(req, exc)
 
+    def _apply_min_new_tokens(self, logits: torch.Tensor, reqs: list[Req]) -> None:
+        for row, req in enumerate(reqs):
+            if len(req.output_ids) < req.params.min_new_tokens:
+                try:
+                    self._mask_enders(logits, row, req)
+                except Exception as exc:
+                    _fail_row(req, exc)
+
+    def _mask_enders(self, logits: torch.Tensor, row: int, req: Req) -> None:
+        """-inf on the tokens that would end ``req`` now, unless no other token is left."""
+        p = req.params
+        enders = [*([] if p.ignore_eos else self.eos_token_ids), *(p.stop_token_ids or [])]
+        ids = torch.tensor([i for i in enders if 0 <= i < logits.shape[1]], device=self.device)
+        if not len(ids):
+            return
+        kept = logits[row, ids].clone()
+        logits[row, ids] = float("-inf")
+        if not torch.isfinite(logits[row]).any():  # only an ender was allowed: let it end
+            logits[row, ids] = kept
+
     # ------------------------------------------------------------------ drawing
     def _draw(self, logits: torch.Tensor, reqs: list[Req]) -> list[int]:
         next_ids = logits.argmax(dim=-1)  # [B]
@@ -117,6 +145,8 @@ class Sampler:
             sorted_probs, order = probs.sort(dim=-1, descending=True)
             before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass strictly above each token
             drop = before >= top_p[:, None]
+            drop[:, 0] = False  # the most likely token always stays (a top_p below float32's
+            # smallest number is 0 here and would drop every token)
             sorted_probs = sorted_probs.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter_(1, order, sorted_probs)
         min_p = torch.tensor([p.min_p for p in params], device=self.device)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,17 @@ CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
 GREEDY_TEMPERATURE = 1e-5  # a temperature below this samples greedily (dividing by it overflows)
 MAX_TEMPERATURE = 1e6  # past this every distribution is uniform in float32 anyway
 PENALTY_RANGE = (1e-2, 1e2)  # repetition_penalty: logits scaled past float32 beyond these
-BOOL_FIELDS = ("ignore_eos", "logprobs", "json_object", "skip_special_tokens")
+BOOL_FIELDS = (
+    "ignore_eos",
+    "logprobs",
+    "json_object",
+    "skip_special_tokens",
+    "no_stop_trim",
+    "spaces_between_special_tokens",
+)
+UNSET_WHEN_EMPTY = ("stop", "stop_regex", "stop_token_ids")
+MAX_STOPS = 16  # stop strings, and stop regexes, per request
+MAX_STOP_REGEX_LEN = 256  # characters of one stop_regex pattern
 INT64_RANGE = (-(2**63), 2**63 - 1)
 
 
@@ -40,6 +51,9 @@ class SamplingParams:
         None, "stop string (repeatable)", metavar="STRING", group="sampling"
     )
     stop_token_ids: list[int] | None = None
+    stop_regex: str | list[str] | None = None  # Python ``re``: stop where the text first matches
+    no_stop_trim: bool = False  # keep the matched stop string / regex match in the output
+    min_new_tokens: int = 0  # EOS and stop_token_ids are masked until this many were generated
     ignore_eos: bool = False
     repetition_penalty: float = 1.0
     frequency_penalty: float = 0.0
@@ -71,6 +85,9 @@ class SamplingParams:
     )
     json_object: bool = False
     skip_special_tokens: bool = True
+    # Only True: radixgen's tokenizers decode as Hugging Face fast tokenizers do, which have no
+    # such option (special tokens are joined to the text as the tokenizer's decoder joins them).
+    spaces_between_special_tokens: bool = True
 
     # ------------------------------------------------------------------ derived views
     @property
@@ -78,6 +95,12 @@ class SamplingParams:
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def stop_regexes(self) -> list[str]:
+        if self.stop_regex is None:
+            return []
+        return [self.stop_regex] if isinstance(self.stop_regex, str) else list(self.stop_regex)
 
     @property
     def is_greedy(self) -> bool:
@@ -115,6 +138,16 @@ class SamplingParams:
         _check(
             _is_int(self.max_new_tokens) and self.max_new_tokens >= 1,
             f"max_new_tokens: expected an integer >= 1, got {self.max_new_tokens!r}",
+        )
+        _check(
+            _is_int(self.min_new_tokens) and 0 <= self.min_new_tokens <= self.max_new_tokens,
+            f"min_new_tokens: expected an integer in [0, max_new_tokens ({self.max_new_tokens})], "
+            f"got {self.min_new_tokens!r}",
+        )
+        _check(
+            self.spaces_between_special_tokens,
+            "spaces_between_special_tokens: only true is supported (radixgen decodes like a "
+            "Hugging Face fast tokenizer, which has no such option)",
         )
         _check(
             _is_number(self.temperature) and 0.0 <= self.temperature <= MAX_TEMPERATURE,
@@ -170,9 +203,10 @@ class SamplingParams:
         _check(ok, f"stop: expected a string or a list of strings, got {stops!r}")
         _check(all(self.stop_strings), "stop: stop strings must be non-empty")
         _check(
-            len(self.stop_strings) <= 16,
-            f"stop: at most 16 stop strings, got {len(self.stop_strings)}",
+            len(self.stop_strings) <= MAX_STOPS,
+            f"stop: at most {MAX_STOPS} stop strings, got {len(self.stop_strings)}",
         )
+        self._validate_stop_regex()
         ids = self.stop_token_ids
         _check(
             ids is None or (isinstance(ids, list) and all(_is_int(i) for i in ids)),
@@ -184,6 +218,32 @@ class SamplingParams:
                 not bad,
                 f"stop_token_ids: token id {bad[0] if bad else 0} is outside the vocabulary "
                 f"[0, {vocab_size})",
+            )
+
+    def _validate_stop_regex(self) -> None:
+        regexes = self.stop_regex
+        ok = (
+            regexes is None
+            or isinstance(regexes, str)
+            or (isinstance(regexes, list) and all(isinstance(r, str) for r in regexes))
+        )
+        _check(ok, f"stop_regex: expected a string or a list of strings, got {regexes!r}")
+        _check(
+            len(self.stop_regexes) <= MAX_STOPS,
+            f"stop_regex: at most {MAX_STOPS} patterns, got {len(self.stop_regexes)}",
+        )
+        for pattern in self.stop_regexes:
+            _check(
+                len(pattern) <= MAX_STOP_REGEX_LEN,
+                f"stop_regex: at most {MAX_STOP_REGEX_LEN} characters a pattern, got {len(pattern)}",
+            )
+            try:
+                compiled = re.compile(pattern)
+            except (re.error, RecursionError, OverflowError) as exc:
+                raise ValueError(f"stop_regex: {pattern!r} is not a valid regex ({exc})") from None
+            _check(
+                compiled.search("") is None,
+                f"stop_regex: {pattern!r} matches the empty string (it would stop at once)",
             )
 
     def _validate_logit_bias(self, vocab_size: int | None) -> None:
@@ -208,11 +268,16 @@ class SamplingParams:
     def _validate_constraint(self) -> None:
         given = [name for name in CONSTRAINT_FIELDS if getattr(self, name) not in (None, False)]
         _check(len(given) <= 1, f"at most one constraint per request, got {', '.join(given)}")
-        if isinstance(self.json_schema, str):
+        schema = self.json_schema
+        if isinstance(schema, str):
             try:
-                json.loads(self.json_schema)
+                schema = json.loads(schema)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"json_schema: not valid JSON ({exc})") from None
+        _check(
+            schema is not False,
+            "json_schema: the schema false matches no value; give a schema that allows one",
+        )
         _check(
             self.json_schema is None or isinstance(self.json_schema, (dict, str, bool)),
             f"json_schema: expected an object or a JSON string, got {type(self.json_schema).__name__}",
@@ -238,16 +303,23 @@ class SamplingParams:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SamplingParams:
-        """Build from a dict (HTTP bodies, DSL kwargs); unknown keys raise ``ValueError``."""
+        """Build from a dict (HTTP bodies, DSL kwargs); unknown keys raise ``ValueError``. A null
+        value, or an empty ``stop`` / ``stop_regex`` / ``stop_token_ids`` list, is the field not
+        set (its default), as SGLang's frontend sends them."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
             raise ValueError(f"sampling params: unknown field(s) {', '.join(unknown)}")
-        return cls(**data)
+        given = {k: v for k, v in data.items() if v is not None and not _empty_list(k, v)}
+        return cls(**given)
 
     @classmethod
     def field_names(cls) -> list[str]:
         return [f.name for f in dataclasses.fields(cls)]
+
+
+def _empty_list(name: str, value: Any) -> bool:
+    return name in UNSET_WHEN_EMPTY and isinstance(value, list) and not value
 
 
 def _is_number(value: Any) -> bool:

@@ -47,7 +47,7 @@ def make_req(prompt: str = "xy", **params: object) -> Req:
         params=p,
         sink=lambda d: None,
         detokenizer=IncrementalDetokenizer(CharTokenizer(), True),
-        stop_matcher=StopStringMatcher(p.stop_strings),
+        stop_matcher=StopStringMatcher.for_params(p),
     )
 
 
@@ -76,6 +76,14 @@ def feed(processor: OutputProcessor, req: Req, ids: list[int]) -> tuple[str | No
         ({"max_new_tokens": 10, "stop_token_ids": [3]}, tokens("abcd"), "stop", "abc"),
         ({"max_new_tokens": 10, "stop": ["cd"]}, tokens("abcdef"), "stop", "ab"),
         ({"max_new_tokens": 10, "stop": ["zz"]}, tokens("abz"), None, "ab"),  # "z" is held back
+        # issue #17: stop_regex stops and is trimmed; no_stop_trim keeps the match
+        ({"stop_regex": "c+d"}, tokens("abccde"), "stop", "ab"),
+        ({"stop_regex": ["q", "b[cd]"]}, tokens("abdef"), "stop", "a"),
+        ({"stop_regex": "cd", "no_stop_trim": True}, tokens("abcdef"), "stop", "abcd"),
+        ({"stop": ["cd"], "no_stop_trim": True}, tokens("abcdef"), "stop", "abcd"),
+        ({"stop": ["de"], "stop_regex": "b."}, tokens("abcdef"), "stop", "a"),  # earliest wins
+        ({"stop_regex": "zz"}, tokens("abcz"), None, "abc"),  # bounded: 1 char held back
+        ({"stop_regex": "z+y"}, tokens("abc"), None, ""),  # unbounded: all held back
     ],
 )
 def test_finish_reasons_and_emitted_text(params, ids, reason, text):
@@ -117,3 +125,19 @@ def test_an_error_set_before_the_token_keeps_it_out():
     assert processor.process(req, 1, None) is None and req.output_ids == []
     delta = error_delta(req, req.error)
     assert delta.finished and delta.finish_reason == "error" and delta.error == req.error
+
+
+def test_stop_regex_held_back_text_is_flushed_at_the_end():
+    processor, _ = make()
+    req = make_req(max_new_tokens=3, stop_regex=r"z+y")
+    assert feed(processor, req, tokens("abz")) == ("length", "abz")
+
+
+def test_stop_regex_is_found_across_tokens_of_a_long_text():
+    """A bounded pattern is searched from ``width - 1`` characters back: a match spanning the
+    old and the new text is found however long the text grew."""
+    processor, _ = make(context_len=1000)
+    req = make_req(max_new_tokens=500, stop_regex=r"x\wy")
+    ids = tokens("ab" * 100 + "xq") + tokens("yzz")
+    assert feed(processor, req, ids) == ("stop", "ab" * 100)
+    assert req.stop_matcher.matched(req.detokenizer.text) == r"x\wy"

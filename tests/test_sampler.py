@@ -73,3 +73,52 @@ def test_bitmask_rows_only_touch_constrained_requests():
     bitmask[1] = 0b0100  # only token 2 allowed in row 1
     ids, _ = sampler.sample(logits, [_req(SamplingParams(temperature=0.0))] * 2, bitmask, [1])
     assert ids == [1, 2]
+
+
+# --------------------------------------------------------------------------- min_new_tokens
+
+EOS = 3
+LIKELY_EOS = torch.tensor([[0.0, 1.0, 2.0, 9.0]])  # EOS (3) is the argmax
+
+
+def _greedy_with_eos(params: SamplingParams, output_len: int, logits=LIKELY_EOS) -> int:
+    sampler = Sampler(4, torch.device("cpu"), eos_token_ids=[EOS])
+    ids, _ = sampler.sample(logits.clone(), [_req(params, output_ids=[1] * output_len)])
+    return ids[0]
+
+
+def test_min_new_tokens_masks_eos_until_reached():
+    params = SamplingParams(temperature=0.0, min_new_tokens=2)
+    assert _greedy_with_eos(params, 0) == 2
+    assert _greedy_with_eos(params, 1) == 2
+    assert _greedy_with_eos(params, 2) == EOS  # reached: EOS may end it
+    assert _greedy_with_eos(SamplingParams(temperature=0.0), 0) == EOS  # without: EOS at once
+
+
+def test_min_new_tokens_masks_stop_token_ids_and_respects_ignore_eos():
+    stop_ids = SamplingParams(temperature=0.0, min_new_tokens=1, stop_token_ids=[2])
+    logits = torch.tensor([[0.0, 1.0, 9.0, 5.0]])  # stop token 2 first, then EOS
+    assert _greedy_with_eos(stop_ids, 0, logits) == 1
+    ignoring = SamplingParams(temperature=0.0, min_new_tokens=1, ignore_eos=True)
+    assert _greedy_with_eos(ignoring, 0) == EOS  # EOS does not end it: not masked
+
+
+def test_min_new_tokens_leaves_the_only_allowed_token():
+    """When the grammar allows only EOS (the constraint is complete), EOS stays."""
+    from radixgen.kernels.bitmask import allocate_token_bitmask
+
+    sampler = Sampler(4, torch.device("cpu"), eos_token_ids=[EOS])
+    bitmask = allocate_token_bitmask(1, 4)
+    bitmask[0] = 0b1000  # only EOS
+    req = _req(SamplingParams(temperature=0.0, min_new_tokens=5))
+    ids, _ = sampler.sample(LIKELY_EOS.clone(), [req], bitmask, [0])
+    assert ids == [EOS] and req.error is None
+
+
+def test_a_top_p_below_float32_keeps_the_most_likely_token():
+    """Found by the OpenAPI fuzzer: ``top_p: 5e-324`` is valid (> 0) but 0 in float32, which
+    dropped every token ("invalid multinomial distribution")."""
+    sampler = Sampler(4, torch.device("cpu"))
+    req = _req(SamplingParams(temperature=1.0, top_p=5e-324), seed=0)
+    ids, _ = sampler.sample(LOGITS[None].clone(), [req])
+    assert ids == [0] and req.error is None

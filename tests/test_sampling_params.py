@@ -88,3 +88,57 @@ def test_constraint_kinds_are_the_grammar_compilers():
 def test_field_names_are_all_the_fields():
     assert SamplingParams.field_names() == [f.name for f in dataclasses.fields(SamplingParams)]
     assert "extra" not in SamplingParams.field_names()
+
+
+# --------------------------------------------------------------------------- issue #17: SGLang's fields
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(min_new_tokens=-1), "min_new_tokens: expected an integer in"),
+        (dict(max_new_tokens=4, min_new_tokens=5), r"min_new_tokens: .*max_new_tokens \(4\)"),
+        (dict(min_new_tokens=1.5), "min_new_tokens"),
+        (dict(min_new_tokens=True), "min_new_tokens"),
+        (dict(stop_regex=5), "stop_regex: expected a string or a list"),
+        (dict(stop_regex=["a", 3]), "stop_regex: expected"),
+        (dict(stop_regex="("), "stop_regex: '\\(' is not a valid regex"),
+        (dict(stop_regex=["x", "a*"]), "stop_regex: 'a\\*' matches the empty string"),
+        (dict(stop_regex=["a"] * 17), "stop_regex: at most 16"),
+        (dict(stop_regex="a" * 257), "stop_regex: at most 256 characters"),
+        (dict(no_stop_trim="yes"), "no_stop_trim: expected a boolean"),
+        (dict(spaces_between_special_tokens=False), "spaces_between_special_tokens: only true"),
+        (dict(spaces_between_special_tokens=1), "spaces_between_special_tokens: expected a bool"),
+        (dict(json_schema=False), "json_schema: the schema false"),
+        (dict(json_schema="false"), "json_schema: the schema false"),
+    ],
+)
+def test_sglang_fields_bad_values_name_the_field(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplingParams(**kwargs).validate(vocab_size=49152)
+
+
+def test_sglang_fields_good_values():
+    p = SamplingParams(
+        max_new_tokens=8, min_new_tokens=8, stop_regex=r"\d+", no_stop_trim=True
+    ).validate()
+    assert p.stop_regexes == [r"\d+"] and p.min_new_tokens == 8 and p.no_stop_trim
+    assert SamplingParams(stop_regex=["a", "b"]).stop_regexes == ["a", "b"]
+    assert SamplingParams().stop_regexes == [] and SamplingParams().min_new_tokens == 0
+
+
+def test_from_dict_reads_nulls_and_empty_lists_as_not_set():
+    """What SGLang's frontend sends for a plain ``gen`` (sglang/lang/ir.py's defaults)."""
+    p = SamplingParams.from_dict(
+        {
+            "max_new_tokens": 16,
+            "stop": [],
+            "stop_token_ids": [],
+            "stop_regex": [],
+            "regex": None,
+            "json_schema": None,
+            "temperature": None,
+        }
+    ).validate()
+    assert p == SamplingParams(max_new_tokens=16)
+    assert p.constraint is None and p.stop_regexes == [] and p.temperature == 1.0

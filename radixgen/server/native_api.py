@@ -1,10 +1,12 @@
-"""Native API, wire-compatible with SGLang: ``/generate``, ``/get_model_info``, ``/get_server_info``,
-``/flush_cache``, ``/health_generate``.
+"""Native API, wire-compatible with SGLang: ``/generate``, ``/get_model_info``, ``/get_server_info``
+(also ``/server_info``), ``/flush_cache``, ``/health_generate``.
 
 ``/generate`` takes ``text`` or ``input_ids`` (one prompt or a batch) and ``sampling_params``
 (one dict, or one per prompt) in SGLang's names, which are radixgen's ``SamplingParams`` names
 except ``n`` (choices per prompt) and ``sampling_seed`` (= ``seed``); ``json_schema`` may be a
-JSON string. It answers ``{"text", "output_ids", "meta_info": {"id", "finish_reason": {"type":
+JSON string; ``sglang_fields`` says which of SGLang's fields are honored, ignored or refused.
+``max_new_tokens: 0`` computes (and caches) the prompt only: no tokens, ``finish_reason``
+``{"type": "length", "length": 0}``, the prompt's logprobs when asked. It answers ``{"text", "output_ids", "meta_info": {"id", "finish_reason": {"type":
 "stop"|"length"|"abort", ...}, "prompt_tokens", "completion_tokens", "cached_tokens",
 "e2e_latency", [logprobs]}}``, a list for a batch or ``n > 1`` (prompt-major: prompt i, choice j
 at ``i * n + j``). Streaming sends ``data: {...}`` chunks holding the cumulative text and
@@ -18,24 +20,26 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+import uuid
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from ..request import Delta
+from ..detokenizer import StopStringMatcher
+from ..request import Delta, TokenLogprob
 from ..sampling_params import SamplingParams
 from .engine_client import DisconnectWatch, EngineClient, Generation, Job
 from .errors import APIError, error_body, generation_error
 from .logprobs import native_logprobs
 from .openai_stream import DONE, sse
 from .protocol import GenerateRequest, OrjsonResponse
+from .sglang_fields import check_body_extras, sampling_fields
 
 router = APIRouter()
-
-_RENAMED = {"sampling_seed": "seed"}
-_NO_EFFECT = {"spaces_between_special_tokens", "no_stop_trim", "stream_interval", "custom_params"}
 
 
 def _client(request: Request) -> EngineClient:
@@ -63,66 +67,127 @@ def _prompts(body: GenerateRequest) -> tuple[list[str | list[int]], bool]:
     return [cast(list[int], list(ids))], False
 
 
-def native_params(
-    raw: dict[str, Any] | None, logprob: bool, top_n: int
-) -> tuple[SamplingParams, int, int | None]:
-    """``(params, n, max_new_tokens asked)`` from SGLang-named ``sampling_params``."""
-    fields = {_RENAMED.get(k, k): v for k, v in (raw or {}).items() if k not in _NO_EFFECT}
+@dataclass(frozen=True, slots=True)
+class NativeParams:
+    """One prompt's ``sampling_params``: the engine's params, ``n``, and the ``max_new_tokens``
+    asked (None: not given, or null, which ``until_context`` tells apart: SGLang reads null as
+    up to the context; 0: prefill only)."""
+
+    params: SamplingParams
+    n: int
+    max_new: int | None
+    until_context: bool
+
+
+def native_params(raw: dict[str, Any] | None, logprob: bool, top_n: int) -> NativeParams:
+    """The engine's view of SGLang-named ``sampling_params`` (``sglang_fields`` says which
+    fields are honored, ignored or refused); validated, a bad value is a 400 naming it."""
+    raw = raw or {}
+    fields = sampling_fields(raw)
     n = fields.pop("n", 1)
-    if not isinstance(n, int) or n < 1:
+    if n is None:
+        n = 1
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise APIError(
             400,
             f"sampling_params.n: expected an integer >= 1, got {n!r}",
             param="sampling_params.n",
         )
-    if fields.pop("min_new_tokens", 0):
+    until_context = "max_new_tokens" in raw and raw["max_new_tokens"] is None
+    max_new = fields.pop("max_new_tokens", None)
+    if max_new is not None and (type(max_new) is not int or max_new < 0):
         raise APIError(
             400,
-            "sampling_params.min_new_tokens: not supported",
-            param="sampling_params.min_new_tokens",
+            f"sampling_params.max_new_tokens: expected an integer >= 0, got {max_new!r}",
+            param="sampling_params.max_new_tokens",
         )
-    max_new = fields.pop("max_new_tokens", None)
     try:
         params = SamplingParams.from_dict({**fields, "logprobs": logprob, "top_logprobs": top_n})
     except ValueError as exc:
         raise APIError(
             400, str(exc).replace("sampling params:", "sampling_params:"), param="sampling_params"
         ) from None
-    params.validate()  # types and ranges before seeds are derived from it (ValueError: a 400)
-    return params, n, max_new
+    if max_new == 0 and params.min_new_tokens:
+        raise APIError(
+            400,
+            f"sampling_params.min_new_tokens: {params.min_new_tokens!r} new tokens asked with "
+            "max_new_tokens 0 (prefill only)",
+            param="sampling_params.min_new_tokens",
+        )
+    # types and ranges before seeds are derived from it (ValueError: a 400)
+    (params.replace(max_new_tokens=max_new) if max_new else params).validate()
+    return NativeParams(params, n, max_new, until_context)
 
 
 @router.post("/generate")
 async def generate(body: GenerateRequest, request: Request):
+    check_body_extras(body.model_extra or {})
     client = _client(request)
     jobs, batch, inputs = _jobs(body, client.settings.max_n)
-    scored: dict[int, dict[str, list]] = {}  # one scoring per prompt, shared by its n choices
-    for wanted in inputs:
-        if wanted is not None and id(wanted) not in scored:
-            prompt, start, top = wanted
-            prompt_lps = await client.prompt_logprobs(prompt, top, "text")
-            scored[id(wanted)] = native_logprobs(
-                client.engine.tokenizer,
-                prompt_lps[start:],
-                body.return_text_in_logprobs,
-                kind="input",
-            )
-    gen = await client.submit(jobs)
-    results = [
-        _Result(job, body.return_text_in_logprobs, scored.get(id(w)) if w else None)
-        for job, w in zip(jobs, inputs)
-    ]
+    with_text = bool(body.return_text_in_logprobs)
+    results = [_Result(job, with_text) for job in jobs]
+    await _score_prompts(client, results, inputs, with_text)
+    running = [i for i, job in enumerate(jobs) if not _prefill_only(job)]
+    gen = await client.submit([jobs[i] for i in running]) if running else None
+    if gen is not None:
+        for k, i in enumerate(running):
+            results[i].started(gen.rids[k], len(gen.prompt_ids[k]))
     if body.stream:
-        return StreamingResponse(_stream(gen, results, client), media_type="text/event-stream")
-    async with DisconnectWatch(request, gen):
-        await _collect(gen, results)
-    payloads = [r.payload(client, gen, i) for i, r in enumerate(results)]
+        return StreamingResponse(
+            _stream(gen, running, results, client), media_type="text/event-stream"
+        )
+    if gen is not None:
+        async with DisconnectWatch(request, gen):
+            await _collect(gen, [results[i] for i in running])
+    payloads = [r.payload(client, i) for i, r in enumerate(results)]
     return OrjsonResponse(payloads if batch or len(payloads) > 1 else payloads[0])
 
 
-def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[tuple | None]]:
-    """``(jobs, is_batch, input logprobs wanted)``: prompt-major, ``n`` per prompt (seeds
-    ``seed + j``, rids ``rid-j``); per job ``(prompt, logprob_start_len, top n)`` or None."""
+def _prefill_only(job: Job) -> bool:
+    return job.max_tokens == 0
+
+
+async def _score_prompts(
+    client: EngineClient,
+    results: list[_Result],
+    inputs: list[_Wanted | None],
+    with_text: bool,
+) -> None:
+    """Teacher-force the prompts whose logprobs are wanted, and every prefill-only one (this
+    also puts it in the radix cache, which is what SGLang's ``cache_prefix`` asks for); once
+    per prompt, shared by its ``n`` choices. Prefill-only results finish here."""
+    scored: dict[int, tuple[int, dict[str, list[Any]] | None]] = {}
+    for result, wanted in zip(results, inputs):
+        if wanted is None:
+            continue
+        if id(wanted) not in scored:
+            lps = await client.prompt_logprobs(wanted.prompt, wanted.top, wanted.param)
+            shaped = None
+            if wanted.start is not None:
+                tokenizer = client.engine.tokenizer
+                shaped = native_logprobs(tokenizer, lps[wanted.start :], with_text, kind="input")
+            scored[id(wanted)] = (len(lps), shaped)
+        prompt_len, shaped = scored[id(wanted)]
+        if shaped is not None:
+            result.inputs = shaped
+        if wanted.prefill_only:
+            result.prefilled(prompt_len)
+
+
+@dataclass(frozen=True, slots=True)
+class _Wanted:
+    """A prompt to teacher-force: input logprobs from ``start`` (None: not returned)."""
+
+    prompt: str | list[int]
+    start: int | None
+    top: int
+    param: str
+    prefill_only: bool
+
+
+def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[_Wanted | None]]:
+    """``(jobs, is_batch, prompts to teacher-force)``: prompt-major, ``n`` per prompt (seeds
+    ``seed + j``, rids ``rid-j``)."""
     prompts, batch = _prompts(body)
     count = len(prompts)
     if not count:
@@ -132,8 +197,9 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[tupl
     top_n = _per_prompt(body.top_logprobs_num, count, "top_logprobs_num")
     start = _per_prompt(body.logprob_start_len, count, "logprob_start_len")
     rids = _per_prompt(body.rid, count, "rid")
+    prompt_param = "text" if body.text is not None else "input_ids"
     jobs: list[Job] = []
-    inputs: list[tuple | None] = []
+    inputs: list[_Wanted | None] = []
     for i, prompt in enumerate(prompts):
         if start[i] is not None and not isinstance(start[i], int):
             raise APIError(
@@ -141,28 +207,33 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[tupl
                 f"logprob_start_len: expected an integer, got {start[i]!r}",
                 param="logprob_start_len",
             )
+        native = native_params(raw_params[i], bool(logprob[i]), top_n[i] or 0)
+        from_ = start[i] if logprob[i] and start[i] is not None and start[i] >= 0 else None
+        prefill_only = native.max_new == 0
         wanted = (
-            (prompt, start[i], top_n[i] or 0)
-            if logprob[i] and start[i] is not None and start[i] >= 0
+            _Wanted(prompt, from_, top_n[i] or 0, prompt_param, prefill_only)
+            if from_ is not None or prefill_only
             else None
         )
-        params, n, max_new = native_params(raw_params[i], bool(logprob[i]), top_n[i] or 0)
-        if n > max_n:
+        if native.n > max_n:
             raise APIError(
                 400,
-                f"sampling_params.n: expected at most {max_n}, got {n}",
+                f"sampling_params.n: expected at most {max_n}, got {native.n}",
                 param="sampling_params.n",
             )
-        for j in range(n):
+        params = native.params
+        default = None if native.until_context else SamplingParams.max_new_tokens
+        for j in range(native.n):
             seed = None if params.seed is None else params.seed + j
-            rid = None if rids[i] is None else (rids[i] if n == 1 else f"{rids[i]}-{j}")
+            rid = None if rids[i] is None else (rids[i] if native.n == 1 else f"{rids[i]}-{j}")
             jobs.append(
                 Job(
                     prompt,
                     dataclasses.replace(params, seed=seed),
-                    max_tokens=max_new,
-                    default_max_tokens=SamplingParams.max_new_tokens,
+                    max_tokens=native.max_new,
+                    default_max_tokens=default,
                     rid=rid,
+                    prompt_param=prompt_param,
                     max_tokens_param="sampling_params.max_new_tokens",
                 )
             )
@@ -173,17 +244,27 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[tupl
 class _Result:
     """One request's cumulative output in SGLang's shape."""
 
-    def __init__(
-        self, job: Job, text_in_logprobs: bool, inputs: dict[str, list] | None = None
-    ) -> None:
+    def __init__(self, job: Job, text_in_logprobs: bool) -> None:
         self.params = job.params
         self.text_in_logprobs = text_in_logprobs
-        self.inputs = inputs or {"input_token_logprobs": [], "input_top_logprobs": []}
+        self.inputs: dict[str, list[Any]] = {"input_token_logprobs": [], "input_top_logprobs": []}
+        self.rid = job.rid or uuid.uuid4().hex
+        self.prompt_len = 0
         self.text = ""
         self.output_ids: list[int] = []
-        self.logprobs: list = []
+        self.logprobs: list[TokenLogprob] = []
         self.final: Delta | None = None
-        self.started = time.monotonic()
+        self.started_at = time.monotonic()
+
+    def started(self, rid: str, prompt_len: int) -> None:
+        self.rid, self.prompt_len = rid, prompt_len
+
+    def prefilled(self, prompt_len: int) -> None:
+        """A ``max_new_tokens: 0`` request: done once its prompt was computed."""
+        self.prompt_len = prompt_len
+        self.final = Delta(
+            self.rid, "", [], finished=True, finish_reason="length", prompt_tokens=prompt_len
+        )
 
     def push(self, delta: Delta) -> None:
         self.text += delta.text
@@ -192,15 +273,15 @@ class _Result:
         if delta.finished:
             self.final = delta
 
-    def payload(self, client: EngineClient, gen: Generation, index: int) -> dict[str, Any]:
+    def payload(self, client: EngineClient, index: int) -> dict[str, Any]:
         last = self.final
         meta: dict[str, Any] = {
-            "id": gen.rids[index],
+            "id": self.rid,
             "finish_reason": self._finish_reason(client, last) if last else None,
-            "prompt_tokens": len(gen.prompt_ids[index]),
+            "prompt_tokens": self.prompt_len,
             "completion_tokens": len(self.output_ids),
             "cached_tokens": last.cached_tokens if last else 0,
-            "e2e_latency": round(time.monotonic() - self.started, 4),
+            "e2e_latency": round(time.monotonic() - self.started_at, 4),
         }
         if self.params.logprobs:
             meta.update(
@@ -218,8 +299,8 @@ class _Result:
         stop_ids = set(tokenizer.eos_token_ids) | set(self.params.stop_token_ids or [])
         if self.output_ids and self.output_ids[-1] in stop_ids:
             return {"type": "stop", "matched": self.output_ids[-1]}
-        tail = tokenizer.decode(self.output_ids, self.params.skip_special_tokens)[len(self.text) :]
-        matched = next((s for s in self.params.stop_strings if tail.startswith(s)), None)
+        text = tokenizer.decode(self.output_ids, self.params.skip_special_tokens)
+        matched = StopStringMatcher.for_params(self.params).matched(text)
         return {"type": "stop", "matched": matched}
 
 
@@ -231,15 +312,23 @@ async def _collect(gen: Generation, results: list[_Result]) -> None:
             results[index].push(delta)
 
 
-async def _stream(gen: Generation, results: list[_Result], client: EngineClient):
-    async with aclosing(gen.deltas()) as deltas:
-        async for index, delta in deltas:
-            if delta.error:
-                yield sse(generation_error(delta.error).body())
-                return
-            results[index].push(delta)
-            if delta.text or delta.token_ids or delta.finished:
-                yield sse(results[index].payload(client, gen, index))
+async def _stream(
+    gen: Generation | None, running: list[int], results: list[_Result], client: EngineClient
+) -> AsyncGenerator[bytes, None]:
+    """Prefill-only results first (they are done), then each running one's chunks."""
+    for i, result in enumerate(results):
+        if i not in running:
+            yield sse(result.payload(client, i))
+    if gen is not None:
+        async with aclosing(gen.deltas()) as deltas:
+            async for k, delta in deltas:
+                if delta.error:
+                    yield sse(generation_error(delta.error).body())
+                    return
+                index = running[k]
+                results[index].push(delta)
+                if delta.text or delta.token_ids or delta.finished:
+                    yield sse(results[index].payload(client, index))
     yield DONE
 
 
@@ -263,6 +352,7 @@ async def get_model_info(request: Request) -> OrjsonResponse:
     )
 
 
+@router.get("/server_info")
 @router.get("/get_server_info")
 async def get_server_info(request: Request) -> OrjsonResponse:
     client = _client(request)

@@ -145,14 +145,16 @@ class CompletionRequest(_OpenAISampling):
 
 
 class GenerateRequest(_Body):
-    """SGLang's ``GenerateReqInput`` (the fields radixgen serves)."""
+    """SGLang's ``GenerateReqInput``: the fields radixgen reads. Its other fields arrive as
+    extras, which ``sglang_fields.check_body_extras`` accepts (ignored: they cannot change the
+    output), refuses when set, or refuses as unknown. A null is the field not given."""
 
     text: str | list[str] | None = None
     input_ids: list[int] | list[list[int]] | None = None
     sampling_params: dict[str, Any] | list[dict[str, Any]] | None = None
     rid: str | list[str] | None = None
-    return_logprob: bool | list[bool] = False
-    logprob_start_len: int | list[int] = -1
-    top_logprobs_num: int | list[int] = 0
-    return_text_in_logprobs: bool = False
-    stream: bool = False
+    return_logprob: bool | list[bool] | None = False
+    logprob_start_len: int | list[int] | None = -1
+    top_logprobs_num: int | list[int] | None = 0
+    return_text_in_logprobs: bool | None = False
+    stream: bool | None = False
