@@ -128,14 +128,12 @@ class EngineClient:
         self._model_names = {n.lower() for n in names if n}
 
     def check_model(self, name: str) -> None:
-        """404 ``model_not_found`` unless ``name`` is the served model (its name, alias or path)."""
-        if name.lower() not in self._model_names:
-            raise APIError(
-                404,
-                f"model: {name!r} is not served here (this server serves {self.model_name!r})",
-                param="model",
-                code="model_not_found",
-            )
+        """Every name is the served model: a single-model server answers any ``model`` (as SGLang
+        does; clients' defaults often send another name) and responses report ``model_name``.
+        ``knows_model`` tells whether ``name`` is one of its own names (name, alias or path)."""
+
+    def knows_model(self, name: str) -> bool:
+        return name.lower() in self._model_names
 
     @property
     def capacity(self) -> int:
