@@ -243,14 +243,11 @@ def constraints(sent: dict[str, Any]) -> list[Constraint]:
 
 
 def one_constraint(found: list[Constraint]) -> Constraint | None:
-    """The single constraint of ``found``; two or more are a 400 naming them."""
+    """The single constraint of ``found``; two or more are a 400 naming them all (in the
+    message: no one field of them is at fault, so ``param`` is null)."""
     if len(found) > 1:
         names = ", ".join(field for field, _, _ in found)
-        raise APIError(
-            400,
-            f"{found[1][0]}: at most one constraint per request, got {names}",
-            param=found[1][0],
-        )
+        raise APIError(400, f"at most one constraint per request, got {names}")
     return found[0] if found else None
 
 

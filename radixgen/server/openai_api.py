@@ -18,7 +18,7 @@ from typing import Any, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from ..prompts import prompt_ids
+from ..prompts import check_token_ids, prompt_ids
 from ..request import RequestOutput
 from ..sampling_params import SamplingParams
 from .engine_client import DisconnectWatch, EngineClient, Job, collect
@@ -30,7 +30,9 @@ from .protocol import (
     ChatCompletionRequest,
     ChatMessage,
     CompletionRequest,
+    DetokenizeRequest,
     OrjsonResponse,
+    TokenizeRequest,
     _OpenAISampling,
 )
 from .tool_parser import ToolOutput, merge_events
@@ -148,6 +150,43 @@ async def retrieve_model(model_id: str, request: Request) -> OrjsonResponse:
     client = client_of(request)
     client.check_model(model_id)
     return OrjsonResponse(_model_card(client))
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request) -> OrjsonResponse:
+    """vLLM's ``/tokenize``: ``{count, max_model_len, tokens}`` (+ ``token_strs``)."""
+    client = client_of(request)
+    engine = client.engine
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "prompt: give exactly one of prompt and messages", param="prompt")
+    if body.messages is not None:
+        _check_text_only(body.messages)
+        text = await asyncio.to_thread(
+            client.renderer.render, body.messages, body.tools, "auto" if body.tools else "none"
+        )
+        add_special, param = bool(body.add_special_tokens), "messages"
+    else:
+        text, add_special, param = body.prompt or "", body.add_special_tokens is not False, "prompt"
+    limit = min(engine.context_len, engine.max_total_tokens)
+    try:  # a prompt past the context is still counted (what a client asks /tokenize to learn)
+        ids = prompt_ids(text, engine.tokenizer, 2**31, add_special_tokens=add_special, param=param)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param=param) from None
+    out: dict[str, Any] = {"count": len(ids), "max_model_len": limit, "tokens": ids}
+    if body.return_token_strs:
+        out["token_strs"] = [engine.tokenizer.id_to_token(i) for i in ids]
+    return OrjsonResponse(out)
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request) -> OrjsonResponse:
+    """vLLM's ``/detokenize``: ``{prompt}``, the text of ``tokens``."""
+    engine = client_of(request).engine
+    try:
+        check_token_ids(body.tokens, engine.model.config.vocab_size, "tokens")
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="tokens") from None
+    return OrjsonResponse({"prompt": engine.tokenizer.decode(body.tokens)})
 
 
 @router.post("/v1/chat/completions")
