@@ -128,11 +128,17 @@ class EngineClient:
         self._model_names = {n.lower() for n in names if n}
 
     def check_model(self, name: str) -> None:
-        """Every name is the served model: a single-model server answers any ``model`` (as SGLang
-        does; clients' defaults often send another name) and responses report ``model_name``.
-        ``knows_model`` tells whether ``name`` is one of its own names (name, alias or path)."""
+        """404 ``model_not_found`` unless ``name`` is the served model (its name, alias or path)."""
+        if not self.knows_model(name):
+            raise APIError(
+                404,
+                f"model: {name!r} is not served here (this server serves {self.model_name!r})",
+                param="model",
+                code="model_not_found",
+            )
 
     def knows_model(self, name: str) -> bool:
+        """Whether ``name`` is one of the served model's names (name, alias or path)."""
         return name.lower() in self._model_names
 
     @property

@@ -59,7 +59,7 @@ PENDING: dict[str, Rule] = {
 
 # ------------------------------------------------------------------------- shared by both routes
 _OPENAI_COMMON: dict[str, Rule] = {
-    "model": honored("any name is the served model; the response reports the served name"),
+    "model": honored("the served model's name, an alias or its path (else a 404)"),
     "max_tokens": honored(),
     "temperature": honored(),
     "top_p": honored(),

@@ -36,6 +36,15 @@ class TextPart(BaseModel):
     text: str
 
 
+class OtherPart(BaseModel):
+    """A content part that is not text (``image_url``, ``input_audio``, ``file``...): parsed so
+    that ``openai_api`` can refuse it by its position."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+
+
 class FunctionCall(BaseModel):
     name: str
     arguments: str | dict[str, Any] = "{}"
@@ -51,7 +60,7 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart | dict[str, Any]] | None = None  # other parts: openai_api 400s
+    content: str | list[TextPart | OtherPart] | None = None  # OtherPart: openai_api 400s
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None

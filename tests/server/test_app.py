@@ -164,6 +164,7 @@ BAD_REQUESTS = [
         "role",
     ),
     ("missing-model", "/v1/completions", {"prompt": "x"}, 400, "model", "model"),
+    ("unknown-model", "/v1/chat/completions", chat_body(model="gpt-17"), 404, "model", "gpt-17"),
     (
         "huge-max-tokens",
         "/v1/chat/completions",

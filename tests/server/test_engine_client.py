@@ -144,11 +144,12 @@ def test_closing_the_stream_early_aborts_unfinished_requests():
 
 
 def test_model_names():
-    """Any name is accepted (a single-model server, as SGLang); its own names are known."""
     client = _client(FakeEngine())
-    for name in ("fake", "FAKE.gguf", "gpt-4"):
-        client.check_model(name)
-    assert client.knows_model("FAKE.gguf") and not client.knows_model("gpt-4")
+    client.check_model("fake")
+    client.check_model("FAKE.gguf")
+    with pytest.raises(APIError) as err:
+        client.check_model("gpt-4")
+    assert err.value.status == 404 and err.value.code == "model_not_found"
 
 
 def test_abort_all_reaches_every_live_generation():
