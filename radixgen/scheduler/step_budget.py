@@ -56,13 +56,15 @@ class StepBudget:
         return self.max_step_ms > 0
 
     def units(self) -> float:
-        """Prompt work units a step may spend."""
+        """Prompt work units a step may spend: at least ``MIN_TOKENS``' worth, even when the
+        step's fixed part alone outlasts the target (a loaded machine), so prompts always
+        progress and admission never stops."""
         if not self.timed:
             return float("inf")
         if self.ms_per_unit is None:
             return self._cap_units
         left = max(self.max_step_ms - self.base_ms, 0.0)
-        return min(left / self.ms_per_unit, self._cap_units)
+        return max(min(left / self.ms_per_unit, self._cap_units), float(MIN_TOKENS))
 
     def tokens(self, units: float, context: int, remaining: int) -> int:
         """Prompt tokens of a row after ``context`` computed ones that fit in ``units``

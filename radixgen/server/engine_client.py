@@ -128,14 +128,19 @@ class EngineClient:
         self._model_names = {n.lower() for n in names if n}
 
     def check_model(self, name: str) -> None:
-        """404 ``model_not_found`` unless ``name`` is the served model (its name, alias or path)."""
-        if name.lower() not in self._model_names:
+        """404 ``model_not_found`` unless ``name`` is the served model (its name, alias or path):
+        for ``/v1/models/{id}``; generation routes serve any name."""
+        if not self.knows_model(name):
             raise APIError(
                 404,
                 f"model: {name!r} is not served here (this server serves {self.model_name!r})",
                 param="model",
                 code="model_not_found",
             )
+
+    def knows_model(self, name: str) -> bool:
+        """Whether ``name`` is one of the served model's names (name, alias or path)."""
+        return name.lower() in self._model_names
 
     @property
     def capacity(self) -> int:

@@ -1,7 +1,8 @@
 """OpenAI-compatible endpoints: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``.
 
-A body becomes ``SamplingParams`` in ``sampling_params`` (fields named like ``SamplingParams``
-fields pass through; OpenAI spellings are translated), one engine request per choice (``n``
+Every top-level body field is honored, ignored or refused by its route's table (``fields``); a
+body becomes ``SamplingParams`` in ``sampling_params`` (the table's sampling fields and the one
+constraint, from whichever field named it), one engine request per choice (``n``
 requests share the prompt's KV through the radix cache; seeds are ``seed + i``). Responses and
 SSE chunks follow OpenAI's shapes; ``openai_stream`` holds the streaming side.
 """
@@ -17,13 +18,32 @@ from typing import Any, cast
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
+from ..prompts import check_token_ids, prompt_ids
 from ..request import RequestOutput
 from ..sampling_params import SamplingParams
 from .engine_client import DisconnectWatch, EngineClient, Job, collect
 from .errors import APIError
+from .fields import (
+    RENAMED,
+    SAMPLING_EXTRAS,
+    Constraint,
+    check_fields,
+    check_strict_tools,
+    constraints,
+    one_constraint,
+)
 from .logprobs import chat_logprobs, completion_logprobs, joined_logprobs
-from .openai_stream import chat_stream, completion_stream, finish_reason, usage
-from .protocol import ChatCompletionRequest, CompletionRequest, OrjsonResponse, _OpenAISampling
+from .openai_stream import chat_stream, completion_stream, finish_reason, finished_stream, usage
+from .protocol import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    DetokenizeRequest,
+    OrjsonResponse,
+    OtherPart,
+    TokenizeRequest,
+    _OpenAISampling,
+)
 from .tool_parser import ToolOutput, merge_events
 from .tools import constrained_schema
 
@@ -40,13 +60,39 @@ def client_of(request: Request) -> EngineClient:
 # --------------------------------------------------------------------------- request -> SamplingParams
 
 
-def sampling_params(body: _OpenAISampling, **overrides: Any) -> SamplingParams:
-    """Fields named like ``SamplingParams`` fields pass through; ``logit_bias`` keys become ints."""
-    names = set(SamplingParams.field_names())
-    given = {**{k: getattr(body, k) for k in type(body).model_fields}, **(body.model_extra or {})}
-    fields = {k: v for k, v in given.items() if k in names and v is not None}
+def sent_fields(body: _OpenAISampling) -> dict[str, Any]:
+    """The body's top-level fields as the client sent them (declared ones parsed)."""
+    return {
+        **{k: getattr(body, k) for k in body.model_fields_set},
+        **(body.model_extra or {}),
+    }
+
+
+# OpenAI's sampling fields that are SamplingParams fields of the same name
+_OPENAI_SAMPLING = ("temperature", "top_p", "stop", "seed", "frequency_penalty", "presence_penalty")
+
+
+def sampling_params(
+    body: _OpenAISampling,
+    sent: dict[str, Any],
+    constraint: Constraint | None,
+    **overrides: Any,
+) -> SamplingParams:
+    """The table's sampling fields (``fields.SAMPLING_EXTRAS`` under their own names), the one
+    constraint, then ``overrides``; ``logit_bias`` keys become ints."""
+    fields = {k: getattr(body, k) for k in _OPENAI_SAMPLING if getattr(body, k) is not None}
+    fields.update({k: sent[k] for k in SAMPLING_EXTRAS if sent.get(k) is not None})
+    for client_name, name in RENAMED.items():
+        if sent.get(client_name) is not None:
+            if name in fields:
+                raise APIError(
+                    400, f"{client_name}: give it or {name}, not both", param=client_name
+                )
+            fields[name] = sent[client_name]
     if body.logit_bias is not None:
         fields["logit_bias"] = {_token_id(k): v for k, v in body.logit_bias.items()}
+    if constraint is not None:
+        fields[constraint[1]] = constraint[2]
     fields.update(overrides)
     return SamplingParams.from_dict(fields)
 
@@ -58,20 +104,39 @@ def _token_id(key: str) -> int:
         raise ValueError(f"logit_bias: key {key!r} is not a token id") from None
 
 
-def _response_format(body: ChatCompletionRequest) -> dict[str, Any]:
-    fmt = body.response_format
-    if fmt is None or fmt.type == "text":
-        return {}
-    if fmt.type == "json_object" or fmt.json_schema is None or fmt.json_schema.schema_ is None:
-        return {"json_object": True}
-    return {"json_schema": fmt.json_schema.schema_}
+def _check_max_tokens(value: int | None, param: str, allow_zero: bool = False) -> None:
+    low = 0 if allow_zero else 1
+    if value is not None and (not isinstance(value, int) or value < low):
+        raise APIError(400, f"{param}: expected an integer >= {low}, got {value!r}", param=param)
+
+
+async def _submit(client: EngineClient, jobs: list[Job], constraint: Constraint | None):
+    """``client.submit``; an error of the constraint names the client's field it came from."""
+    try:
+        return await client.submit(jobs)
+    except ValueError as exc:
+        for client_name, name in RENAMED.items():  # vLLM's names: the error names the client's
+            if str(exc).startswith(f"{name}:") and name not in SAMPLING_EXTRAS:
+                raise APIError(
+                    400, f"{client_name}:{str(exc)[len(name) + 1 :]}", param=client_name
+                ) from None
+        if constraint is not None and constraint[0] != constraint[1]:
+            if str(exc).startswith(f"{constraint[1]}:"):
+                field = constraint[0]
+                raise APIError(400, f"{field}: {exc}", param=field) from None
+        raise
 
 
 def _check_choices(body: _OpenAISampling, client: EngineClient) -> None:
-    client.check_model(body.model)
+    # any model name is served, as SGLang does on a one-model server (clients' defaults send
+    # other names); the response reports the served name
     if not 1 <= body.n <= client.settings.max_n:
         raise APIError(
             400, f"n: expected an integer in [1, {client.settings.max_n}], got {body.n}", param="n"
+        )
+    if body.best_of is not None and body.best_of != body.n:
+        raise APIError(
+            400, f"best_of: only best_of == n is supported, got {body.best_of}", param="best_of"
         )
 
 
@@ -84,11 +149,9 @@ def _jobs(prompt: str | list[int], params: SamplingParams, n: int, **job: Any) -
 # --------------------------------------------------------------------------- endpoints
 
 
-@router.get("/v1/models")
-async def list_models(request: Request) -> OrjsonResponse:
-    client = client_of(request)
+def _model_card(client: EngineClient) -> dict[str, Any]:
     engine = client.engine
-    card = {
+    return {
         "id": client.model_name,
         "object": "model",
         "created": 0,
@@ -96,21 +159,77 @@ async def list_models(request: Request) -> OrjsonResponse:
         "root": engine.model_path,
         "max_model_len": engine.context_len,
     }
-    return OrjsonResponse({"object": "list", "data": [card]})
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> OrjsonResponse:
+    return OrjsonResponse({"object": "list", "data": [_model_card(client_of(request))]})
+
+
+# not in the OpenAPI document: every string is a valid id there (an unknown one is a 404), so
+# schema fuzzers cannot make an invalid request of it
+@router.get("/v1/models/{model_id:path}", include_in_schema=False)
+async def retrieve_model(model_id: str, request: Request) -> OrjsonResponse:
+    """The served model's card; an id that is not one of its names is a 404."""
+    client = client_of(request)
+    client.check_model(model_id)
+    return OrjsonResponse(_model_card(client))
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request) -> OrjsonResponse:
+    """vLLM's ``/tokenize``: ``{count, max_model_len, tokens}`` (+ ``token_strs``)."""
+    client = client_of(request)
+    engine = client.engine
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "prompt: give exactly one of prompt and messages", param="prompt")
+    if body.messages is not None:
+        _check_text_only(body.messages)
+        text = await asyncio.to_thread(
+            client.renderer.render, body.messages, body.tools, "auto" if body.tools else "none"
+        )
+        add_special, param = bool(body.add_special_tokens), "messages"
+    else:
+        text, add_special, param = body.prompt or "", body.add_special_tokens is not False, "prompt"
+    limit = min(engine.context_len, engine.max_total_tokens)
+    try:  # a prompt past the context is still counted (what a client asks /tokenize to learn)
+        ids = prompt_ids(text, engine.tokenizer, 2**31, add_special_tokens=add_special, param=param)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param=param) from None
+    out: dict[str, Any] = {"count": len(ids), "max_model_len": limit, "tokens": ids}
+    if body.return_token_strs:
+        out["token_strs"] = [engine.tokenizer.id_to_token(i) for i in ids]
+    return OrjsonResponse(out)
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request) -> OrjsonResponse:
+    """vLLM's ``/detokenize``: ``{prompt}``, the text of ``tokens``."""
+    engine = client_of(request).engine
+    try:
+        check_token_ids(body.tokens, engine.model.config.vocab_size, "tokens")
+    except ValueError as exc:
+        raise APIError(400, str(exc), param="tokens") from None
+    return OrjsonResponse({"prompt": engine.tokenizer.decode(body.tokens)})
 
 
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     client = client_of(request)
     engine = client.engine
+    sent = sent_fields(body)
+    check_fields(sent, "chat")
+    _check_text_only(body.messages)
     _check_choices(body, client)
     tool_choice = body.tool_choice or ("auto" if body.tools else "none")
-    params, schema_param = _chat_params(body, tool_choice)
+    check_strict_tools(body.tools)
+    params, constraint = _chat_params(body, sent, tool_choice)
     prompt = await asyncio.to_thread(client.renderer.render, body.messages, body.tools, tool_choice)
     max_tokens = (
         body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     )
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
+    _check_max_tokens(max_tokens, param)
     jobs = _jobs(
         prompt,
         params,
@@ -120,12 +239,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         prompt_param="messages",
         max_tokens_param=param,
     )
-    try:
-        gen = await client.submit(jobs)
-    except ValueError as exc:  # name the field the schema came from, not the internal json_schema
-        if schema_param and str(exc).startswith("json_schema:"):
-            raise APIError(400, f"{schema_param}: {exc}", param=schema_param) from None
-        raise
+    gen = await _submit(client, jobs, constraint)
     meta = _meta("chatcmpl", client)
     outputs = [ToolOutput(body.tools, tool_choice) for _ in range(body.n)]
     if body.stream:
@@ -141,19 +255,31 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     return _completion_response(meta, "chat.completion", choices, usage(results, body.n))
 
 
-def _chat_params(
-    body: ChatCompletionRequest, tool_choice: Any
-) -> tuple[SamplingParams, str | None]:
-    """``(params, field the json_schema constraint came from)``.
+def _check_text_only(messages: list[ChatMessage]) -> None:
+    """A content part that is not text (an image, audio, a file) is a 400 naming it."""
+    for i, message in enumerate(messages):
+        if not isinstance(message.content, list):
+            continue
+        for j, part in enumerate(message.content):
+            if isinstance(part, OtherPart):
+                where = f"messages[{i}].content[{j}]"
+                raise APIError(
+                    400, f"{where}: this model takes text only (got a {part.type!r} part)", where
+                )
 
-    A required or named ``tool_choice`` constrains the output to the tool call's schema; it
-    cannot be combined with a ``response_format``. Strict or not, a schema is enforced exactly
-    (an unsupported keyword is a 400, never a weaker constraint).
+
+def _chat_params(
+    body: ChatCompletionRequest, sent: dict[str, Any], tool_choice: Any
+) -> tuple[SamplingParams, Constraint | None]:
+    """``(params, the constraint and the field it came from)``.
+
+    A required or named ``tool_choice`` constrains the output to the tool call's schema; like
+    any two constraints, it cannot be combined with another one. Strict or not, a schema is
+    enforced exactly (an unsupported keyword is a 400, never a weaker constraint).
     """
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, "top_logprobs: requires logprobs: true", param="top_logprobs")
-    constraint = _response_format(body)
-    source = "response_format" if "json_schema" in constraint else None
+    found = constraints(sent)
     schema = (
         constrained_schema(
             body.tools or [], tool_choice, parallel=body.parallel_tool_calls is not False
@@ -162,14 +288,12 @@ def _chat_params(
         else None
     )
     if schema is not None:
-        if constraint:
-            raise APIError(
-                400,
-                "response_format: cannot be combined with a required or named tool_choice",
-                param="response_format",
-            )
-        constraint, source = {"json_schema": schema}, "tools"
-    return sampling_params(body, top_logprobs=body.top_logprobs or 0, **constraint), source
+        found.append(("tools", "json_schema", schema))
+    constraint = one_constraint(found)
+    params = sampling_params(
+        body, sent, constraint, logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0
+    )
+    return params, constraint
 
 
 def _chat_choice(
@@ -196,18 +320,16 @@ def _chat_choice(
 async def completions(body: CompletionRequest, request: Request):
     client = client_of(request)
     engine = client.engine
+    sent = sent_fields(body)
+    check_fields(sent, "completions")
     _check_choices(body, client)
     _check_completion(body)
     prompts = _prompts(body.prompt)
     wants_logprobs = body.logprobs is not None
-    params = sampling_params(body, logprobs=wants_logprobs, top_logprobs=body.logprobs or 0)
-    jobs = [
-        job
-        for p in prompts
-        for job in _jobs(
-            p, params, body.n, max_tokens=body.max_tokens, default_max_tokens=COMPLETION_MAX_TOKENS
-        )
-    ]
+    constraint = one_constraint(constraints(sent))
+    params = sampling_params(
+        body, sent, constraint, logprobs=wants_logprobs, top_logprobs=body.logprobs or 0
+    )
     echo_lps: list[dict[str, Any] | None] = [None] * len(prompts)
     if body.echo and body.logprobs is not None:  # the prompt's logprobs, as OpenAI's legacy API
         echo_lps = [
@@ -217,9 +339,24 @@ async def completions(body: CompletionRequest, request: Request):
             for p in prompts
         ]
     echo_lps = [lp for lp in echo_lps for _ in range(body.n)]
-    gen = await client.submit(jobs)
     echoes = [_prompt_text(engine, p) if body.echo else "" for p in prompts for _ in range(body.n)]
     meta = _meta("cmpl", client)
+    if body.max_tokens == 0:
+        return await _echo_only(body, client, prompts, echoes, echo_lps, meta)
+    add_special = body.add_special_tokens is not False
+    jobs = [
+        job
+        for p in prompts
+        for job in _jobs(
+            p,
+            params,
+            body.n,
+            max_tokens=body.max_tokens,
+            default_max_tokens=COMPLETION_MAX_TOKENS,
+            add_special_tokens=add_special,
+        )
+    ]
+    gen = await _submit(client, jobs, constraint)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = completion_stream(
@@ -244,13 +381,52 @@ async def completions(body: CompletionRequest, request: Request):
     return _completion_response(meta, "text_completion", choices, usage(results, body.n))
 
 
-def _check_completion(body: CompletionRequest) -> None:
-    if body.suffix:
-        raise APIError(400, "suffix: not supported", param="suffix")
-    if body.best_of is not None and body.best_of != body.n:
+async def _echo_only(
+    body: CompletionRequest,
+    client: EngineClient,
+    prompts: list[str | list[int]],
+    echoes: list[str],
+    echo_lps: list[dict[str, Any] | None],
+    meta: dict[str, Any],
+):
+    """``max_tokens: 0`` with ``echo``: the prompts (and their logprobs), nothing generated."""
+    if not body.echo:
         raise APIError(
-            400, f"best_of: only best_of == n is supported, got {body.best_of}", param="best_of"
+            400, "max_tokens: 0 needs echo: true (the prompt and its logprobs)", param="max_tokens"
         )
+    engine = client.engine
+    limit = min(engine.context_len, engine.max_total_tokens)
+    add_special = body.add_special_tokens is not False
+    counts = [
+        len(prompt_ids(p, engine.tokenizer, limit, add_special_tokens=add_special)) for p in prompts
+    ]
+    choices = [
+        {
+            "index": i,
+            "text": echoes[i],
+            "logprobs": echo_lps[i] if body.logprobs is not None else None,
+            "finish_reason": "length",
+        }
+        for i in range(len(echoes))
+    ]
+    tokens = sum(counts)
+    usage_ = {
+        "prompt_tokens": tokens,
+        "completion_tokens": 0,
+        "total_tokens": tokens,
+        "prompt_tokens_details": {"cached_tokens": 0},
+    }
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        stream = finished_stream(
+            meta, "text_completion", choices, usage_ if include_usage else None
+        )
+        return StreamingResponse(stream, media_type="text/event-stream")
+    return _completion_response(meta, "text_completion", choices, usage_)
+
+
+def _check_completion(body: CompletionRequest) -> None:
+    _check_max_tokens(body.max_tokens, "max_tokens", allow_zero=True)
     if body.logprobs is not None and not 0 <= body.logprobs <= 5:
         raise APIError(
             400, f"logprobs: expected an integer in [0, 5], got {body.logprobs}", param="logprobs"

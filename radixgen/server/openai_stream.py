@@ -173,3 +173,16 @@ async def completion_stream(
     if include_usage:
         yield writer.usage(finals, n)
     yield DONE
+
+
+async def finished_stream(
+    meta: dict[str, Any], obj: str, choices: list[dict[str, Any]], usage_: dict[str, Any] | None
+) -> AsyncIterator[bytes]:
+    """The stream of choices that are complete already (``max_tokens: 0``): one chunk each,
+    the usage chunk when ``usage_`` is given, then ``[DONE]``."""
+    writer = _ChunkWriter(meta, obj, usage_ is not None)
+    for choice in choices:
+        yield writer.chunk(choice)
+    if usage_ is not None:
+        yield sse({**writer.base, "choices": [], "usage": usage_})
+    yield DONE

@@ -1,10 +1,9 @@
 """Request bodies of the OpenAI-compatible and native APIs (pydantic v2 models).
 
-Only the wire shapes live here. Decoding options are not re-declared beyond OpenAI's own
-fields: bodies accept extra top-level fields, and ``openai_api.sampling_params`` passes on those
-named like a ``SamplingParams`` field (``top_k``, ``min_p``, ``repetition_penalty``, ``regex``,
-``choices`` ...: what the openai client's ``extra_body`` sends), so the one definition stays in
-``SamplingParams``. Other unknown fields are ignored, as OpenAI-compatible servers do.
+Only the wire shapes live here. The OpenAI bodies declare OpenAI's own fields and keep the
+others (vLLM's and SGLang's extras: what the openai client's ``extra_body`` sends) as extra
+fields; ``fields.check_fields`` then honors, ignores or refuses each top-level field by its
+route's table, and an unknown one is a 400.
 """
 
 from __future__ import annotations
@@ -37,6 +36,15 @@ class TextPart(BaseModel):
     text: str
 
 
+class OtherPart(BaseModel):
+    """A content part that is not text (``image_url``, ``input_audio``, ``file``...): parsed so
+    that ``openai_api`` can refuse it by its position."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+
+
 class FunctionCall(BaseModel):
     name: str
     arguments: str | dict[str, Any] = "{}"
@@ -52,7 +60,7 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[TextPart | OtherPart] | None = None  # OtherPart: openai_api 400s
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
@@ -60,7 +68,7 @@ class ChatMessage(BaseModel):
     @property
     def text(self) -> str:
         if isinstance(self.content, list):
-            return "".join(part.text for part in self.content)
+            return "".join(part.text for part in self.content if isinstance(part, TextPart))
         return self.content or ""
 
 
@@ -120,6 +128,8 @@ class _OpenAISampling(_Body):
     presence_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
+    best_of: int | None = None
+    response_format: ResponseFormat | None = None
 
 
 class ChatCompletionRequest(_OpenAISampling):
@@ -127,7 +137,6 @@ class ChatCompletionRequest(_OpenAISampling):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
-    response_format: ResponseFormat | None = None
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
@@ -138,7 +147,7 @@ class CompletionRequest(_OpenAISampling):
     echo: bool = False
     logprobs: int | None = None  # 0..5: that many top alternatives per token
     suffix: str | None = None
-    best_of: int | None = None
+    add_special_tokens: bool | None = None  # vLLM: add the BOS token (default true)
 
 
 # --------------------------------------------------------------------------- native (SGLang) request
@@ -158,3 +167,27 @@ class GenerateRequest(_Body):
     top_logprobs_num: int | list[int] | None = 0
     return_text_in_logprobs: bool | None = False
     stream: bool | None = False
+
+
+# --------------------------------------------------------------------------- vLLM's tokenizer routes
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's ``/tokenize``: a ``prompt`` or chat ``messages`` (rendered as for a chat request)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    tools: list[Tool] | None = None
+    add_special_tokens: bool | None = None  # default: true for a prompt, false for messages
+    add_generation_prompt: Literal[True] = True
+    return_token_strs: bool = False
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = None
+    tokens: list[int]

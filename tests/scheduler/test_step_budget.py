@@ -90,3 +90,19 @@ def test_a_waiting_score_job_gets_most_of_a_step_beside_a_long_chunk():
     batch = s.schedule(scoring=True)
     assert batch[0].extend_len <= 0.25 * s.budget.units() + MIN_TOKENS < alone
     assert s.units_left >= 0.7 * s.budget.units() and s.tokens_left > 0
+
+
+def test_a_step_base_over_the_target_still_admits_and_progresses():
+    """A loaded machine: steps cost more than the target whatever their prompt work. The
+    budget must not fall to zero (admission would stop for good: nothing runs, nothing is
+    measured again)."""
+    s = make_scheduler(num_slots=4096, chunked_prefill_size=2048)
+    s.budget = budget()
+    for n in (64, 16, 32):
+        s.budget.observe(elapsed_ms=405.0 + 2.0 * n, units=float(n))
+    assert s.budget.base_ms > s.budget.max_step_ms
+    assert s.budget.units() >= MIN_TOKENS
+    req = make_req("r", list(range(1, 40)))
+    s.add(req)
+    batch = s.schedule()
+    assert [r.req.rid for r in batch] == ["r"] and batch[0].extend_len >= MIN_TOKENS

@@ -144,6 +144,7 @@ def test_closing_the_stream_early_aborts_unfinished_requests():
 
 
 def test_model_names():
+    """check_model is /v1/models/{id}'s check (generation routes serve any name)."""
     client = _client(FakeEngine())
     client.check_model("fake")
     client.check_model("FAKE.gguf")

@@ -4,7 +4,7 @@ The server runs a tiny random-weight model (``tiny_server_url``), so a generated
 milliseconds. The schema the fuzzer reads is the served one with three test-side edits that
 make it reach the code behind validation instead of stopping at the first check:
 
-- ``model`` is the served name (any other is a 404 before anything else is read);
+- ``model`` is the served name (any name is served; fixing it keeps the cases about the rest);
 - the ``SamplingParams`` fields that the bodies accept as extra top-level fields (``top_k``,
   ``min_p``, ``repetition_penalty``, ``regex`` ...; see ``protocol``) and ``/generate``'s
   ``sampling_params`` object are described from ``SamplingParams`` itself (its pydantic

@@ -35,6 +35,7 @@ def rejected_requests(model: str) -> list[tuple[str, dict | bytes, int]]:
     huge_prompt = "lorem ipsum dolor sit amet " * 40_000  # ~1 MB, far past the context
     bomb = {  # open object with thousands of optional properties: the compiler refuses it
         "type": "object",
+        "additionalProperties": True,
         "properties": {f"p{i}": {"type": "string", "pattern": "^[a-z]{3,9}$"} for i in range(3000)},
     }
     base = completion_body(model, 4)

@@ -1,0 +1,530 @@
+"""Every top-level field of ``/v1/chat/completions`` and ``/v1/completions`` is honored, ignored
+(it cannot change the output) or a 400 naming it; unknown fields are a 400 (``fields.py``).
+
+Runs against the tiny random-weight server (``tiny_server_url``): a request costs milliseconds,
+and a constraint holds whatever the weights are, so constrained outputs are checked exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+from server_testlib import API_KEY, needs_grammar
+
+from radixgen.server.fields import CHAT_FIELDS, COMPLETION_FIELDS, Status
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+MODEL = "tiny"
+TOOL = {
+    "type": "function",
+    "function": {"name": "f", "parameters": {"type": "object", "properties": {}}},
+}
+# a non-neutral value of every field (with what it needs): the table test sends each one
+SAMPLES: dict[str, dict] = {
+    "model": {"model": MODEL.upper()},  # names are case-insensitive
+    "max_tokens": {"max_tokens": 2},
+    "temperature": {"temperature": 0.5},
+    "top_p": {"top_p": 0.9},
+    "n": {"n": 2},
+    "stream": {"stream": True},
+    "stream_options": {"stream": True, "stream_options": {"include_usage": True}},
+    "stop": {"stop": ["zz"]},
+    "seed": {"seed": 3},
+    "frequency_penalty": {"frequency_penalty": 0.5},
+    "presence_penalty": {"presence_penalty": 0.5},
+    "logit_bias": {"logit_bias": {"0": 1}},
+    "user": {"user": "u1"},
+    "top_k": {"top_k": 5},
+    "min_p": {"min_p": 0.1},
+    "repetition_penalty": {"repetition_penalty": 1.1},
+    "stop_token_ids": {"stop_token_ids": [0]},
+    "ignore_eos": {"ignore_eos": True},
+    "skip_special_tokens": {"skip_special_tokens": False},
+    "response_format": {"response_format": {"type": "json_object"}},
+    "guided_json": {"guided_json": {"type": "boolean"}},
+    "guided_regex": {"guided_regex": "[ab]{3}"},
+    "guided_choice": {"guided_choice": ["yes", "no"]},
+    "guided_grammar": {"guided_grammar": 'root ::= "yes" | "no"'},
+    "structured_outputs": {"structured_outputs": {"choice": ["yes", "no"]}},
+    "json_schema": {"json_schema": {"type": "boolean"}},
+    "regex": {"regex": "[ab]{3}"},
+    "ebnf": {"ebnf": 'root ::= "yes" | "no"'},
+    "choices": {"choices": ["yes", "no"]},
+    "json_object": {"json_object": True},
+    "structural_tag": {"structural_tag": '{"structures": [], "triggers": []}'},
+    "guided_whitespace_pattern": {"guided_whitespace_pattern": " "},
+    "guided_decoding_backend": {"guided_decoding_backend": "xgrammar"},
+    "min_tokens": {"min_tokens": 2},
+    "include_stop_str_in_output": {"include_stop_str_in_output": True},
+    "no_stop_trim": {"no_stop_trim": True},
+    "spaces_between_special_tokens": {"spaces_between_special_tokens": True},
+    "stop_regex": {"stop_regex": ["a+"]},
+    "max_new_tokens": {"max_new_tokens": 2},
+    "use_beam_search": {"use_beam_search": True},
+    "length_penalty": {"length_penalty": 2.0},
+    "best_of": {"n": 2, "best_of": 2},
+    "truncate_prompt_tokens": {"truncate_prompt_tokens": 4},
+    "prompt_logprobs": {"prompt_logprobs": 1},
+    "allowed_token_ids": {"allowed_token_ids": [1, 2]},
+    "bad_words": {"bad_words": ["cat"]},
+    "logits_processors": {"logits_processors": ["x.Y"]},
+    "return_tokens_as_token_ids": {"return_tokens_as_token_ids": True},
+    "return_token_ids": {"return_token_ids": True},
+    "return_hidden_states": {"return_hidden_states": True},
+    "priority": {"priority": 1},
+    "lora_path": {"lora_path": "a"},
+    "session_params": {"session_params": {"id": "s"}},
+    "vllm_xargs": {"vllm_xargs": {"a": 1}},
+    "kv_transfer_params": {"kv_transfer_params": {"a": 1}},
+    "request_id": {"request_id": "r1"},
+    "rid": {"rid": "r1"},
+    "cache_salt": {"cache_salt": "salt"},
+    # chat
+    "messages": {},
+    "max_completion_tokens": {"max_completion_tokens": 2},
+    "logprobs": {"logprobs": True},
+    "top_logprobs": {"logprobs": True, "top_logprobs": 2},
+    "tools": {"tools": [TOOL]},
+    "tool_choice": {"tools": [TOOL], "tool_choice": "none"},
+    "parallel_tool_calls": {"tools": [TOOL], "parallel_tool_calls": False},
+    "metadata": {"metadata": {"k": "v"}},
+    "store": {"store": True},
+    "service_tier": {"service_tier": "flex"},
+    "safety_identifier": {"safety_identifier": "s"},
+    "prompt_cache_key": {"prompt_cache_key": "k"},
+    "prompt_cache_retention": {"prompt_cache_retention": "24h"},
+    "prompt_cache_options": {"prompt_cache_options": {"a": 1}},
+    "prediction": {"prediction": {"type": "content", "content": "hi"}},
+    "include_reasoning": {"include_reasoning": False},
+    "separate_reasoning": {"separate_reasoning": True},
+    "stream_reasoning": {"stream_reasoning": False},
+    "mm_processor_kwargs": {"mm_processor_kwargs": {"a": 1}},
+    "modalities": {"modalities": ["text", "audio"]},
+    "audio": {"audio": {"voice": "alloy", "format": "mp3"}},
+    "reasoning_effort": {"reasoning_effort": "low"},
+    "verbosity": {"verbosity": "low"},
+    "web_search_options": {"web_search_options": {}},
+    "moderation": {"moderation": {"a": 1}},
+    "functions": {"functions": [{"name": "f"}]},
+    "function_call": {"function_call": "auto"},
+    "echo": {"echo": True},
+    "add_generation_prompt": {"add_generation_prompt": False},
+    "continue_final_message": {"continue_final_message": True},
+    "add_special_tokens": {"add_special_tokens": True},
+    "documents": {"documents": [{"title": "t", "text": "x"}]},
+    "chat_template": {"chat_template": "{{ messages }}"},
+    "chat_template_kwargs": {"chat_template_kwargs": {"enable_thinking": False}},
+    # completions
+    "prompt": {},
+    "suffix": {"suffix": "end"},
+}
+COMPLETION_SAMPLES = {
+    **SAMPLES,
+    "logprobs": {"logprobs": 2},
+    "add_special_tokens": {"add_special_tokens": False},
+}
+ROUTES = {
+    "chat": ("/v1/chat/completions", CHAT_FIELDS, SAMPLES),
+    "completions": ("/v1/completions", COMPLETION_FIELDS, COMPLETION_SAMPLES),
+}
+# how each honored constraint field's output must read (the samples above)
+CONSTRAINED = {
+    "guided_json": r"true|false",
+    "json_schema": r"true|false",
+    "guided_regex": r"[ab]{3}",
+    "regex": r"[ab]{3}",
+    "guided_choice": r"yes|no",
+    "choices": r"yes|no",
+    "guided_grammar": r"yes|no",
+    "ebnf": r"yes|no",
+    "structured_outputs": r"yes|no",
+}
+
+
+def body_for(route: str, **fields) -> dict:
+    base = {"model": MODEL, "max_tokens": 6, "temperature": 0}
+    if route == "chat":
+        base["messages"] = [{"role": "user", "content": "Hi"}]
+    else:
+        base["prompt"] = "Hi"
+    return {**base, **fields}
+
+
+def post(url: str, route: str, body: dict) -> httpx.Response:
+    path = ROUTES[route][0]
+    return httpx.post(f"{url}{path}", json=body, headers=AUTH, timeout=120)
+
+
+def output_text(route: str, response: httpx.Response) -> str:
+    choice = response.json()["choices"][0]
+    return choice["message"]["content"] if route == "chat" else choice["text"]
+
+
+CASES = [
+    pytest.param(route, name, id=f"{route}-{name}")
+    for route, (_, table, _) in ROUTES.items()
+    for name in table
+]
+
+
+@needs_grammar
+@pytest.mark.parametrize(("route", "name"), CASES)
+def test_every_field_is_honored_ignored_or_refused(tiny_server_url, route, name):
+    """Honored and ignored fields answer 200 (honored constraints: the output matches); refused
+    ones a 400 naming the field."""
+    _, table, samples = ROUTES[route]
+    assert name in samples, f"no sample value for {name}: add one to SAMPLES"
+    rule = table[name]
+    fields = samples[name]
+    if name in CONSTRAINED:
+        fields = {**fields, "max_tokens": 16}
+    r = post(tiny_server_url, route, body_for(route, **fields))
+    if rule.status is Status.REFUSED:
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == name, r.text
+        assert name in r.json()["error"]["message"]
+        return
+    assert r.status_code == 200, r.text
+    if name in CONSTRAINED:
+        text = output_text(route, r)
+        assert re.fullmatch(CONSTRAINED[name], text), (name, text)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_refused_fields_at_their_neutral_value_are_accepted(tiny_server_url, route):
+    """Clients that send a default (vLLM's ``min_tokens: 0``, ``use_beam_search: false``...)
+    ask for nothing and work."""
+    table = ROUTES[route][1]
+    neutral = {
+        name: rule.neutral[0]
+        for name, rule in table.items()
+        if rule.status is Status.REFUSED and rule.neutral
+    }
+    assert {"use_beam_search", "priority"} <= set(neutral)
+    r = post(tiny_server_url, route, body_for(route, **neutral, regex=None, structural_tag=None))
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_an_unknown_field_is_a_400_naming_it(tiny_server_url, route):
+    r = post(tiny_server_url, route, body_for(route, temprature=0.5))
+    assert r.status_code == 400
+    error = r.json()["error"]
+    assert error["param"] == "temprature" and "unknown field" in error["message"]
+
+
+def test_vllm_min_tokens_and_include_stop_str_in_output_are_honored(tiny_server_url):
+    """min_tokens (vLLM) is SamplingParams.min_new_tokens: EOS is masked until then (a logit
+    bias makes EOS the only likely token); include_stop_str_in_output keeps the stop string."""
+    eos = {"2": 100.0}  # <|im_end|>
+    body = body_for("completions", max_tokens=6, temperature=0, logit_bias=eos)
+    r = post(tiny_server_url, "completions", body)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] <= 1
+    r = post(tiny_server_url, "completions", {**body, "min_tokens": 4})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] >= 4
+    r = post(tiny_server_url, "completions", {**body, "min_tokens": 9})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "min_tokens"
+    r = post(tiny_server_url, "completions", {**body, "min_tokens": 1, "min_new_tokens": 1})
+    assert r.status_code == 400
+
+
+# ------------------------------------------------------------------------- constraints
+
+
+BAD_CONSTRAINTS = [
+    # (id, route, fields, param, words in the message)
+    (
+        "two-guided",
+        "chat",
+        {"guided_regex": "a", "guided_choice": ["a"]},
+        None,
+        "got guided_regex, guided_choice",
+    ),
+    (
+        "guided-and-response-format",
+        "chat",
+        {"guided_regex": "a", "response_format": {"type": "json_object"}},
+        None,
+        "got response_format, guided_regex",
+    ),
+    (
+        "guided-and-tool-choice",
+        "chat",
+        {"guided_regex": "a", "tools": [TOOL], "tool_choice": "required"},
+        None,
+        "got guided_regex, tools",
+    ),
+    (
+        "structured-outputs-two-keys",
+        "completions",
+        {"structured_outputs": {"regex": "a", "choice": ["a"]}},
+        None,
+        "got structured_outputs.regex, structured_outputs.choice",
+    ),
+    (
+        "structured-outputs-and-ebnf",
+        "completions",
+        {"structured_outputs": {"regex": "a"}, "ebnf": 'root ::= "a"'},
+        None,
+        "got ebnf, structured_outputs.regex",
+    ),
+    (
+        "schema-false",
+        "chat",
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": False}}},
+        "response_format",
+        "matches no output",
+    ),
+    ("guided-json-false", "completions", {"guided_json": False}, "guided_json", "matches no"),
+    ("json-schema-false", "completions", {"json_schema": False}, "json_schema", "matches no"),
+    (
+        "json-schema-format-without-schema",
+        "chat",
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+        "response_format.json_schema.schema",
+        "required",
+    ),
+    (
+        "structured-outputs-unsupported-key",
+        "chat",
+        {"structured_outputs": {"whitespace_pattern": " "}},
+        "structured_outputs.whitespace_pattern",
+        "not supported",
+    ),
+    (
+        "guided-json-bad-text",
+        "chat",
+        {"guided_json": "{not json"},
+        "guided_json",
+        "not valid JSON",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("route", "fields", "param", "words"),
+    [pytest.param(*case[1:], id=case[0]) for case in BAD_CONSTRAINTS],
+)
+def test_a_constraint_that_cannot_hold_is_a_400(tiny_server_url, route, fields, param, words):
+    r = post(tiny_server_url, route, body_for(route, **fields))
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and words in error["message"], error
+
+
+@needs_grammar
+def test_a_bad_guided_grammar_names_guided_grammar(tiny_server_url):
+    r = post(tiny_server_url, "chat", body_for("chat", guided_grammar="root ::= ("))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == "guided_grammar"
+
+
+@needs_grammar
+@pytest.mark.parametrize(
+    ("key", "value", "pattern"),
+    [
+        ("json", {"type": "boolean"}, r"true|false"),
+        ("regex", "[ab]{3}", r"[ab]{3}"),
+        ("choice", ["yes", "no"], r"yes|no"),
+        ("grammar", 'root ::= "yes" | "no"', r"yes|no"),
+    ],
+)
+def test_structured_outputs_through_the_openai_client(tiny_server_url, key, value, pattern):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{tiny_server_url}/v1", api_key=API_KEY, max_retries=0)
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=16,
+        temperature=0,
+        extra_body={"structured_outputs": {key: value}},
+    )
+    assert re.fullmatch(pattern, r.choices[0].message.content)
+
+
+@needs_grammar
+def test_guided_json_as_json_text_through_the_openai_client(tiny_server_url):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{tiny_server_url}/v1", api_key=API_KEY, max_retries=0)
+    schema = {"type": "string", "enum": ["red", "green"]}
+    r = client.completions.create(
+        model=MODEL,
+        prompt="A colour:",
+        max_tokens=16,
+        temperature=0,
+        extra_body={"guided_json": json.dumps(schema)},
+    )
+    assert json.loads(r.choices[0].text) in ("red", "green")
+
+
+# ------------------------------------------------------------------------- field names in errors
+
+
+@pytest.mark.parametrize(
+    ("route", "fields", "param"),
+    [
+        ("chat", {"max_tokens": 0}, "max_tokens"),
+        ("chat", {"max_completion_tokens": 0, "max_tokens": None}, "max_completion_tokens"),
+        ("completions", {"max_tokens": -1}, "max_tokens"),
+        ("completions", {"max_tokens": 0}, "max_tokens"),  # without echo
+        ("completions", {"prompt": ""}, "prompt"),
+        ("completions", {"seed": 2**70}, "seed"),
+    ],
+)
+def test_errors_name_the_clients_field(tiny_server_url, route, fields, param):
+    r = post(tiny_server_url, route, body_for(route, **fields))
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and "max_new_tokens" not in error["message"], error
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_max_tokens_zero_with_echo_scores_the_prompt(tiny_server_url, stream):
+    """lm-eval's loglikelihood: ``max_tokens: 0``, ``echo``, ``logprobs``: the prompt and its
+    logprobs, nothing generated."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{tiny_server_url}/v1", api_key=API_KEY, max_retries=0)
+    prompt = "The capital of France is Paris"
+    args = {"model": MODEL, "prompt": prompt, "max_tokens": 0, "echo": True, "logprobs": 1}
+    if stream:
+        chunks = list(client.completions.create(**args, stream=True))
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        logprobs = chunks[0].choices[0].logprobs
+        assert chunks[-1].choices[0].finish_reason == "length"
+    else:
+        r = client.completions.create(**args)
+        text, logprobs = r.choices[0].text, r.choices[0].logprobs
+        assert r.usage.completion_tokens == 0 and r.usage.prompt_tokens == len(logprobs.tokens)
+    assert text == prompt
+    assert "".join(logprobs.tokens) == prompt
+    assert logprobs.token_logprobs[0] is None
+    assert all(isinstance(v, float) for v in logprobs.token_logprobs[1:])
+
+
+# ------------------------------------------------------------------------- model names
+
+
+@pytest.mark.parametrize("model_id", [MODEL, "TINY"])
+def test_retrieve_model(tiny_server_url, model_id):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{tiny_server_url}/v1", api_key=API_KEY, max_retries=0)
+    card = client.models.retrieve(model_id)
+    assert card.id == MODEL and card.object == "model"
+
+
+def test_retrieve_another_model_is_a_404(tiny_server_url):
+    r = httpx.get(f"{tiny_server_url}/v1/models/gpt-4o-mini", headers=AUTH)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+
+
+# ------------------------------------------------------------------------- content parts
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+    ],
+)
+def test_image_and_audio_parts_are_refused_by_position(tiny_server_url, part):
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "What is this?"}, part]},
+    ]
+    r = post(tiny_server_url, "chat", body_for("chat", messages=messages))
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "messages[1].content[1]"
+    assert "this model takes text only" in error["message"]
+
+
+def test_text_parts_are_joined(tiny_server_url):
+    parts = [{"type": "text", "text": "Say "}, {"type": "text", "text": "hi."}]
+    r = post(
+        tiny_server_url, "chat", body_for("chat", messages=[{"role": "user", "content": parts}])
+    )
+    assert r.status_code == 200, r.text
+
+
+# ------------------------------------------------------------------------- tokenizer routes
+
+
+def test_tokenize_and_detokenize_a_prompt(tiny_server_url):
+    r = httpx.post(
+        f"{tiny_server_url}/tokenize",
+        json={"model": MODEL, "prompt": "Hello world", "return_token_strs": True},
+        headers=AUTH,
+    )
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["count"] == len(out["tokens"]) == len(out["token_strs"]) > 0
+    assert out["max_model_len"] > 0
+    back = httpx.post(
+        f"{tiny_server_url}/detokenize",
+        json={"model": MODEL, "tokens": out["tokens"]},
+        headers=AUTH,
+    )
+    assert back.status_code == 200 and back.json()["prompt"] == "Hello world"
+
+
+def test_tokenize_messages_counts_the_chat_prompt(tiny_server_url):
+    """The count of a chat request's prompt: what ``usage.prompt_tokens`` reports."""
+    messages = [{"role": "user", "content": "Hi"}]
+    r = httpx.post(f"{tiny_server_url}/tokenize", json={"messages": messages}, headers=AUTH)
+    assert r.status_code == 200, r.text
+    chat = post(tiny_server_url, "chat", body_for("chat", messages=messages, max_tokens=1))
+    assert r.json()["count"] == chat.json()["usage"]["prompt_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/tokenize", {"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, "prompt"),
+        ("/tokenize", {}, "prompt"),
+        ("/tokenize", {"prompt": "a", "truncate": 3}, "truncate"),
+        ("/detokenize", {"tokens": [10**9]}, "tokens"),
+    ],
+)
+def test_tokenizer_routes_name_the_bad_field(tiny_server_url, path, body, param):
+    r = httpx.post(f"{tiny_server_url}{path}", json=body, headers=AUTH)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+def test_strict_schemas_follow_openais_rules(tiny_server_url):
+    """strict: true (response_format and tools[].function) requires every object closed with
+    every property required, as OpenAI checks; a schema that breaks it is a 400 naming it."""
+    open_schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    closed = {**open_schema, "required": ["a"], "additionalProperties": False}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "strict": True}}
+    body = body_for("chat", max_tokens=16)
+    bad = {
+        **body,
+        "response_format": {**fmt, "json_schema": {**fmt["json_schema"], "schema": open_schema}},
+    }
+    r = post(tiny_server_url, "chat", bad)
+    assert r.status_code == 400
+    assert r.json()["error"]["param"] == "response_format.json_schema.schema"
+    good = {
+        **body,
+        "response_format": {**fmt, "json_schema": {**fmt["json_schema"], "schema": closed}},
+    }
+    r = post(tiny_server_url, "chat", good)
+    assert r.status_code == 200
+    tool = {
+        "type": "function",
+        "function": {"name": "f", "strict": True, "parameters": open_schema},
+    }
+    r = post(tiny_server_url, "chat", {**body, "tools": [tool]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools[0].function.parameters"
+    tool["function"]["parameters"] = closed
+    r = post(tiny_server_url, "chat", {**body, "tools": [tool]})
+    assert r.status_code == 200
