@@ -195,12 +195,7 @@ class SamplingParams:
 
     def _validate_stops(self, vocab_size: int | None) -> None:
         stops = self.stop
-        ok = (
-            stops is None
-            or isinstance(stops, str)
-            or (isinstance(stops, list) and all(isinstance(s, str) for s in stops))
-        )
-        _check(ok, f"stop: expected a string or a list of strings, got {stops!r}")
+        _check(_strings(stops), f"stop: expected a string or a list of strings, got {stops!r}")
         _check(all(self.stop_strings), "stop: stop strings must be non-empty")
         _check(
             len(self.stop_strings) <= MAX_STOPS,
@@ -222,12 +217,10 @@ class SamplingParams:
 
     def _validate_stop_regex(self) -> None:
         regexes = self.stop_regex
-        ok = (
-            regexes is None
-            or isinstance(regexes, str)
-            or (isinstance(regexes, list) and all(isinstance(r, str) for r in regexes))
+        _check(
+            _strings(regexes),
+            f"stop_regex: expected a string or a list of strings, got {regexes!r}",
         )
-        _check(ok, f"stop_regex: expected a string or a list of strings, got {regexes!r}")
         _check(
             len(self.stop_regexes) <= MAX_STOPS,
             f"stop_regex: at most {MAX_STOPS} patterns, got {len(self.stop_regexes)}",
@@ -334,3 +327,12 @@ def _is_int(value: Any) -> bool:
 def _check(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
+
+
+def _strings(value: object) -> bool:
+    """None, a string, or a list of strings (``stop``, ``stop_regex``)."""
+    return (
+        value is None
+        or isinstance(value, str)
+        or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+    )
