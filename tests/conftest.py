@@ -63,7 +63,7 @@ def tiny_model_folder(tmp_path_factory, tokenizer):
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=512,
+        max_position_embeddings=8192,  # long streams (shutdown tests) fit its context
         tie_word_embeddings=True,
     )
     folder = tmp_path_factory.mktemp("tiny-llama")

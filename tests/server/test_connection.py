@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from tiny_server import TinyServer, completion_body, make_tiny_model
+from tiny_server import TinyServer, completion_body
 
 TIMEOUT_S = 1.0  # --header-timeout, --body-timeout and --keep-alive-timeout of the test server
 MAX_CONNECTIONS = 3
@@ -20,8 +20,8 @@ SLACK_S = 1.5  # what a loaded CI machine may add to a timer
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, tokenizer):
-    model = make_tiny_model(tmp_path_factory.mktemp("tiny-conn"), tokenizer)
+def server(tmp_path_factory, tiny_model_folder):
+    model = tiny_model_folder
     log = tmp_path_factory.mktemp("conn-server") / "server.log"
     flags = ["--header-timeout", "1", "--body-timeout", "1", "--keep-alive-timeout", "1"]
     srv = TinyServer(model, log, *flags, "--max-connections", str(MAX_CONNECTIONS))

@@ -8,14 +8,14 @@ import time
 
 import httpx
 import pytest
-from tiny_server import TinyServer, completion_body, make_tiny_model
+from tiny_server import TinyServer, completion_body
 
 ROUNDS = 5
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, tokenizer):
-    model = make_tiny_model(tmp_path_factory.mktemp("tiny-memory"), tokenizer)
+def server(tmp_path_factory, tiny_model_folder):
+    model = tiny_model_folder
     log = tmp_path_factory.mktemp("memory") / "server.log"
     srv = TinyServer(model, log, "--max-body-bytes", str(4 << 20))
     yield srv

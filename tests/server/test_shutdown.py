@@ -14,7 +14,7 @@ import httpx
 import pytest
 from server_testlib import sse_events
 from test_engine_client import FakeEngine
-from tiny_server import TinyServer, completion_body, make_tiny_model
+from tiny_server import TinyServer, completion_body
 
 from radixgen.sampling_params import SamplingParams
 from radixgen.server.engine_client import EngineClient, Job
@@ -130,8 +130,8 @@ LONG = 7000  # tokens: a stream that lasts far longer than the shutdown timeout 
 
 
 @pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory, tokenizer):
-    return make_tiny_model(tmp_path_factory.mktemp("tiny-shutdown"), tokenizer)
+def tiny_model(tiny_model_folder):
+    return tiny_model_folder
 
 
 def _sse(server: TinyServer, path: str, body: dict, started: threading.Event) -> list:

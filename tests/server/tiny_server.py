@@ -1,5 +1,6 @@
-"""A ``radixgen serve`` process on a tiny random-weight model, for tests that need their own
-server flags or that end the server (shutdown, connection limits).
+"""A ``radixgen serve`` process on a tiny random-weight model (the ``tiny_model_folder``
+fixture), for tests that need their own server flags or that end the server (shutdown,
+connection limits).
 
 The model is a 2-layer Llama (hidden size 64) with the default model's tokenizer: it loads in
 a few seconds and decodes a few hundred tokens a second on the CI machine, so a request with
@@ -8,7 +9,6 @@ a few seconds and decodes a few hundred tokens a second on the CI machine, so a 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -21,33 +21,6 @@ import httpx
 import pytest
 
 STARTUP_TIMEOUT_S = 120
-
-
-def make_tiny_model(folder: Path, tokenizer) -> Path:
-    """Write the tiny model into ``folder`` (a Hugging Face folder); returns ``folder``."""
-    import torch
-    import transformers
-
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=8192,
-        tie_word_embeddings=True,
-    )
-    transformers.LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
-    tokenizer.backend.save(str(folder / "tokenizer.json"))
-    meta = {
-        "chat_template": tokenizer.chat_template,
-        "eos_token": "<|im_end|>",
-        "bos_token": "<|im_start|>",
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(meta))
-    return folder
 
 
 def free_port() -> int:
