@@ -25,21 +25,14 @@ class ModelRunner:
         self.req_to_token_pool = req_to_token_pool
         self.device = model.device
 
-    def forward(self, reqs: Sequence[ExtendRow], sampling: list[bool]) -> torch.Tensor:
-        """Run one step for ``reqs`` (decode rows, i.e. ``extend_len == 1``, first).
-
-        Each req's new slots must already be in ``req_to_token[pool_row, computed_len :
-        computed_len + extend_len]``. Returns float32 logits ``[sum(sampling), V]`` for the
-        requests flagged in ``sampling`` (their last new token), in order.
-        """
-        return self.forward_at(reqs, [_last(r) if s else () for r, s in zip(reqs, sampling)])
-
     def forward_at(
         self, reqs: Sequence[ExtendRow], positions: Sequence[Sequence[int]]
     ) -> torch.Tensor:
-        """As ``forward``, with the logits of the given positions of each row (each within its
-        new tokens ``[computed_len, computed_len + extend_len)``): ``[sum(len), V]`` in row
-        order. Only leading 1-token rows take the decode path; a later one is a short extend."""
+        """Run one step for ``reqs`` (decode rows, i.e. ``extend_len == 1``, first): each row's
+        new slots must already be in ``req_to_token[pool_row, computed_len : computed_len +
+        extend_len]``. Returns float32 logits of the given positions of each row (each within
+        its new tokens): ``[sum(len), V]`` in row order. Only leading 1-token rows take the
+        decode path; a later one is a short extend."""
         return self.model.forward(self.prepare(reqs, positions))
 
     def prepare(
@@ -104,8 +97,3 @@ class ModelRunner:
             pool.v_buffers[0],
             q_dtype=self.model.dtype,
         )
-
-
-def _last(req: ExtendRow) -> range:
-    end = req.computed_len + req.extend_len
-    return range(end - 1, end)
