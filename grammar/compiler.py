@@ -1,4 +1,5 @@
-"""GrammarCompiler: JSON Schema / regex / EBNF / choices / any-JSON -> compiled grammar, cached.
+"""GrammarCompiler: JSON Schema / regex / EBNF / choices / any-JSON / structural tags ->
+compiled grammar, cached.
 
 Compilation runs in a small thread pool (``compile_async`` returns a ``Future``) so the
 engine thread keeps decoding other requests. Each compilation has a wall-clock budget and a
@@ -30,6 +31,7 @@ from .errors import GrammarError, GrammarTooLarge
 from .json_schema_rules import schema_rules
 from .matcher import CompiledGrammar
 from .regex import regex_to_term
+from .structural_tag import structural_tag_grammar
 from .terms import Budget, TermStore
 from .token_table import TokenTable
 from .vocabulary import Vocabulary
@@ -37,7 +39,14 @@ from .workers import CompileWorkers
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("json_schema", "regex", "ebnf", "choices", "json_object")  # = SamplingParams fields
+KINDS = (  # = SamplingParams' constraint fields
+    "json_schema",
+    "regex",
+    "ebnf",
+    "choices",
+    "json_object",
+    "structural_tag",
+)
 
 
 class GrammarCompiler:
@@ -117,6 +126,11 @@ class GrammarCompiler:
         """Strings the EBNF (GBNF) grammar ``text`` derives from rule ``root`` (syntax in
         ``cfg/ebnf.py``); bad text is a ``GrammarError`` naming line and column."""
         return self.compile("ebnf", text, root=None if root == "root" else root)
+
+    def compile_structural_tag(self, spec: dict | str, *, strict: bool = False) -> CfgGrammar:
+        """Free text with tagged, constrained parts (xgrammar's structural tag format, see
+        ``structural_tag.py``); ``strict`` closes JSON Schema objects as for schemas."""
+        return self.compile("structural_tag", spec, strict=strict or None)
 
     def compile_choice(self, choices: list[str]) -> CompiledGrammar:
         """Exactly one of ``choices`` (literal strings)."""
@@ -230,6 +244,21 @@ class GrammarCompiler:
             )
             cfg.warm_up(self.precompute_s)
             return cfg
+        if kind == "structural_tag":
+            grammar = structural_tag_grammar(
+                spec, strict=options.get("strict", False), budget=budget
+            )
+            cfg = compile_rules(
+                grammar,
+                self.vocab,
+                kind=kind,
+                key=key,
+                max_states=self.max_states,
+                budget=budget,
+            )
+            cfg.warm_up(self.precompute_s)
+            budget.clear_deadline()
+            return cfg
         try:
             return self._build_regex(kind, key, spec, options, budget)
         except GrammarTooLarge as err:
@@ -298,6 +327,16 @@ def _validate_spec(kind: str, spec: Any) -> Any:
         if not isinstance(spec, dict | bool):
             raise GrammarError(
                 f"json_schema: expected an object or a boolean, got {type(spec).__name__}"
+            )
+    elif kind == "structural_tag":
+        if isinstance(spec, str):
+            try:
+                spec = json.loads(spec)
+            except json.JSONDecodeError as err:
+                raise GrammarError(f"structural_tag: not valid JSON ({err})", source=kind) from None
+        if not isinstance(spec, dict):
+            raise GrammarError(
+                f"structural_tag: expected an object, got {type(spec).__name__}", source=kind
             )
     elif kind in ("regex", "ebnf") and not isinstance(spec, str):
         raise GrammarError(f"{kind}: expected a string, got {type(spec).__name__}", source=kind)

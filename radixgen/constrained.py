@@ -85,7 +85,7 @@ class Constraints:
             return
         kind, spec = constraint  # the compiler's kinds are SamplingParams' constraint fields
         compiler = self.compiler
-        if isinstance(compiler, GrammarCompiler) and kind == "json_schema":
+        if isinstance(compiler, GrammarCompiler) and kind in ("json_schema", "structural_tag"):
             # objects closed by default: no undeclared properties unless the schema asks
             future = compiler.compile_async(kind, spec, strict=True)
         else:

@@ -15,7 +15,7 @@ from typing import Any
 
 from .options import json_file, option, text_file
 
-CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "choices", "json_object")
+CONSTRAINT_FIELDS = ("json_schema", "regex", "ebnf", "choices", "json_object", "structural_tag")
 GREEDY_TEMPERATURE = 1e-5  # a temperature below this samples greedily (dividing by it overflows)
 MAX_TEMPERATURE = 1e6  # past this every distribution is uniform in float32 anyway
 PENALTY_RANGE = (1e-2, 1e2)  # repetition_penalty: logits scaled past float32 beyond these
@@ -84,6 +84,13 @@ class SamplingParams:
         group="constraint",
     )
     json_object: bool = False
+    structural_tag: dict[str, Any] | str | None = option(  # grammar/structural_tag.py
+        None,
+        "constrain to the structural tag in this JSON file (free text, then tagged parts)",
+        metavar="FILE",
+        parse=json_file,
+        group="constraint",
+    )
     skip_special_tokens: bool = True
     # Only True: radixgen's tokenizers decode as Hugging Face fast tokenizers do, which have no
     # such option (special tokens are joined to the text as the tokenizer's decoder joins them).
@@ -261,12 +268,7 @@ class SamplingParams:
     def _validate_constraint(self) -> None:
         given = [name for name in CONSTRAINT_FIELDS if getattr(self, name) not in (None, False)]
         _check(len(given) <= 1, f"at most one constraint per request, got {', '.join(given)}")
-        schema = self.json_schema
-        if isinstance(schema, str):
-            try:
-                schema = json.loads(schema)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"json_schema: not valid JSON ({exc})") from None
+        schema = _parsed_json(self.json_schema, "json_schema")
         _check(
             schema is not False,
             "json_schema: the schema false matches no value; give a schema that allows one",
@@ -282,6 +284,11 @@ class SamplingParams:
         _check(
             self.ebnf is None or isinstance(self.ebnf, str),
             f"ebnf: expected a string, got {type(self.ebnf).__name__}",
+        )
+        tag = _parsed_json(self.structural_tag, "structural_tag")
+        _check(
+            tag is None or isinstance(tag, dict),
+            f"structural_tag: expected an object or a JSON string, got {type(tag).__name__}",
         )
         if self.choices is not None:
             _check(
@@ -322,6 +329,16 @@ def _is_number(value: Any) -> bool:
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _parsed_json(value: Any, field: str) -> Any:
+    """``value``, parsed when it is JSON text (a ``ValueError`` naming ``field`` if bad)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{field}: not valid JSON ({exc})") from None
 
 
 def _check(condition: bool, message: str) -> None:

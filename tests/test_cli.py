@@ -60,7 +60,8 @@ SERVER_FLAGS = {
             "generate",
             ENGINE_FLAGS
             | SAMPLING_FLAGS
-            | {"--chat", "--json-schema", "--regex", "--ebnf", "--choice", "--log-level"},
+            | {"--chat", "--json-schema", "--regex", "--ebnf", "--choice", "--structural-tag"}
+            | {"--log-level"},
         ),
         ("chat", ENGINE_FLAGS | SAMPLING_FLAGS | {"--system", "--log-level"}),
         ("pull", {"--log-level"}),

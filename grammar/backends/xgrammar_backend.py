@@ -8,6 +8,7 @@ two back ends compare on the same outputs; ``json_object`` is a schema of type o
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import torch
@@ -52,6 +53,8 @@ class XgrammarCompiler(ExternalCompiler):
             compiled = c.compile_grammar(spec)
         elif kind == "choices":
             compiled = c.compile_grammar(choices_ebnf(spec))
+        elif kind == "structural_tag":
+            compiled = c.compile_structural_tag(_structural_tag_text(spec))
         else:
             raise GrammarError(f"xgrammar: cannot compile {kind!r}", source=kind)
         return XgrammarGrammar(compiled)
@@ -83,3 +86,13 @@ class XgrammarMatcher(ExternalMatcher):
 
     def can_finish(self) -> bool:
         return self.is_terminated()
+
+
+def _structural_tag_text(spec: Any) -> str:
+    """``spec`` in xgrammar's current form (the older ``structures`` form converted)."""
+    tag = json.loads(spec) if isinstance(spec, str) else spec
+    if isinstance(tag, dict) and "structures" in tag:
+        items = [xgr.structural_tag.StructuralTagItem(**s) for s in tag["structures"]]
+        tag = xgr.StructuralTag.from_legacy_structural_tag(items, tag.get("triggers", []))
+        return str(tag.model_dump_json(by_alias=True))
+    return json.dumps(tag)

@@ -20,7 +20,7 @@ from ..automaton import byte_classes
 from ..errors import GrammarError
 from ..terms import Budget
 from ..utf8 import utf8_sequences
-from .rules import Alt, Bytes, Chars, Grammar, Node, Ref, Repeat, Seq
+from .rules import Alt, Bytes, Chars, Grammar, Graph, Node, Ref, Repeat, Seq
 
 _REF = -1  # symbols: byte class c >= 0, or _REF - rule for a reference
 
@@ -86,6 +86,9 @@ def _lower(node: Node) -> Node:
         return Alt(tuple(_lower(item) for item in node.items))
     if isinstance(node, Repeat):
         return Repeat(_lower(node.item), node.lo, node.hi)
+    if isinstance(node, Graph):
+        edges = tuple((a, _lower(label), b) for a, label, b in node.edges)
+        return Graph(node.size, edges, node.finals)
     return node
 
 
@@ -104,6 +107,8 @@ def _byte_masks(bodies: object) -> set[int]:
             stack.extend(node.items)
         elif isinstance(node, Repeat):
             stack.append(node.item)
+        elif isinstance(node, Graph):
+            stack.extend(label for _, label, _ in node.edges)
     return masks
 
 
@@ -164,6 +169,8 @@ class _Nfa:
                 self.build(item, start, end)
         elif isinstance(node, Repeat):
             self._repeat(node, start, end)
+        elif isinstance(node, Graph):
+            self._graph(node, start, end)
         else:  # Chars are lowered to bytes before the NFA is built
             raise TypeError(f"unlowered node {node!r}")
 
@@ -187,6 +194,14 @@ class _Nfa:
             self.build(node.item, here, nxt)
             here = nxt
         self.edges[here].append((None, end))
+
+    def _graph(self, node: Graph, start: int, end: int) -> None:
+        states = [self.new() for _ in range(node.size)]
+        self.edges[start].append((None, states[0]))
+        for source, label, target in node.edges:
+            self.build(label, states[source], states[target])
+        for final in node.finals:
+            self.edges[states[final]].append((None, end))
 
     def _classes_of(self, mask: int) -> list[int]:
         found = self._class_sets.get(mask)

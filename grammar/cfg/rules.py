@@ -4,8 +4,10 @@ Nodes are immutable. ``Bytes`` matches one byte from a set (bit b of ``mask`` = 
 ``Chars`` matches one Unicode code point from inclusive ranges (lowered to UTF-8 byte
 sequences by ``automata``); ``Seq``/``Alt`` are concatenation and alternation
 (``Seq(())`` is the empty string, ``Alt(())`` matches nothing); ``Repeat`` is
-``item{lo,hi}`` (``hi`` None: unbounded); ``Ref`` names another rule. Front ends (EBNF
-today) build these; ``automata`` compiles them.
+``item{lo,hi}`` (``hi`` None: unbounded); ``Ref`` names another rule; ``Graph`` is a
+small automaton whose edges are nodes (for languages that are easy to state as a machine,
+such as "text without these strings", and hard to state as an expression). Front ends
+(EBNF, structural tags) build these; ``automata`` compiles them.
 """
 
 from __future__ import annotations
@@ -46,7 +48,17 @@ class Ref:
     where: str = field(default="", compare=False)  # "line L, column C" for error messages
 
 
-Node = Bytes | Chars | Seq | Alt | Repeat | Ref
+@dataclass(frozen=True)
+class Graph:
+    """States ``0 .. size-1``, starting at 0; a match ends in a state of ``finals``. Each
+    edge ``(source, node, target)`` reads one match of ``node``."""
+
+    size: int
+    edges: tuple[tuple[int, Node, int], ...]
+    finals: frozenset[int]
+
+
+Node = Bytes | Chars | Seq | Alt | Repeat | Ref | Graph
 EMPTY = Seq(())
 
 
@@ -74,4 +86,6 @@ class Grammar:
                 stack.extend(node.items)
             elif isinstance(node, Repeat):
                 stack.append(node.item)
+            elif isinstance(node, Graph):
+                stack.extend(label for _, label, _ in node.edges)
         return found

@@ -97,7 +97,9 @@ _EXTRAS: dict[str, Rule] = {
     "ebnf": honored("a GBNF grammar with a root rule"),
     "choices": honored(),
     "json_object": honored(),
-    "structural_tag": refused("structural tags (free text, then tagged schemas) are not supported"),
+    "structural_tag": honored(
+        "xgrammar's structural tag: free text, then tagged constrained parts"
+    ),
     "guided_whitespace_pattern": refused("the JSON grammar's whitespace is fixed"),
     "guided_decoding_backend": ignored("the server's grammar engine decodes every constraint"),
     # decoding options radixgen does not have
@@ -178,6 +180,28 @@ Route = Literal["chat", "completions"]
 TABLES: dict[Route, dict[str, Rule]] = {"chat": CHAT_FIELDS, "completions": COMPLETION_FIELDS}
 
 
+def markdown_table() -> str:
+    """The two routes' tables as docs/server.md shows them (a test keeps the two equal):
+    ``python -c "from radixgen.server.fields import markdown_table; print(markdown_table())"``."""
+    lines = ["| field | chat | completions | notes |", "|---|---|---|---|"]
+    for name in dict.fromkeys([*CHAT_FIELDS, *COMPLETION_FIELDS]):
+        rules = {"chat": CHAT_FIELDS.get(name), "completions": COMPLETION_FIELDS.get(name)}
+        status = [rule.status.value if rule else "—" for rule in rules.values()]
+        notes = {route: _note(rule) for route, rule in rules.items() if rule and _note(rule)}
+        if len(set(notes.values())) > 1 or (len(notes) == 1 and None not in rules.values()):
+            notes = {route: f"{route}: {note}" for route, note in notes.items()}
+        notes = dict.fromkeys(notes.values())
+        lines.append(f"| `{name}` | {status[0]} | {status[1]} | {'; '.join(notes)} |")
+    return "\n".join(lines) + "\n"
+
+
+def _note(rule: Rule) -> str:
+    if not rule.neutral:
+        return rule.note
+    values = " / ".join(f"`{json.dumps(v)}`" for v in rule.neutral)
+    return f"{rule.note}; accepted at {values}"
+
+
 def check_fields(sent: dict[str, Any], route: Route) -> None:
     """400 naming the first field of ``sent`` (the body's top-level fields as the client sent
     them) that the route does not know, or that is refused and not neutral."""
@@ -209,6 +233,7 @@ _STRUCTURED_OUTPUTS = {
     "choice": "choices",
     "grammar": "ebnf",
     "json_object": "json_object",
+    "structural_tag": "structural_tag",
 }
 _DIRECT = {
     "guided_json": "json_schema",
@@ -219,6 +244,7 @@ _DIRECT = {
     "regex": "regex",
     "ebnf": "ebnf",
     "choices": "choices",
+    "structural_tag": "structural_tag",
 }
 
 
@@ -257,6 +283,8 @@ def _response_format(fmt: Any) -> list[Constraint]:
         return []
     if kind == "json_object":
         return [("response_format", "json_object", True)]
+    if kind == "structural_tag":
+        return [("response_format", "structural_tag", fmt.structural_tag())]
     spec = fmt.json_schema
     if spec is None or spec.schema_ is None:
         raise APIError(

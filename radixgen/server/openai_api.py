@@ -121,7 +121,7 @@ async def _submit(client: EngineClient, jobs: list[Job], constraint: Constraint 
                     400, f"{client_name}:{str(exc)[len(name) + 1 :]}", param=client_name
                 ) from None
         if constraint is not None and constraint[0] != constraint[1]:
-            if str(exc).startswith(f"{constraint[1]}:"):
+            if str(exc).startswith((f"{constraint[1]}:", f"{constraint[1]}.")):
                 field = constraint[0]
                 raise APIError(400, f"{field}: {exc}", param=field) from None
         raise

@@ -101,8 +101,23 @@ class JsonSchemaFormat(BaseModel):
 
 
 class ResponseFormat(BaseModel):
-    type: Literal["text", "json_object", "json_schema"]
+    """OpenAI's formats, and SGLang's / vLLM's ``structural_tag`` in both of its spellings
+    (``format``, or the older ``structures`` + ``triggers``)."""
+
+    type: Literal["text", "json_object", "json_schema", "structural_tag"]
     json_schema: JsonSchemaFormat | None = None
+    format: dict[str, Any] | None = None
+    structures: list[Any] | None = None
+    triggers: list[Any] | None = None
+
+    def structural_tag(self) -> dict[str, Any]:
+        """The structural tag as the grammar compiler takes it."""
+        tag: dict[str, Any] = {"type": "structural_tag"}
+        for name in ("format", "structures", "triggers"):
+            value = getattr(self, name)
+            if value is not None:
+                tag[name] = value
+        return tag
 
 
 class StreamOptions(BaseModel):

@@ -113,7 +113,6 @@ SAMPLING_RENAMED = {"sampling_seed": "seed"}
 SAMPLING_NATIVE = ("n",)  # read by native_api: choices per prompt
 SAMPLING_IGNORED = ("stream_interval",)  # how often stream chunks go out; the text is the same
 SAMPLING_REFUSED: dict[str, str] = {
-    "structural_tag": "structural tags are not supported yet",
     "custom_params": "custom parameters of SGLang's logit processors are not supported",
     "beam_width": "beam search is not supported",
     "watermark": "watermarking is not supported",

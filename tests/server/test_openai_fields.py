@@ -22,6 +22,23 @@ TOOL = {
     "type": "function",
     "function": {"name": "f", "parameters": {"type": "object", "properties": {}}},
 }
+# a structural tag whose output is "<a>yes</a>" or "<a>no</a>" (its tag is forced at once)
+YES_NO_TAG = {
+    "type": "structural_tag",
+    "format": {
+        "type": "triggered_tags",
+        "triggers": ["<a>"],
+        "tags": [
+            {
+                "begin": "<a>",
+                "content": {"type": "regex", "pattern": "yes|no"},
+                "end": "</a>",
+            }
+        ],
+        "at_least_one": True,
+        "stop_after_first": True,
+    },
+}
 # a non-neutral value of every field (with what it needs): the table test sends each one
 SAMPLES: dict[str, dict] = {
     "model": {"model": MODEL.upper()},  # names are case-insensitive
@@ -54,7 +71,7 @@ SAMPLES: dict[str, dict] = {
     "ebnf": {"ebnf": 'root ::= "yes" | "no"'},
     "choices": {"choices": ["yes", "no"]},
     "json_object": {"json_object": True},
-    "structural_tag": {"structural_tag": '{"structures": [], "triggers": []}'},
+    "structural_tag": {"structural_tag": json.dumps(YES_NO_TAG)},
     "guided_whitespace_pattern": {"guided_whitespace_pattern": " "},
     "guided_decoding_backend": {"guided_decoding_backend": "xgrammar"},
     "min_tokens": {"min_tokens": 2},
@@ -141,6 +158,7 @@ CONSTRAINED = {
     "guided_grammar": r"yes|no",
     "ebnf": r"yes|no",
     "structured_outputs": r"yes|no",
+    "structural_tag": r"<a>(yes|no)</a>",
 }
 
 
@@ -191,6 +209,17 @@ def test_every_field_is_honored_ignored_or_refused(tiny_server_url, route, name)
     if name in CONSTRAINED:
         text = output_text(route, r)
         assert re.fullmatch(CONSTRAINED[name], text), (name, text)
+
+
+def test_docs_show_the_field_tables():
+    """docs/server.md's table of the OpenAI routes is ``fields.markdown_table()``: no field's
+    status in the docs differs from the code."""
+    from pathlib import Path
+
+    from radixgen.server.fields import markdown_table
+
+    docs = (Path(__file__).parents[2] / "docs" / "server.md").read_text()
+    assert markdown_table() in docs, "regenerate the table in docs/server.md (see markdown_table)"
 
 
 @pytest.mark.parametrize("route", ROUTES)
@@ -360,6 +389,86 @@ def test_guided_json_as_json_text_through_the_openai_client(tiny_server_url):
         extra_body={"guided_json": json.dumps(schema)},
     )
     assert json.loads(r.choices[0].text) in ("red", "green")
+
+
+# ------------------------------------------------------------------------- structural tags
+
+TOOL_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 8}},
+    "required": ["city"],
+}
+LEGACY_TAG = {
+    "structures": [{"begin": "<call=weather>", "schema": TOOL_SCHEMA, "end": "</call>"}],
+    "triggers": ["<call="],
+}
+
+
+def _tagged_calls(text: str) -> list[dict]:
+    calls = re.findall(r"<call=weather>(.*?)</call>", text, flags=re.S)
+    return [json.loads(c) for c in calls]
+
+
+@needs_grammar
+@pytest.mark.parametrize("spelling", ["legacy", "format"])
+def test_response_format_structural_tag(tiny_server_url, spelling):
+    """SGLang's and vLLM's ``response_format`` type ``structural_tag``, both spellings; a
+    prompt that starts the trigger shows the tagged part is constrained."""
+    if spelling == "legacy":
+        fmt = {"type": "structural_tag", **LEGACY_TAG}
+    else:
+        tag = {"begin": "<call=weather>", "content": {"type": "json_schema",
+               "json_schema": TOOL_SCHEMA}, "end": "</call>"}  # fmt: skip
+        fmt = {"type": "structural_tag", "format": {"type": "triggered_tags",
+               "triggers": ["<call="], "tags": [tag], "at_least_one": True}}  # fmt: skip
+    body = body_for("chat", max_tokens=40, response_format=fmt)
+    r = post(tiny_server_url, "chat", body)
+    assert r.status_code == 200, r.text
+    text = output_text("chat", r)
+    if spelling == "format":  # at_least_one: the output starts with the tag
+        assert text.startswith('<call=weather>{"city":"'), text
+    for call in _tagged_calls(text):
+        assert set(call) == {"city"} and len(call["city"]) <= 8
+
+
+@needs_grammar
+def test_structural_tag_in_structured_outputs_and_generate(tiny_server_url):
+    """vLLM's ``structured_outputs.structural_tag`` (JSON text) and SGLang's
+    ``sampling_params.structural_tag`` on /generate."""
+    body = body_for("completions", max_tokens=16, structured_outputs={
+        "structural_tag": json.dumps(YES_NO_TAG)})  # fmt: skip
+    r = post(tiny_server_url, "completions", body)
+    assert r.status_code == 200, r.text
+    assert re.fullmatch(r"<a>(yes|no)</a>", output_text("completions", r))
+    params = {"max_new_tokens": 16, "temperature": 0, "structural_tag": json.dumps(YES_NO_TAG)}
+    r = httpx.post(f"{tiny_server_url}/generate", json={"text": "Hi", "sampling_params": params},
+                   headers=AUTH, timeout=120)  # fmt: skip
+    assert r.status_code == 200, r.text
+    assert re.fullmatch(r"<a>(yes|no)</a>", r.json()["text"])
+
+
+@needs_grammar
+@pytest.mark.parametrize(
+    ("fields", "param", "words"),
+    [
+        (
+            {"response_format": {"type": "structural_tag", "format": {"type": "token"}}},
+            "response_format",
+            "structural_tag.format: format type 'token' is not supported",
+        ),
+        ({"structural_tag": "{"}, "structural_tag", "not valid JSON"),
+        (
+            {"structural_tag": json.dumps(YES_NO_TAG), "regex": "a"},
+            None,
+            "at most one constraint",
+        ),
+    ],
+)
+def test_a_bad_structural_tag_is_a_400(tiny_server_url, fields, param, words):
+    r = post(tiny_server_url, "chat", body_for("chat", **fields))
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and words in error["message"], error
 
 
 # ------------------------------------------------------------------------- field names in errors

@@ -224,14 +224,13 @@ def test_unknown_body_field_is_400(http):
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("structural_tag", '{"type": "structural_tag"}'),
         ("custom_params", {"a": 1}),
         ("beam_width", 2),
         ("watermark", {"key": 1}),
     ],
 )
 def test_refused_sampling_fields_are_400_when_set(http, field, value):
-    assert set(SAMPLING_REFUSED) == {"structural_tag", "custom_params", "beam_width", "watermark"}
+    assert set(SAMPLING_REFUSED) == {"custom_params", "beam_width", "watermark"}
     error = _error(http, _greedy(max_new_tokens=1, **{field: value}))
     assert error["param"] == f"sampling_params.{field}"
     unset = 1 if field == "beam_width" else None
