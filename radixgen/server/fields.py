@@ -190,8 +190,8 @@ def markdown_table() -> str:
         notes = {route: _note(rule) for route, rule in rules.items() if rule and _note(rule)}
         if len(set(notes.values())) > 1 or (len(notes) == 1 and None not in rules.values()):
             notes = {route: f"{route}: {note}" for route, note in notes.items()}
-        notes = dict.fromkeys(notes.values())
-        lines.append(f"| `{name}` | {status[0]} | {status[1]} | {'; '.join(notes)} |")
+        text = "; ".join(dict.fromkeys(notes.values()))
+        lines.append(f"| `{name}` | {status[0]} | {status[1]} | {text} |")
     return "\n".join(lines) + "\n"
 
 
