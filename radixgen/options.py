@@ -44,6 +44,7 @@ class Option:
     metavar: str | None = None
     parse: Callable[[str], Any] | None = None
     group: str | None = None  # a name callers select a subset by (``add_options(group=...)``)
+    nargs: str | None = None  # a list flag taking its values at once (``--x a b``), not repeated
 
     def flag_for(self, name: str) -> str:
         """The flag of field ``name``: ``flag``, or ``--`` + the name with dashes."""
@@ -65,9 +66,10 @@ def option(
     metavar: str | None = None,
     parse: Callable[[str], Any] | None = None,
     group: str | None = None,
+    nargs: str | None = None,
 ) -> T:
     """A dataclass field with ``default`` that is also a command-line flag."""
-    spec = Option(help, flag, choices, metavar, parse, group)
+    spec = Option(help, flag, choices, metavar, parse, group, nargs)
     return dataclasses.field(default=default, metadata={_KEY: spec})
 
 
@@ -119,7 +121,9 @@ def _argument(f: dataclasses.Field[Any], spec: Option, hint: Any, help_text: str
         "type": spec.parse or scalar,
         "help": help_text if default is None else f"{help_text} (default: {default})",
     }
-    if lists:
+    if spec.nargs is not None:
+        argument["nargs"] = spec.nargs
+    elif lists:
         argument["action"] = "append"
     if spec.choices is not None:
         argument["choices"] = spec.choices

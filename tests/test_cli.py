@@ -116,6 +116,12 @@ def test_serve_and_engine_flags_parse() -> None:
     assert from_args(EngineConfig, args) == EngineConfig(jump_forward=False, dtype="float32")
 
 
+def test_served_model_name_takes_several_names() -> None:
+    """vLLM's ``--served-model-name a b``: one flag, several values."""
+    args = build_parser().parse_args(["serve", "--served-model-name", "smol", "gpt-4o-mini"])
+    assert from_args(ServerSettings, args).served_model_name == ["smol", "gpt-4o-mini"]
+
+
 def test_every_option_field_has_a_flag() -> None:
     flags = _flags("serve") | _flags("generate")
     for cls in (EngineConfig, ServerSettings, SamplingParams):

@@ -123,8 +123,10 @@ class EngineClient:
         path = Path(engine.model_path)
         aliases = [a for a, m in ALIASES.items() if m.filename == path.name]
         default = model_arg or (aliases[0] if aliases else path.stem)
-        self.model_name = settings.served_model_name or default
-        names = {self.model_name, default, str(path), path.name, path.stem, *aliases}
+        served = settings.served_model_name
+        self.served_names = [served] if isinstance(served, str) else list(served or [default])
+        self.model_name = self.served_names[0]
+        names = {*self.served_names, default, str(path), path.name, path.stem, *aliases}
         self._model_names = {n.lower() for n in names if n}
 
     def check_model(self, name: str) -> None:
@@ -137,6 +139,15 @@ class EngineClient:
                 param="model",
                 code="model_not_found",
             )
+
+    def reported_name(self, requested: str | None) -> str:
+        """The model name a response reports: the served name the request named (any case),
+        else the first served name (generation routes serve any name)."""
+        if requested:
+            for name in self.served_names:
+                if name.lower() == requested.lower():
+                    return name
+        return self.model_name
 
     def knows_model(self, name: str) -> bool:
         """Whether ``name`` is one of the served model's names (name, alias or path)."""

@@ -149,10 +149,10 @@ def _jobs(prompt: str | list[int], params: SamplingParams, n: int, **job: Any) -
 # --------------------------------------------------------------------------- endpoints
 
 
-def _model_card(client: EngineClient) -> dict[str, Any]:
+def _model_card(client: EngineClient, name: str) -> dict[str, Any]:
     engine = client.engine
     return {
-        "id": client.model_name,
+        "id": name,
         "object": "model",
         "created": 0,
         "owned_by": "radixgen",
@@ -163,7 +163,9 @@ def _model_card(client: EngineClient) -> dict[str, Any]:
 
 @router.get("/v1/models")
 async def list_models(request: Request) -> OrjsonResponse:
-    return OrjsonResponse({"object": "list", "data": [_model_card(client_of(request))]})
+    client = client_of(request)
+    cards = [_model_card(client, name) for name in client.served_names]
+    return OrjsonResponse({"object": "list", "data": cards})
 
 
 # not in the OpenAPI document: every string is a valid id there (an unknown one is a 404), so
@@ -173,7 +175,7 @@ async def retrieve_model(model_id: str, request: Request) -> OrjsonResponse:
     """The served model's card; an id that is not one of its names is a 404."""
     client = client_of(request)
     client.check_model(model_id)
-    return OrjsonResponse(_model_card(client))
+    return OrjsonResponse(_model_card(client, client.reported_name(model_id)))
 
 
 @router.post("/tokenize")
@@ -240,7 +242,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         max_tokens_param=param,
     )
     gen = await _submit(client, jobs, constraint)
-    meta = _meta("chatcmpl", client)
+    meta = _meta("chatcmpl", client, body.model)
     outputs = [ToolOutput(body.tools, tool_choice) for _ in range(body.n)]
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -340,7 +342,7 @@ async def completions(body: CompletionRequest, request: Request):
         ]
     echo_lps = [lp for lp in echo_lps for _ in range(body.n)]
     echoes = [_prompt_text(engine, p) if body.echo else "" for p in prompts for _ in range(body.n)]
-    meta = _meta("cmpl", client)
+    meta = _meta("cmpl", client, body.model)
     if body.max_tokens == 0:
         return await _echo_only(body, client, prompts, echoes, echo_lps, meta)
     add_special = body.add_special_tokens is not False
@@ -451,11 +453,12 @@ def _prompt_text(engine: Any, prompt: str | list[int]) -> str:
     )
 
 
-def _meta(prefix: str, client: EngineClient) -> dict[str, Any]:
+def _meta(prefix: str, client: EngineClient, requested: str | None = None) -> dict[str, Any]:
+    """A response's id, time and model (``requested``: the body's ``model``)."""
     return {
         "id": f"{prefix}-{uuid.uuid4().hex}",
         "created": int(time.time()),
-        "model": client.model_name,
+        "model": client.reported_name(requested),
     }
 
 

@@ -28,8 +28,12 @@ class ServerSettings:
     host: str = option("127.0.0.1", "address to listen on")
     port: int = option(30000, "TCP port")
     api_key: str | None = option(None, "require 'Authorization: Bearer KEY'", metavar="KEY")
-    served_model_name: str | None = option(
-        None, "model id reported by /v1/models (default: the model file or folder name)"
+    served_model_name: str | list[str] | None = option(
+        None,
+        "model ids /v1/models lists; a response reports the one its request named, else the "
+        "first (default: the model file or folder name)",
+        metavar="NAME",
+        nargs="+",
     )
     max_queued_requests: int = option(256, "waiting requests before 429")
     max_body_bytes: int = option(8 << 20, "request body limit (413 above)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -66,8 +67,9 @@ class FakeEngine:
         self.aborted_all = True
 
 
-def _client(engine: FakeEngine, queued: int = 1) -> EngineClient:
-    return EngineClient(engine, ServerSettings(max_queued_requests=queued), ServerMetrics())
+def _client(engine: FakeEngine, queued: int = 1, **settings: Any) -> EngineClient:
+    config = ServerSettings(max_queued_requests=queued, **settings)
+    return EngineClient(engine, config, ServerMetrics())
 
 
 def test_submit_and_collect():
@@ -151,6 +153,20 @@ def test_model_names():
     with pytest.raises(APIError) as err:
         client.check_model("gpt-4")
     assert err.value.status == 404 and err.value.code == "model_not_found"
+
+
+@pytest.mark.parametrize("served", ["smol", ["smol", "gpt-4o-mini"]])
+def test_served_model_names(served):
+    """Every served name is known; a response reports the one its request named (any case),
+    else the first."""
+    client = _client(FakeEngine(), served_model_name=served)
+    names = [served] if isinstance(served, str) else served
+    assert client.served_names == names and client.model_name == "smol"
+    for name in names:
+        client.check_model(name.upper())
+        assert client.reported_name(name.upper()) == name
+    assert client.reported_name("other") == client.reported_name(None) == "smol"
+    client.check_model("fake")  # the file's own name stays known
 
 
 def test_abort_all_reaches_every_live_generation():
