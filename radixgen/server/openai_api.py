@@ -45,7 +45,7 @@ from .protocol import (
     _OpenAISampling,
 )
 from .tool_parser import ToolOutput, merge_events
-from .tools import constrained_schema
+from .tools import constrained_schema, strict_auto_tag
 
 router = APIRouter()
 
@@ -243,7 +243,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     )
     gen = await _submit(client, jobs, constraint)
     meta = _meta("chatcmpl", client, body.model)
-    outputs = [ToolOutput(body.tools, tool_choice) for _ in range(body.n)]
+    strict = constraint is not None and constraint[:2] == ("tools", "structural_tag")
+    outputs = [ToolOutput(body.tools, tool_choice, bare_calls=not strict) for _ in range(body.n)]
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = chat_stream(gen, meta, outputs, engine.tokenizer, body.logprobs, include_usage)
@@ -292,10 +293,27 @@ def _chat_params(
     if schema is not None:
         found.append(("tools", "json_schema", schema))
     constraint = one_constraint(found)
+    if tool_choice == "auto" and body.tools:
+        constraint = _strict_auto(body, constraint)
     params = sampling_params(
         body, sent, constraint, logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0
     )
     return params, constraint
+
+
+def _strict_auto(body: ChatCompletionRequest, other: Constraint | None) -> Constraint | None:
+    """ "auto" with strict tools: the structural tag that holds their calls (and ``other``)."""
+    assert body.tools
+    try:
+        tag = strict_auto_tag(
+            body.tools,
+            other[1:] if other else None,
+            parallel=body.parallel_tool_calls is not False,
+        )
+    except ValueError as exc:
+        assert other is not None
+        raise APIError(400, f"{other[0]}: {exc}", param=other[0]) from None
+    return other if tag is None else ("tools", "structural_tag", tag)
 
 
 def _chat_choice(

@@ -48,11 +48,12 @@ class ToolCallParser:
     starts with ``{`` is held whole and read as one bare call at the end if it is one.
     """
 
-    def __init__(self, tools: list[Tool]) -> None:
+    def __init__(self, tools: list[Tool], *, bare_calls: bool = True) -> None:
         self.names = {t.function.name for t in tools}
         self._buffer = ""
         self._in_call = False
-        self._bare: bool | None = None  # decided at the first non-space character
+        # decided at the first non-space character (never bare: only tagged calls count)
+        self._bare: bool | None = None if bare_calls else False
 
     def feed(self, text: str) -> list[tuple[str, Any]]:
         self._buffer += text
@@ -129,7 +130,9 @@ class ToolOutput:
     ParsedCall)`` (name and id; arguments follow) and ``("args", text)`` (more argument text).
     """
 
-    def __init__(self, tools: list[Tool] | None, tool_choice: Any) -> None:
+    def __init__(
+        self, tools: list[Tool] | None, tool_choice: Any, *, bare_calls: bool = True
+    ) -> None:
         self._tool = None
         self._required = False
         self._parser = None
@@ -141,7 +144,7 @@ class ToolOutput:
         self._tool = chosen_tool(tools, tool_choice)
         self._required = self._tool is None and tool_choice == "required"
         if self._tool is None and not self._required:
-            self._parser = ToolCallParser(tools)
+            self._parser = ToolCallParser(tools, bare_calls=bare_calls)
         self._tools, self._tool_choice = tools, tool_choice
 
     def feed(self, text: str) -> list[tuple[str, Any]]:

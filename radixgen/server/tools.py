@@ -19,6 +19,11 @@ become ``<tool_call>`` blocks in its content, a ``tool`` message becomes a user 
 Output. ``tool_choice`` "auto": the model writes text, ``<tool_call>`` blocks, or one bare
 ``{"name", "arguments"}`` object; ``tool_parser.ToolCallParser`` extracts the calls (also while
 streaming).
+"auto" with a ``strict`` tool: the calls are grammar-constrained too (``strict_auto_tag``): a
+structural tag leaves the text free until ``<tool_call>``, then holds each call to its name and
+parameter schema (with another constraint, such as ``response_format``: the output is that
+constraint's, or tool calls). Bare call objects are then content, as only tagged calls are
+held to the schema.
 "required" and a named function: the output is grammar-constrained (``constrained_schema``):
 the function's parameter schema for a named tool; for "required" a JSON array of one or more
 ``{"name": const, "arguments": schema}`` calls (at most one with ``parallel_tool_calls:
@@ -260,3 +265,55 @@ def _array_items(text: str) -> list[Any]:
         except json.JSONDecodeError:
             return items
         items.append(item)
+
+
+def strict_auto_tag(
+    tools: list[Tool], other: tuple[str, Any] | None, *, parallel: bool = True
+) -> dict[str, Any] | None:
+    """The structural tag for "auto" when a tool is ``strict``: free text, and each
+    ``<tool_call>`` block's name and arguments held to a tool's schema; with ``other``
+    (``(kind, spec)`` of another constraint), that constraint's output or calls only.
+    None when no tool is strict."""
+    if not any(t.function.strict for t in tools):
+        return None
+    tags = [
+        {
+            "type": "tag",
+            "begin": f'{OPEN}\n{{"name": {json.dumps(t.function.name)}, "arguments": ',
+            "content": {"type": "json_schema", "json_schema": _parameters(t)},
+            "end": f"}}\n{CLOSE}",
+        }
+        for t in tools
+    ]
+    if other is None:
+        fmt: dict[str, Any] = {
+            "type": "triggered_tags",
+            "triggers": [OPEN],
+            "tags": tags,
+            "stop_after_first": not parallel,
+        }
+    else:
+        calls = {
+            "type": "tags_with_separator",
+            "tags": tags,
+            "separator": "\n",
+            "at_least_one": True,
+            "stop_after_first": not parallel,
+        }
+        fmt = {"type": "or", "elements": [_as_format(*other), calls]}
+    return {"type": "structural_tag", "format": fmt}
+
+
+def _as_format(kind: str, spec: Any) -> dict[str, Any]:
+    """A constraint as a structural tag format (``ValueError`` for a structural tag)."""
+    if kind == "json_schema":
+        return {"type": "json_schema", "json_schema": spec}
+    if kind == "json_object":
+        return {"type": "json_schema", "json_schema": {"type": "object"}}
+    if kind == "regex":
+        return {"type": "regex", "pattern": spec}
+    if kind == "ebnf":
+        return {"type": "grammar", "grammar": spec}
+    if kind == "choices":
+        return {"type": "or", "elements": [{"type": "const_string", "value": c} for c in spec]}
+    raise ValueError(f"{kind}: cannot be combined with strict tools under tool_choice auto")

@@ -471,6 +471,28 @@ def test_a_bad_structural_tag_is_a_400(tiny_server_url, fields, param, words):
     assert error["param"] == param and words in error["message"], error
 
 
+@needs_grammar
+@pytest.mark.parametrize("response_format", [None, {"type": "json_schema", "json_schema": {
+    "name": "flag", "schema": {"type": "object", "properties": {"a": {"type": "boolean"}},
+                               "required": ["a"]}}}])  # fmt: skip
+def test_strict_tools_under_auto_are_grammar_held(tiny_server_url, response_format):
+    """``tool_choice`` auto with a strict tool: its calls are held to the schema by a
+    structural tag; with ``response_format`` too, the output is that format or calls."""
+    tool = {"type": "function", "function": {"name": "weather", "strict": True,
+            "parameters": {**TOOL_SCHEMA, "additionalProperties": False}}}  # fmt: skip
+    fields = {"tools": [tool], "tool_choice": "auto", "max_tokens": 48, "temperature": 1.0}
+    if response_format:
+        fields["response_format"] = response_format
+    for seed in range(3):
+        r = post(tiny_server_url, "chat", body_for("chat", seed=seed, **fields))
+        assert r.status_code == 200, r.text
+        message = r.json()["choices"][0]["message"]
+        for call in message.get("tool_calls") or []:
+            assert set(json.loads(call["function"]["arguments"])) == {"city"}
+        if response_format and not message.get("tool_calls"):
+            assert json.loads(message["content"]) in ({"a": True}, {"a": False}), message
+
+
 # ------------------------------------------------------------------------- field names in errors
 
 

@@ -7,7 +7,12 @@ import json
 import pytest
 
 from radixgen.server.protocol import ChatMessage, NamedToolChoice, Tool
-from radixgen.server.tools import ChatRenderer, constrained_calls, constrained_schema
+from radixgen.server.tools import (
+    ChatRenderer,
+    constrained_calls,
+    constrained_schema,
+    strict_auto_tag,
+)
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = [
@@ -140,3 +145,74 @@ def test_required_keeps_the_complete_calls_of_a_cut_array():
 def test_bad_tool_choice(tools, choice, words):
     with pytest.raises(ValueError, match=words):
         constrained_schema(tools or [], choice)
+
+
+# --------------------------------------------------------------------------- strict tools, "auto"
+
+STRICT = Tool.model_validate(
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "strict": True,
+            "parameters": {**WEATHER, "additionalProperties": False},
+        },
+    }
+)
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</tool_call>'
+
+
+def _accepts(tag: dict, text: str) -> bool:
+    from radixgen.grammar import GrammarCompiler
+    from radixgen.grammar.vocabulary import Vocabulary
+
+    tokens = [None, *(bytes((b,)) for b in range(256))]  # id 0: EOS, then every byte
+    compiler = GrammarCompiler(Vocabulary.from_token_bytes(tokens, [0]), precompute_s=0.0)
+    matcher = compiler.compile_structural_tag(tag, strict=True).matcher()
+    ok = matcher.accept_string(text) and matcher.is_accepting()
+    compiler.shutdown()
+    return ok
+
+
+def test_strict_auto_tag_only_with_a_strict_tool():
+    assert strict_auto_tag(TOOLS, None) is None
+    assert strict_auto_tag([STRICT, *TOOLS], None) is not None
+
+
+@pytest.mark.parametrize(
+    "text, ok",
+    [
+        ("Just text, no call.", True),
+        (f"Let me look. {CALL}", True),
+        (f"{CALL}\n{CALL} done", True),
+        (CALL.replace('"city"', '"town"'), False),  # arguments held to the schema
+        (CALL.replace("get_weather", "get_wether"), False),  # names held to the tools
+        ("<tool_call>\n{", False),  # a call that is started must be finished
+    ],
+)
+def test_strict_auto_tag_holds_tagged_calls(text, ok):
+    assert _accepts(strict_auto_tag([STRICT], None), text) == ok
+
+
+def test_strict_auto_tag_with_another_constraint_is_that_or_calls():
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+    }
+    tag = strict_auto_tag([STRICT], ("json_schema", schema), parallel=False)
+    assert _accepts(tag, '{"answer":"hi"}')
+    assert _accepts(tag, CALL)
+    assert not _accepts(tag, f"{CALL}\n{CALL}")  # parallel_tool_calls false: one call
+    assert not _accepts(tag, "free text")
+    with pytest.raises(ValueError, match="cannot be combined"):
+        strict_auto_tag([STRICT], ("structural_tag", {}))
+
+
+def test_strict_auto_output_reads_only_tagged_calls():
+    from radixgen.server.tool_parser import ToolOutput, merge_events
+
+    bare = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+    for bare_calls, calls in [(True, 1), (False, 0)]:
+        output = ToolOutput([STRICT], "auto", bare_calls=bare_calls)
+        assert len(merge_events(output.feed(bare) + output.finish())[1]) == calls
