@@ -222,6 +222,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     sent = sent_fields(body)
     check_fields(sent, "chat")
     _check_text_only(body.messages)
+    _check_message_fields(body.messages)
+    _check_stream_options(body)
     _check_choices(body, client)
     tool_choice = body.tool_choice or ("auto" if body.tools else "none")
     check_strict_tools(body.tools)
@@ -256,6 +258,34 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         for i, r in enumerate(results)
     ]
     return _completion_response(meta, "chat.completion", choices, usage(results, body.n))
+
+
+# message fields beyond ChatMessage's that cannot change the output (at any value, or at the
+# neutral values listed), as clients replay earlier assistant messages
+_MESSAGE_IGNORED = ("refusal", "annotations", "reasoning_content", "reasoning")
+_MESSAGE_NEUTRAL: dict[str, tuple[Any, ...]] = {"audio": (None,), "function_call": (None,)}
+
+
+def _check_message_fields(messages: list[ChatMessage]) -> None:
+    """A message field that would change the output and is not honored is a 400 naming it
+    (``messages[i].field``); the replayed extras of assistant messages are ignored."""
+    for i, message in enumerate(messages):
+        for name, value in (message.model_extra or {}).items():
+            if name in _MESSAGE_IGNORED:
+                continue
+            where = f"messages[{i}].{name}"
+            if name in _MESSAGE_NEUTRAL:
+                if value not in _MESSAGE_NEUTRAL[name]:
+                    raise APIError(400, f"{where}: not supported", param=where)
+                continue
+            raise APIError(400, f"{where}: unknown field of a chat message", param=where)
+
+
+def _check_stream_options(body: _OpenAISampling) -> None:
+    options = body.stream_options
+    if options is not None and options.continuous_usage_stats:
+        param = "stream_options.continuous_usage_stats"
+        raise APIError(400, f"{param}: not supported (usage comes in the last chunk)", param=param)
 
 
 def _check_text_only(messages: list[ChatMessage]) -> None:
@@ -344,6 +374,7 @@ async def completions(body: CompletionRequest, request: Request):
     check_fields(sent, "completions")
     _check_choices(body, client)
     _check_completion(body)
+    _check_stream_options(body)
     prompts = _prompts(body.prompt)
     wants_logprobs = body.logprobs is not None
     constraint = one_constraint(constraints(sent))

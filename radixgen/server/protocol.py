@@ -121,7 +121,13 @@ class ResponseFormat(BaseModel):
 
 
 class StreamOptions(BaseModel):
+    """OpenAI's ``include_usage``; vLLM's ``continuous_usage_stats`` is refused unless false
+    (``openai_api``); any other key is a 400."""
+
+    model_config = ConfigDict(extra="forbid")
+
     include_usage: bool = False
+    continuous_usage_stats: bool = False
 
 
 # --------------------------------------------------------------------------- OpenAI requests

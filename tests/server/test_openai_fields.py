@@ -493,6 +493,45 @@ def test_strict_tools_under_auto_are_grammar_held(tiny_server_url, response_form
             assert json.loads(message["content"]) in ({"a": True}, {"a": False}), message
 
 
+# ------------------------------------------------------------------------- nested fields
+
+
+@pytest.mark.parametrize(
+    ("route", "fields", "param"),
+    [
+        ("chat", {"stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+         "stream_options.continuous_usage_stats"),
+        ("completions", {"stream_options": {"continuous_usage_stats": True}},
+         "stream_options.continuous_usage_stats"),
+        ("chat", {"stream_options": {"include_usage": True, "usage_every": 1}},
+         "stream_options.usage_every"),
+        ("chat", {"messages": [{"role": "user", "content": "Hi", "prefix": True}]},
+         "messages[0].prefix"),
+        ("chat", {"messages": [{"role": "user", "content": "Hi"},
+                               {"role": "assistant", "content": "x", "audio": {"id": "a1"}}]},
+         "messages[1].audio"),
+    ],
+)  # fmt: skip
+def test_nested_fields_that_would_change_the_output_are_400(tiny_server_url, route, fields, param):
+    r = post(tiny_server_url, route, body_for(route, stream=True, **fields))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param, r.text
+
+
+def test_replayed_assistant_extras_are_accepted(tiny_server_url):
+    """What clients send back of an earlier answer (``refusal``, ``annotations``, ``audio:
+    null``, ``reasoning_content``) cannot change the output."""
+    history = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello", "refusal": None, "annotations": [],
+         "audio": None, "function_call": None, "reasoning_content": "thinking"},
+        {"role": "user", "content": "Again"},
+    ]  # fmt: skip
+    options = {"include_usage": True, "continuous_usage_stats": False}
+    r = post(tiny_server_url, "chat", body_for("chat", messages=history, stream_options=options))
+    assert r.status_code == 200, r.text
+
+
 # ------------------------------------------------------------------------- field names in errors
 
 
