@@ -131,13 +131,12 @@ def _wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
     )
 
 
-@pytest.fixture(scope="session")
-def server_url(tmp_path_factory: pytest.TempPathFactory):
-    """One live ``radixgen serve`` (default model, 127.0.0.1, a free port, ``--api-key test-key``,
-    a small body limit) shared by the server and DSL tests. Its log is printed if start-up fails;
-    after the session it must have shut down cleanly."""
+def _default_model_server(tmp_path_factory: pytest.TempPathFactory, name: str, *extra: str):
+    """Runs ``radixgen serve`` of the default model (127.0.0.1, a free port, ``--api-key
+    test-key``, a small body limit, ``extra`` options) and yields its URL; its log is printed if
+    start-up fails; after the session it must have shut down cleanly."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("server") / "server.log"
+    log = tmp_path_factory.mktemp(name) / "server.log"
     cmd = [
         sys.executable,
         "-m",
@@ -153,6 +152,7 @@ def server_url(tmp_path_factory: pytest.TempPathFactory):
         str(SERVER_BODY_LIMIT),
         "--max-total-tokens",
         "16384",
+        *extra,
     ]
     with open(log, "wb") as out:
         proc = subprocess.Popen(
@@ -175,6 +175,22 @@ def server_url(tmp_path_factory: pytest.TempPathFactory):
         f"radixgen serve exited with {proc.returncode}:\n{text[-4000:]}"
     )
     assert "Application shutdown complete" in text and "Traceback" not in text, text[-4000:]
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory: pytest.TempPathFactory):
+    """One live ``radixgen serve`` of the default model (``_default_model_server``) shared by the
+    server, DSL and client tests."""
+    yield from _default_model_server(tmp_path_factory, "server")
+
+
+@pytest.fixture(scope="session")
+def llguidance_server_url(tmp_path_factory: pytest.TempPathFactory):
+    """The default model served with ``--grammar-backend llguidance``: grammars in llguidance's
+    Lark format (what guidance sends as ``ebnf`` / ``guided_grammar``) compile there."""
+    yield from _default_model_server(
+        tmp_path_factory, "llguidance-server", "--grammar-backend", "llguidance"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -269,9 +269,11 @@ def constraints(sent: dict[str, Any]) -> list[Constraint]:
 
 
 def one_constraint(found: list[Constraint]) -> Constraint | None:
-    """The single constraint of ``found``; two or more are a 400 naming them all (in the
-    message: no one field of them is at fault, so ``param`` is null)."""
-    if len(found) > 1:
+    """The single constraint of ``found``; two or more different ones are a 400 naming them all
+    (in the message: no one field of them is at fault, so ``param`` is null). The same
+    constraint under several names is one (guidance's vLLM model sends its grammar as both
+    ``guided_grammar`` and ``structured_outputs.grammar``, for old and new vLLM)."""
+    if any((kind, spec) != (found[0][1], found[0][2]) for _, kind, spec in found[1:]):
         names = ", ".join(field for field, _, _ in found)
         raise APIError(400, f"at most one constraint per request, got {names}")
     return found[0] if found else None

@@ -345,6 +345,20 @@ def test_a_constraint_that_cannot_hold_is_a_400(tiny_server_url, route, fields, 
 
 
 @needs_grammar
+@pytest.mark.parametrize("route", ROUTES)
+def test_one_constraint_under_two_names_is_one(tiny_server_url, route):
+    """guidance's vLLM model sends its grammar as guided_grammar and structured_outputs.grammar;
+    two different constraints stay a 400."""
+    same = {"guided_regex": "[ab]{3}", "structured_outputs": {"regex": "[ab]{3}"}}
+    r = post(tiny_server_url, route, body_for(route, **same))
+    assert r.status_code == 200, r.text
+    assert re.fullmatch(r"[ab]{3}", output_text(route, r))
+    other = {"guided_regex": "[ab]{3}", "structured_outputs": {"regex": "[cd]{3}"}}
+    r = post(tiny_server_url, route, body_for(route, **other))
+    assert r.status_code == 400 and "at most one constraint" in r.text, r.text
+
+
+@needs_grammar
 def test_a_bad_guided_grammar_names_guided_grammar(tiny_server_url):
     r = post(tiny_server_url, "chat", body_for("chat", guided_grammar="root ::= ("))
     assert r.status_code == 400, r.text

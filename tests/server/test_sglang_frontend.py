@@ -1,8 +1,9 @@
 """SGLang's own frontend (``sglang.lang``) against the live server, unmodified (issue #17 item 5).
 
-Skipped where sglang is not importable. To run it: ``pip download --no-deps sglang``, and put
-the wheel's contents plus what ``import sglang`` needs (pybase64, msgspec, pyzmq, IPython,
-traitlets, aiohttp and its dependencies) on ``PYTHONPATH``, or ``pip install --no-deps`` them.
+Skipped where sglang is not importable. sglang's own pins (torch, transformers, xgrammar, openai
+...) would replace dev's, so .ci/run installs it with ``pip install --no-deps sglang==0.5.23``;
+what ``sglang.lang`` imports at run time (pybase64, msgspec, pyzmq, IPython; aiohttp comes with
+litellm) is in pyproject's ``clients`` extra.
 """
 
 from __future__ import annotations
