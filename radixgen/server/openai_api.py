@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 
 from ..prompts import check_token_ids, prompt_ids
 from ..request import RequestOutput
@@ -60,7 +61,7 @@ def client_of(request: Request) -> EngineClient:
 # --------------------------------------------------------------------------- request -> SamplingParams
 
 
-def sent_fields(body: _OpenAISampling) -> dict[str, Any]:
+def sent_fields(body: BaseModel) -> dict[str, Any]:
     """The body's top-level fields as the client sent them (declared ones parsed)."""
     return {
         **{k: getattr(body, k) for k in body.model_fields_set},
@@ -73,14 +74,12 @@ _OPENAI_SAMPLING = ("temperature", "top_p", "stop", "seed", "frequency_penalty",
 
 
 def sampling_params(
-    body: _OpenAISampling,
-    sent: dict[str, Any],
-    constraint: Constraint | None,
-    **overrides: Any,
+    sent: dict[str, Any], constraint: Constraint | None, **overrides: Any
 ) -> SamplingParams:
-    """The table's sampling fields (``fields.SAMPLING_EXTRAS`` under their own names), the one
-    constraint, then ``overrides``; ``logit_bias`` keys become ints."""
-    fields = {k: getattr(body, k) for k in _OPENAI_SAMPLING if getattr(body, k) is not None}
+    """The sampling fields of ``sent`` (``sent_fields``: OpenAI's and ``fields.SAMPLING_EXTRAS``
+    under their own names), the one constraint, then ``overrides``; ``logit_bias`` keys become
+    ints."""
+    fields = {k: sent[k] for k in _OPENAI_SAMPLING if sent.get(k) is not None}
     fields.update({k: sent[k] for k in SAMPLING_EXTRAS if sent.get(k) is not None})
     for client_name, name in RENAMED.items():
         if sent.get(client_name) is not None:
@@ -89,8 +88,8 @@ def sampling_params(
                     400, f"{client_name}: give it or {name}, not both", param=client_name
                 )
             fields[name] = sent[client_name]
-    if body.logit_bias is not None:
-        fields["logit_bias"] = {_token_id(k): v for k, v in body.logit_bias.items()}
+    if sent.get("logit_bias") is not None:
+        fields["logit_bias"] = {_token_id(k): v for k, v in sent["logit_bias"].items()}
     if constraint is not None:
         fields[constraint[1]] = constraint[2]
     fields.update(overrides)
@@ -104,13 +103,13 @@ def _token_id(key: str) -> int:
         raise ValueError(f"logit_bias: key {key!r} is not a token id") from None
 
 
-def _check_max_tokens(value: int | None, param: str, allow_zero: bool = False) -> None:
+def check_max_tokens(value: int | None, param: str, allow_zero: bool = False) -> None:
     low = 0 if allow_zero else 1
     if value is not None and (not isinstance(value, int) or value < low):
         raise APIError(400, f"{param}: expected an integer >= {low}, got {value!r}", param=param)
 
 
-async def _submit(client: EngineClient, jobs: list[Job], constraint: Constraint | None):
+async def submit(client: EngineClient, jobs: list[Job], constraint: Constraint | None):
     """``client.submit``; an error of the constraint names the client's field it came from."""
     try:
         return await client.submit(jobs)
@@ -229,7 +228,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     )
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    _check_max_tokens(max_tokens, param)
+    check_max_tokens(max_tokens, param)
     jobs = _jobs(
         prompt,
         params,
@@ -239,7 +238,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         prompt_param="messages",
         max_tokens_param=param,
     )
-    gen = await _submit(client, jobs, constraint)
+    gen = await submit(client, jobs, constraint)
     meta = _meta("chatcmpl", client)
     outputs = [ToolOutput(body.tools, tool_choice) for _ in range(body.n)]
     if body.stream:
@@ -291,7 +290,7 @@ def _chat_params(
         found.append(("tools", "json_schema", schema))
     constraint = one_constraint(found)
     params = sampling_params(
-        body, sent, constraint, logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0
+        sent, constraint, logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0
     )
     return params, constraint
 
@@ -328,7 +327,7 @@ async def completions(body: CompletionRequest, request: Request):
     wants_logprobs = body.logprobs is not None
     constraint = one_constraint(constraints(sent))
     params = sampling_params(
-        body, sent, constraint, logprobs=wants_logprobs, top_logprobs=body.logprobs or 0
+        sent, constraint, logprobs=wants_logprobs, top_logprobs=body.logprobs or 0
     )
     echo_lps: list[dict[str, Any] | None] = [None] * len(prompts)
     if body.echo and body.logprobs is not None:  # the prompt's logprobs, as OpenAI's legacy API
@@ -356,7 +355,7 @@ async def completions(body: CompletionRequest, request: Request):
             add_special_tokens=add_special,
         )
     ]
-    gen = await _submit(client, jobs, constraint)
+    gen = await submit(client, jobs, constraint)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = completion_stream(
@@ -426,7 +425,7 @@ async def _echo_only(
 
 
 def _check_completion(body: CompletionRequest) -> None:
-    _check_max_tokens(body.max_tokens, "max_tokens", allow_zero=True)
+    check_max_tokens(body.max_tokens, "max_tokens", allow_zero=True)
     if body.logprobs is not None and not 0 <= body.logprobs <= 5:
         raise APIError(
             400, f"logprobs: expected an integer in [0, 5], got {body.logprobs}", param="logprobs"
