@@ -99,7 +99,7 @@ class OutputItems:
         return out + self._delta(text)
 
     def _open_message(self) -> list[Payload]:
-        item = {
+        item: Payload = {
             "id": item_id("msg"),
             "type": "message",
             "status": "in_progress",
@@ -107,7 +107,7 @@ class OutputItems:
             "content": [],
         }
         self._add(item)
-        part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        part: Payload = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
         added = [
             self._added(item),
             self._event(item, "response.content_part.added", part=dict(part)),
@@ -127,7 +127,7 @@ class OutputItems:
 
     def _call(self, call: ParsedCall) -> list[Payload]:
         self._space, self._logprobs = "", []
-        item = {
+        item: Payload = {
             "id": item_id("fc"),
             "type": "function_call",
             "status": "in_progress",
@@ -173,8 +173,8 @@ class OutputItems:
             )
             out.append(self._event(item, "response.content_part.done", part=part))
         else:
-            done = "response.function_call_arguments.done"
-            out.append(self._event(item, done, arguments=item["arguments"]))
+            kind = "response.function_call_arguments.done"
+            out.append(self._event(item, kind, arguments=item["arguments"]))
         item["status"] = status
         done = {"type": "response.output_item.done", "item": item}
         out.append({**done, "output_index": self.items.index(item)})

@@ -619,3 +619,35 @@ def test_responses_parse_on_the_default_model(server_url):
         text_format=City,
     )
     assert isinstance(r.output_parsed, City), r.output_text
+
+
+# --------------------------------------------------------------------------- exact shapes
+
+
+@needs_grammar
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"max_output_tokens": 2, "ignore_eos": True},
+        {"tools": [TOOL], "tool_choice": {"type": "function", "name": "get_weather"}},
+        {"include": ["message.output_text.logprobs"], "top_logprobs": 1},
+    ],
+    ids=["text", "incomplete", "function-call", "logprobs"],
+)
+def test_objects_and_events_validate_against_the_sdks_models(tiny_server_url, fields):
+    """The SDK builds its objects without validation; its pydantic models, validated, accept
+    every response object and stream event exactly (no missing or mistyped field)."""
+    from openai.types.responses import Response, ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    fields = {"max_output_tokens": 24, **fields}
+    r = post(tiny_server_url, **fields)
+    assert r.status_code == 200, r.text
+    Response.model_validate(r.json())
+    r = post(tiny_server_url, **fields, stream=True)
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+    adapter = TypeAdapter(ResponseStreamEvent)
+    for event in events:
+        adapter.validate_python(event)
+    assert r.headers["content-type"].startswith("text/event-stream")
