@@ -651,3 +651,36 @@ def test_objects_and_events_validate_against_the_sdks_models(tiny_server_url, fi
     for event in events:
         adapter.validate_python(event)
     assert r.headers["content-type"].startswith("text/event-stream")
+
+
+def test_docs_list_every_field_with_its_status():
+    """docs/server.md's Responses section has a row per field of its own table, with its
+    status, and names every chat extra it accepts."""
+    from pathlib import Path
+
+    from radixgen.server.fields import _EXTRAS
+
+    docs = (Path(__file__).parents[2] / "docs" / "server.md").read_text()
+    section = docs[docs.index("## Responses API") : docs.index("## SGLang-compatible native API")]
+    for name, rule in RESPONSES_FIELDS.items():
+        if name in _EXTRAS:
+            assert f"`{name}`" in section, name
+        else:
+            assert f"| `{name}` | {rule.status.value} |" in section, name
+
+
+@needs_grammar
+def test_a_request_the_engine_fails_is_a_400_or_a_failed_stream(client, tiny_server_url):
+    """A constraint no token of the vocabulary can continue (U+BB6B3, see test_fuzz_openapi)
+    fails in the engine: a 400 before the response starts, ``response.failed`` (with the
+    error and the output so far) once it streams."""
+    body = {"extra_body": {"regex": "\U000bb6b3"}, "max_output_tokens": 4}
+    r = post(tiny_server_url, regex="\U000bb6b3")
+    assert r.status_code == 400 and "vocabulary" in r.json()["error"]["message"], r.text
+    with client.responses.stream(model=MODEL, input="Hi", **body) as stream:
+        events = list(stream)
+        with pytest.raises(RuntimeError, match="response.completed"):
+            stream.get_final_response()
+    failed = events[-1]
+    assert failed.type == "response.failed" and failed.response.status == "failed"
+    assert "vocabulary" in failed.response.error.message
