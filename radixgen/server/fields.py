@@ -370,7 +370,8 @@ RESPONSES_FIELDS: dict[str, Rule] = {
     "context_management": refused("context compaction is not supported", []),
     "prompt": refused("stored prompt templates are not supported"),
     "moderation": refused("moderation is not supported"),
-    # the chat route's extras (sampling, constraints, ids), under the same names
+    # chat's sampling fields that the Responses API lacks (the openai client's extra_body),
+    # then the chat route's extras (sampling, constraints, ids), under the same names
     "stop": honored(),
     "seed": honored(),
     "frequency_penalty": honored(),
