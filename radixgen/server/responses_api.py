@@ -158,7 +158,7 @@ def _history(store: ResponseStore, previous_response_id: str | None) -> list[Cha
         raise APIError(
             400,
             f"previous_response_id: response {previous_response_id!r} not found (not stored, "
-            f"deleted, or no longer kept: the server keeps the last {store.capacity})",
+            f"deleted, or no longer kept: the server keeps the {store.capacity} most recent)",
             param="previous_response_id",
             code="previous_response_not_found",
         )

@@ -172,6 +172,7 @@ def test_an_unknown_previous_response_id_is_a_400_naming_it(tiny_server_url):
 
 
 def test_the_store_is_a_bounded_lru():
+    from radixgen.server.protocol import ChatMessage
     from radixgen.server.responses_store import ResponseStore, StoredResponse
 
     store = ResponseStore(capacity=2)
@@ -181,6 +182,12 @@ def test_the_store_is_a_bounded_lru():
     store.put(StoredResponse({"id": "c"}, ()))
     assert len(store) == 2 and store.get("b") is None and store.get("a") is not None
     assert store.delete("a") and not store.delete("a")
+    big = StoredResponse({"id": "big"}, (ChatMessage(role="user", content="x" * 1000),))
+    small = ResponseStore(capacity=10, max_bytes=2 * big.size + 10)
+    for name in ("a", "b", "c"):
+        small.put(StoredResponse({"id": name}, big.conversation))
+    assert small.get("a") is None and small.get("c") is not None
+    assert small.num_bytes == sum(small.get(n).size for n in ("b", "c")) <= small.max_bytes
 
 
 # --------------------------------------------------------------------------- text.format
