@@ -106,11 +106,19 @@ async def create_response(body: ResponsesRequest, request: Request):
         return StreamingResponse(stream, media_type="text/event-stream")
     async with DisconnectWatch(request, gen):
         result = (await collect(gen))[0]
+    items = _whole_output(result, output, tokenizer, logprobs)
+    return OrjsonResponse(complete(result, items, None))
+
+
+def _whole_output(
+    result: RequestOutput, output: ToolOutput, tokenizer: Any, logprobs: bool
+) -> list[Payload]:
+    """The output items of a finished request, made as a stream makes them."""
     items = OutputItems()
     lps = chat_logprobs(tokenizer, result.logprobs)["content"] if logprobs else None
     items.feed(output.feed(result.text) + output.finish(), lps)
     items.finish(item_status(result.finish_reason))
-    return OrjsonResponse(complete(result, items.items, None))
+    return items.items
 
 
 # not in the OpenAPI document: every string is a valid id there (an unknown one is a 404)
