@@ -86,3 +86,28 @@ def test_a_streamed_responses_agent_runs_the_tool_and_answers(server_url):
 
     result = asyncio.run(run())
     assert calls and isinstance(result.final_output, str)
+
+
+@needs_grammar
+@pytest.mark.slow
+def test_a_responses_agent_with_an_output_type_gives_a_validated_object(server_url):
+    """``output_type``: the Responses model asks for a strict ``text.format`` json_schema; the
+    final output is the validated pydantic object."""
+    from openai import AsyncOpenAI
+    from pydantic import BaseModel
+
+    class City(BaseModel):
+        name: Literal["Paris", "London", "Tokyo"]
+        country: str
+
+    agents.set_tracing_disabled(True)
+    client = AsyncOpenAI(base_url=f"{server_url}/v1", api_key=API_KEY, max_retries=0)
+    agent = agents.Agent(
+        name="cities",
+        instructions="Answer with the capital city asked for.",
+        model=agents.OpenAIResponsesModel(model=MODEL, openai_client=client),
+        model_settings=agents.ModelSettings(max_tokens=48, temperature=0),
+        output_type=City,
+    )
+    result = agents.Runner.run_sync(agent, "What is the capital of France?", max_turns=1)
+    assert isinstance(result.final_output, City)

@@ -143,6 +143,16 @@ def test_previous_response_id_chains_the_earlier_turn(client, tiny_server_url):
     assert third.usage.input_tokens == prompt_tokens(tiny_server_url, messages)
 
 
+def test_a_chained_turn_reuses_the_earlier_prompts_kv(client):
+    """The follow-up's prompt starts with the earlier prompt: the radix cache serves it."""
+    first = client.responses.create(model=MODEL, input="Tell me a story.", max_output_tokens=4)
+    second = client.responses.create(
+        model=MODEL, input="More.", previous_response_id=first.id, max_output_tokens=1
+    )
+    cached = second.usage.input_tokens_details.cached_tokens
+    assert cached >= first.usage.input_tokens - 1, (cached, first.usage)
+
+
 def test_a_stored_response_can_be_retrieved_and_deleted(client):
     r = client.responses.create(model=MODEL, input="Hi", max_output_tokens=2)
     again = client.responses.retrieve(r.id)
