@@ -701,3 +701,38 @@ def test_a_request_the_engine_fails_is_a_400_or_a_failed_stream(client, tiny_ser
     failed = events[-1]
     assert failed.type == "response.failed" and failed.response.status == "failed"
     assert "vocabulary" in failed.response.error.message
+
+
+def test_a_stream_cut_by_shutdown_ends_with_response_failed(tiny_model_folder, tmp_path):
+    """SIGTERM while a response streams: past ``--shutdown-timeout`` the engine aborts it and
+    the stream ends properly, its message ``incomplete`` and then ``response.failed`` saying
+    why; the server exits 0."""
+    import signal
+
+    from tiny_server import TinyServer
+
+    server = TinyServer(tiny_model_folder, tmp_path / "server.log", "--shutdown-timeout", "2")
+    body = {
+        "model": server.model,
+        "input": "Once upon a time",
+        "max_output_tokens": 7000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    try:
+        events = []
+        with httpx.stream("POST", f"{server.url}/v1/responses", json=body, timeout=60) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    if events[-1]["type"] == "response.output_text.delta" and len(events) == 6:
+                        server.signal(signal.SIGTERM)
+        assert server.wait(30) == 0, server.text()
+    finally:
+        server.stop()
+    types = [e["type"] for e in events]
+    assert types[-2:] == ["response.output_item.done", "response.failed"], types[-4:]
+    assert events[-2]["item"]["status"] == "incomplete"
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed" and "shutting down" in failed["error"]["message"]
+    assert failed["usage"]["input_tokens"] > 0
