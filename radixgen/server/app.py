@@ -32,7 +32,7 @@ from fastapi.responses import PlainTextResponse
 
 from ..config import EngineConfig
 from ..engine import Engine
-from . import native_api, openai_api
+from . import native_api, openai_api, responses_api
 from .asgi import PROBE_PATHS, ASGIApp, Message, Receive, Scope, Send, send_error
 from .connection import protocol_class
 from .engine_client import EngineClient
@@ -40,6 +40,7 @@ from .errors import install_error_handlers
 from .memory import TRIM_AFTER_BYTES, release_free_memory
 from .metrics import ServerMetrics, render_metrics
 from .protocol import OrjsonResponse
+from .responses_store import ResponseStore
 from .settings import ServerSettings
 from .shutdown import Drain, DrainGate, GracefulServer
 
@@ -73,9 +74,11 @@ def create_app(
     )
     app.state.client = client
     app.state.drain = drain = Drain()
+    app.state.responses = ResponseStore()  # for previous_response_id (responses_api)
     install_error_handlers(app)
     app.include_router(openai_api.router)
     app.include_router(native_api.router)
+    app.include_router(responses_api.router)
 
     @app.get("/health")
     async def health() -> OrjsonResponse:

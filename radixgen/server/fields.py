@@ -205,11 +205,15 @@ def _note(rule: Rule) -> str:
 def check_fields(sent: dict[str, Any], route: Route) -> None:
     """400 naming the first field of ``sent`` (the body's top-level fields as the client sent
     them) that the route does not know, or that is refused and not neutral."""
-    table = TABLES[route]
+    path = "/v1/chat/completions" if route == "chat" else "/v1/completions"
+    check_table(sent, TABLES[route], path)
+
+
+def check_table(sent: dict[str, Any], table: dict[str, Rule], path: str) -> None:
+    """``check_fields`` for any route's ``table`` (``path`` names the route in the message)."""
     for name, value in sent.items():
         rule = table.get(name)
         if rule is None:
-            path = "/v1/chat/completions" if route == "chat" else "/v1/completions"
             raise APIError(400, f"{name}: unknown field for {path}", param=name)
         if rule.status is Status.REFUSED and value is not None and not _neutral(value, rule):
             raise APIError(400, f"{name}: {rule.note}", param=name)
@@ -308,8 +312,11 @@ def _check_strict(schema: Any, param: str) -> None:
         raise APIError(400, str(exc), param=param) from None
 
 
-def check_strict_tools(tools: list[Any] | None) -> None:
-    """OpenAI's strict rules for each tool with ``function.strict`` (a 400 naming it)."""
+def check_strict_tools(
+    tools: list[Any] | None, where: str = "tools[{}].function.parameters"
+) -> None:
+    """OpenAI's strict rules for each tool with ``function.strict`` (a 400 naming it:
+    ``where`` with the tool's index)."""
     for i, tool in enumerate(tools or []):
         if tool.function.strict:
             parameters = tool.function.parameters or {
@@ -317,7 +324,7 @@ def check_strict_tools(tools: list[Any] | None) -> None:
                 "properties": {},
                 "additionalProperties": False,
             }
-            _check_strict(parameters, f"tools[{i}].function.parameters")
+            _check_strict(parameters, where.format(i))
 
 
 def _schema(value: Any, field: str) -> Any:
@@ -351,3 +358,87 @@ def _structured_outputs(outputs: Any) -> list[Constraint]:
             raise APIError(400, f"{field}: not supported", param=field)
         found.append((field, kind, _schema(value, field) if kind == "json_schema" else value))
     return found
+
+
+# ------------------------------------------------------------------------- /v1/responses
+# the chat route's extras that are not Responses fields (max_output_tokens, text.format)
+_NOT_RESPONSES = ("max_new_tokens", "best_of", "response_format")
+# The Responses API's own fields, then the chat route's sampling and constraint extras (what
+# the openai client's ``extra_body`` sends); ``responses_api`` applies it with ``check_table``.
+RESPONSES_FIELDS: dict[str, Rule] = {
+    "model": honored("any name; the response reports the served one"),
+    "input": honored("text, or message / function_call / function_call_output items (text only)"),
+    "instructions": honored("a system message before the input (not carried to the next turn)"),
+    "max_output_tokens": honored(),
+    "temperature": honored(),
+    "top_p": honored(),
+    "stream": honored("the Responses API's events"),
+    "tools": honored("function tools"),
+    "tool_choice": honored("auto, none, required, a named function"),
+    "parallel_tool_calls": honored(),
+    "text": honored("format: text, json_object, json_schema (strict checked); verbosity medium"),
+    "previous_response_id": honored("a response the server keeps (see store)"),
+    "store": honored("false: the response is not kept (no GET, no previous_response_id)"),
+    "include": honored("message.output_text.logprobs; the others name outputs never made"),
+    "top_logprobs": honored("with include message.output_text.logprobs"),
+    "truncation": refused("the input is never truncated (a 400 when too long)", "disabled"),
+    "reasoning": refused("the model has no reasoning modes", {}, {"effort": "none"}),
+    "metadata": ignored("echoed in the response; it cannot change the output"),
+    "user": ignored("an end-user id for abuse monitoring"),
+    "safety_identifier": ignored("an end-user id for abuse monitoring"),
+    "service_tier": ignored("a billing tier"),
+    "prompt_cache_key": ignored("a caching hint; the radix cache shares every prefix"),
+    "prompt_cache_retention": ignored("a caching hint"),
+    "prompt_cache_options": ignored("a caching hint"),
+    "stream_options": ignored("include_obfuscation: events carry no padding"),
+    "max_tool_calls": ignored("bounds built-in tool calls, of which there are none"),
+    "access_programs": ignored("OpenAI's access programs"),
+    "image": ignored("image options; the model takes text only"),
+    "background": refused("background responses are not supported", False),
+    "background_options": refused("background responses are not supported"),
+    "conversation": refused("conversations are not kept; use previous_response_id"),
+    "context_management": refused("context compaction is not supported", []),
+    "prompt": refused("stored prompt templates are not supported"),
+    "moderation": refused("moderation is not supported"),
+    # chat's sampling fields that the Responses API lacks (the openai client's extra_body),
+    # then the chat route's extras (sampling, constraints, ids), under the same names
+    "stop": honored(),
+    "seed": honored(),
+    "frequency_penalty": honored(),
+    "presence_penalty": honored(),
+    "logit_bias": honored(),
+    **{k: v for k, v in _EXTRAS.items() if k not in _NOT_RESPONSES},
+}
+
+TEXT_VERBOSITY_NEUTRAL = (None, "medium")
+
+
+def text_constraint(text: Any) -> list[Constraint]:
+    """The constraint of a Responses ``text`` setting: ``format`` text (none), json_object, or
+    json_schema (a schema is required, ``strict`` checked as on chat); ``verbosity`` other than
+    medium, an unknown key or format type is a 400 naming it."""
+    if not isinstance(text, dict):
+        raise APIError(400, "text: expected an object", param="text")
+    for key in text:
+        if key not in ("format", "verbosity"):
+            raise APIError(400, f"text.{key}: unknown field", param=f"text.{key}")
+    if text.get("verbosity") not in TEXT_VERBOSITY_NEUTRAL:
+        raise APIError(400, "text.verbosity: not supported", param="text.verbosity")
+    fmt = text.get("format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if fmt is None or kind == "text":
+        return []
+    if kind == "json_object":
+        return [("text.format", "json_object", True)]
+    if kind != "json_schema":
+        param = "text.format.type" if isinstance(fmt, dict) else "text.format"
+        message = f"{param}: expected text, json_object or json_schema, got {kind or fmt!r}"
+        raise APIError(400, message, param=param)
+    if fmt.get("schema") is None:
+        param = "text.format.schema"
+        message = f"{param}: required for type json_schema (json_object: any JSON object)"
+        raise APIError(400, message, param=param)
+    schema = _schema(fmt["schema"], "text.format.schema")
+    if fmt.get("strict"):
+        _check_strict(schema, "text.format.schema")
+    return [("text.format", "json_schema", schema)]

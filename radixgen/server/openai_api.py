@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 
 from ..prompts import check_token_ids, prompt_ids
 from ..request import RequestOutput
@@ -42,6 +43,7 @@ from .protocol import (
     OrjsonResponse,
     OtherPart,
     TokenizeRequest,
+    Tool,
     _OpenAISampling,
 )
 from .tool_parser import ToolOutput, merge_events
@@ -60,7 +62,7 @@ def client_of(request: Request) -> EngineClient:
 # --------------------------------------------------------------------------- request -> SamplingParams
 
 
-def sent_fields(body: _OpenAISampling) -> dict[str, Any]:
+def sent_fields(body: BaseModel) -> dict[str, Any]:
     """The body's top-level fields as the client sent them (declared ones parsed)."""
     return {
         **{k: getattr(body, k) for k in body.model_fields_set},
@@ -73,14 +75,12 @@ _OPENAI_SAMPLING = ("temperature", "top_p", "stop", "seed", "frequency_penalty",
 
 
 def sampling_params(
-    body: _OpenAISampling,
-    sent: dict[str, Any],
-    constraint: Constraint | None,
-    **overrides: Any,
+    sent: dict[str, Any], constraint: Constraint | None, **overrides: Any
 ) -> SamplingParams:
-    """The table's sampling fields (``fields.SAMPLING_EXTRAS`` under their own names), the one
-    constraint, then ``overrides``; ``logit_bias`` keys become ints."""
-    fields = {k: getattr(body, k) for k in _OPENAI_SAMPLING if getattr(body, k) is not None}
+    """The sampling fields of ``sent`` (``sent_fields``: OpenAI's and ``fields.SAMPLING_EXTRAS``
+    under their own names), the one constraint, then ``overrides``; ``logit_bias`` keys become
+    ints."""
+    fields = {k: sent[k] for k in _OPENAI_SAMPLING if sent.get(k) is not None}
     fields.update({k: sent[k] for k in SAMPLING_EXTRAS if sent.get(k) is not None})
     for client_name, name in RENAMED.items():
         if sent.get(client_name) is not None:
@@ -89,8 +89,8 @@ def sampling_params(
                     400, f"{client_name}: give it or {name}, not both", param=client_name
                 )
             fields[name] = sent[client_name]
-    if body.logit_bias is not None:
-        fields["logit_bias"] = {_token_id(k): v for k, v in body.logit_bias.items()}
+    if sent.get("logit_bias") is not None:
+        fields["logit_bias"] = {_token_id(k): v for k, v in sent["logit_bias"].items()}
     if constraint is not None:
         fields[constraint[1]] = constraint[2]
     fields.update(overrides)
@@ -104,13 +104,13 @@ def _token_id(key: str) -> int:
         raise ValueError(f"logit_bias: key {key!r} is not a token id") from None
 
 
-def _check_max_tokens(value: int | None, param: str, allow_zero: bool = False) -> None:
+def check_max_tokens(value: int | None, param: str, allow_zero: bool = False) -> None:
     low = 0 if allow_zero else 1
     if value is not None and (not isinstance(value, int) or value < low):
         raise APIError(400, f"{param}: expected an integer >= {low}, got {value!r}", param=param)
 
 
-async def _submit(client: EngineClient, jobs: list[Job], constraint: Constraint | None):
+async def submit(client: EngineClient, jobs: list[Job], constraint: Constraint | None):
     """``client.submit``; an error of the constraint names the client's field it came from."""
     try:
         return await client.submit(jobs)
@@ -233,7 +233,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     )
     param = "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens"
-    _check_max_tokens(max_tokens, param)
+    check_max_tokens(max_tokens, param)
     jobs = _jobs(
         prompt,
         params,
@@ -243,10 +243,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         prompt_param="messages",
         max_tokens_param=param,
     )
-    gen = await _submit(client, jobs, constraint)
+    gen = await submit(client, jobs, constraint)
     meta = _meta("chatcmpl", client, body.model)
-    strict = constraint is not None and constraint[:2] == ("tools", "structural_tag")
-    outputs = [ToolOutput(body.tools, tool_choice, bare_calls=not strict) for _ in range(body.n)]
+    bare = not holds_tagged_calls(constraint)
+    outputs = [ToolOutput(body.tools, tool_choice, bare_calls=bare) for _ in range(body.n)]
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = chat_stream(gen, meta, outputs, engine.tokenizer, body.logprobs, include_usage)
@@ -324,26 +324,31 @@ def _chat_params(
         found.append(("tools", "json_schema", schema))
     constraint = one_constraint(found)
     if tool_choice == "auto" and body.tools:
-        constraint = _strict_auto(body, constraint)
+        constraint = strict_auto(
+            body.tools, constraint, parallel=body.parallel_tool_calls is not False
+        )
     params = sampling_params(
-        body, sent, constraint, logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0
+        sent, constraint, logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0
     )
     return params, constraint
 
 
-def _strict_auto(body: ChatCompletionRequest, other: Constraint | None) -> Constraint | None:
-    """ "auto" with strict tools: the structural tag that holds their calls (and ``other``)."""
-    assert body.tools
+def strict_auto(
+    tools: list[Tool], other: Constraint | None, *, parallel: bool
+) -> Constraint | None:
+    """ "auto" with strict ``tools``: the structural tag that holds their calls (and ``other``,
+    the request's other constraint); ``other`` itself when no tool is strict."""
     try:
-        tag = strict_auto_tag(
-            body.tools,
-            other[1:] if other else None,
-            parallel=body.parallel_tool_calls is not False,
-        )
+        tag = strict_auto_tag(tools, other[1:] if other else None, parallel=parallel)
     except ValueError as exc:
         assert other is not None
         raise APIError(400, f"{other[0]}: {exc}", param=other[0]) from None
     return other if tag is None else ("tools", "structural_tag", tag)
+
+
+def holds_tagged_calls(constraint: Constraint | None) -> bool:
+    """Whether ``constraint`` is ``strict_auto``'s: only tagged calls are then calls."""
+    return constraint is not None and constraint[:2] == ("tools", "structural_tag")
 
 
 def _chat_choice(
@@ -379,7 +384,7 @@ async def completions(body: CompletionRequest, request: Request):
     wants_logprobs = body.logprobs is not None
     constraint = one_constraint(constraints(sent))
     params = sampling_params(
-        body, sent, constraint, logprobs=wants_logprobs, top_logprobs=body.logprobs or 0
+        sent, constraint, logprobs=wants_logprobs, top_logprobs=body.logprobs or 0
     )
     echo_lps: list[dict[str, Any] | None] = [None] * len(prompts)
     if body.echo and body.logprobs is not None:  # the prompt's logprobs, as OpenAI's legacy API
@@ -407,7 +412,7 @@ async def completions(body: CompletionRequest, request: Request):
             add_special_tokens=add_special,
         )
     ]
-    gen = await _submit(client, jobs, constraint)
+    gen = await submit(client, jobs, constraint)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = completion_stream(
@@ -477,7 +482,7 @@ async def _echo_only(
 
 
 def _check_completion(body: CompletionRequest) -> None:
-    _check_max_tokens(body.max_tokens, "max_tokens", allow_zero=True)
+    check_max_tokens(body.max_tokens, "max_tokens", allow_zero=True)
     if body.logprobs is not None and not 0 <= body.logprobs <= 5:
         raise APIError(
             400, f"logprobs: expected an integer in [0, 5], got {body.logprobs}", param="logprobs"

@@ -47,7 +47,7 @@ MAX_N = 3
 MAX_TEXT = 200  # characters of a prompt or message (the tiny model's context is 512 tokens)
 MAX_ITEMS = 4  # prompts, messages, token ids
 EXAMPLES = 30  # per operation and mode: the whole module runs in about a minute on 2 cores
-BUDGET_FIELDS = ("max_tokens", "max_completion_tokens", "max_new_tokens")
+BUDGET_FIELDS = ("max_tokens", "max_completion_tokens", "max_new_tokens", "max_output_tokens")
 OPENAI_BODIES = ("ChatCompletionRequest", "CompletionRequest")
 
 
