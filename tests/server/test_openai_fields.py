@@ -712,3 +712,199 @@ def test_strict_schemas_follow_openais_rules(tiny_server_url):
     tool["function"]["parameters"] = closed
     r = post(tiny_server_url, "chat", {**body, "tools": [tool]})
     assert r.status_code == 200
+
+
+# ------------------------------------------------------------------------- honored fields' effects
+# Each honored field of the two tables shows its effect on the tiny model (greedy unless the
+# field is about sampling; its weights are fixed, so each comparison is deterministic).
+
+HOT = {"temperature": 5.0, "seed": 11}  # near-uniform sampling: far from greedy
+
+
+def _complete(url: str, **fields) -> dict:
+    body = {"model": MODEL, "prompt": "Hi there", "max_tokens": 8, "temperature": 0, **fields}
+    r = post(url, "completions", body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _chat(url: str, **fields) -> dict:
+    r = post(url, "chat", body_for("chat", **{"max_tokens": 8, **fields}))
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _text(response: dict, i: int = 0) -> str:
+    choice = response["choices"][i]
+    return choice["text"] if "text" in choice else choice["message"]["content"]
+
+
+def _token(url: str, text: str) -> int:
+    r = httpx.post(f"{url}/tokenize", json={"model": MODEL, "prompt": text}, headers=AUTH)
+    return r.json()["tokens"][-1]
+
+
+def _effect_sampling(url: str, field: str) -> None:
+    greedy, hot = _text(_complete(url)), _text(_complete(url, **HOT))
+    assert hot != greedy  # near-uniform sampling leaves greedy decoding
+    narrowing = {"top_p": 1e-6, "top_k": 1, "min_p": 1.0}
+    if field == "temperature":
+        return
+    if field == "seed":
+        assert _text(_complete(url, **HOT)) == hot != _text(_complete(url, **{**HOT, "seed": 12}))
+        return
+    # each narrows sampling to the most likely token: greedy again
+    assert _text(_complete(url, **HOT, **{field: narrowing[field]})) == greedy
+
+
+def _effect_penalty(url: str, field: str) -> None:
+    base = _complete(url, max_tokens=24, ignore_eos=True)
+    tokens = _text(base)
+    value = 1.5 if field == "repetition_penalty" else 2.0
+    assert _text(_complete(url, max_tokens=24, ignore_eos=True, **{field: value})) != tokens
+
+
+def _effect_stop(url: str, field: str) -> None:
+    full = _text(_complete(url, max_tokens=16, ignore_eos=True))
+    stop = full[4:7]
+    cut = full[: full.index(stop)]
+    key = "stop_regex" if field == "stop_regex" else "stop"
+    value = re.escape(stop) if key == "stop_regex" else stop
+    if field in ("no_stop_trim", "include_stop_str_in_output"):
+        kept = _text(_complete(url, max_tokens=16, ignore_eos=True, stop=[stop], **{field: True}))
+        assert kept == cut + stop
+        return
+    assert _text(_complete(url, max_tokens=16, ignore_eos=True, **{key: [value]})) == cut
+
+
+def _effect_bias(url: str, field: str) -> None:
+    token = _token(url, " hello")
+    biased = {"logit_bias": {str(token): 100}}
+    r = _complete(url, **biased)
+    assert r["choices"][0]["text"] == " hello" * 8
+    if field == "stop_token_ids":
+        r = _complete(url, **biased, stop_token_ids=[token])
+        # as vLLM: the stop token (not a special one) stays in the text
+        assert r["choices"][0]["finish_reason"] == "stop" and r["usage"]["completion_tokens"] == 1
+
+
+def _effect_eos(url: str, field: str) -> None:
+    eos = {"logit_bias": {"2": 100}}  # <|im_end|>
+    assert _complete(url, **eos)["usage"]["completion_tokens"] <= 1
+    assert _complete(url, **eos, ignore_eos=True)["usage"]["completion_tokens"] == 8
+
+
+def _effect_special(url: str, field: str) -> None:
+    special = {"logit_bias": {"1": 100}, "max_tokens": 2, "ignore_eos": True}  # <|im_start|>
+    assert "<|im_start|>" not in _text(_complete(url, **special))
+    assert "<|im_start|>" in _text(_complete(url, **special, skip_special_tokens=False))
+
+
+def _effect_budget(url: str, field: str) -> None:
+    call = _chat if field == "max_completion_tokens" else _complete
+    r = call(url, **{field: 3, "max_tokens": None if field != "max_tokens" else 3}, ignore_eos=True)
+    assert r["usage"]["completion_tokens"] == 3
+
+
+def _effect_shape(url: str, field: str) -> None:
+    if field == "n":
+        r = _complete(url, n=2, **HOT)
+        assert len(r["choices"]) == 2 and _text(r, 0) != _text(r, 1)
+    elif field == "best_of":
+        assert len(_complete(url, n=2, best_of=2, **HOT)["choices"]) == 2
+    elif field in ("stream", "stream_options"):
+        options = {"stream_options": {"include_usage": True}} if field == "stream_options" else {}
+        body = {"model": MODEL, "prompt": "Hi", "max_tokens": 3, "stream": True, **options}
+        r = post(url, "completions", body)
+        assert r.headers["content-type"].startswith("text/event-stream")
+        events = [json.loads(x) for x in re.findall(r"^data: (\{.*)$", r.text, flags=re.M)]
+        assert (events[-1].get("usage") is not None) == (field == "stream_options")
+    elif field == "echo":
+        assert _text(_complete(url, echo=True)).startswith("Hi there")
+    elif field == "logprobs":
+        assert len(_complete(url, logprobs=2)["choices"][0]["logprobs"]["top_logprobs"][0]) == 2
+        chat = _chat(url, logprobs=True, top_logprobs=2)["choices"][0]["logprobs"]["content"]
+        assert len(chat[0]["top_logprobs"]) == 2
+    elif field == "top_logprobs":
+        chat = _chat(url, logprobs=True, top_logprobs=3)["choices"][0]["logprobs"]["content"]
+        assert len(chat[0]["top_logprobs"]) == 3
+    elif field == "model":
+        assert _complete(url, model="TINY")["model"] == MODEL
+    elif field == "add_special_tokens":
+        with_special = _complete(url, add_special_tokens=True)["usage"]["prompt_tokens"]
+        without = _complete(url, add_special_tokens=False)["usage"]["prompt_tokens"]
+        assert with_special >= without  # SmolLM2's tokenizer adds no BOS: equal is its effect
+    elif field in ("prompt", "messages"):
+        call = _complete if field == "prompt" else _chat
+        other = {"prompt": "Bye"} if field == "prompt" else {
+            "messages": [{"role": "user", "content": "Something else entirely"}]}  # fmt: skip
+        # the first token's log-probability depends on the prompt (the tiny model's greedy
+        # text may not: it often repeats one token)
+        probe = {"logprobs": 1} if field == "prompt" else {"logprobs": True}
+        first = [call(url, **probe, **o)["choices"][0]["logprobs"] for o in ({}, other)]
+        if field == "prompt":
+            assert first[0]["token_logprobs"][0] != first[1]["token_logprobs"][0]
+        else:
+            assert first[0]["content"][0]["logprob"] != first[1]["content"][0]["logprob"]
+    elif field == "json_object":
+        assert _text(_complete(url, json_object=True, max_tokens=4)).startswith("{")
+
+
+EFFECTS = {
+    **dict.fromkeys(("temperature", "seed", "top_p", "top_k", "min_p"), _effect_sampling),
+    **dict.fromkeys(
+        ("frequency_penalty", "presence_penalty", "repetition_penalty"), _effect_penalty
+    ),
+    **dict.fromkeys(
+        ("stop", "stop_regex", "no_stop_trim", "include_stop_str_in_output"), _effect_stop
+    ),
+    **dict.fromkeys(("logit_bias", "stop_token_ids"), _effect_bias),
+    "ignore_eos": _effect_eos,
+    "skip_special_tokens": _effect_special,
+    **dict.fromkeys(("max_tokens", "max_completion_tokens"), _effect_budget),
+    **dict.fromkeys(
+        (
+            "n",
+            "best_of",
+            "stream",
+            "stream_options",
+            "echo",
+            "logprobs",
+            "top_logprobs",
+            "model",
+            "add_special_tokens",
+            "prompt",
+            "messages",
+            "json_object",
+        ),
+        _effect_shape,
+    ),  # fmt: skip
+}
+# honored fields whose effect another test shows
+EFFECT_ELSEWHERE = {
+    "min_tokens": "test_vllm_min_tokens_and_include_stop_str_in_output_are_honored",
+    "spaces_between_special_tokens": "one value only (true): nothing to compare",
+    "tools": "test_openai_tools.py, test_strict_tools_under_auto_are_grammar_held",
+    "tool_choice": "test_openai_tools.py (required, named, auto)",
+    "parallel_tool_calls": "test_openai_tools.py::test_tool_choice_required_can_call_several_"
+    "tools_and_parallel_false_calls_one",
+    "response_format": "test_response_format_structural_tag, test_strict_schema.py",
+    **dict.fromkeys(CONSTRAINED, "test_every_field_is_honored_ignored_or_refused (CONSTRAINED)"),
+}
+HONORED = sorted(
+    {
+        name
+        for table in (CHAT_FIELDS, COMPLETION_FIELDS)
+        for name, rule in table.items()
+        if rule.status is Status.HONORED
+    }
+)
+
+
+def test_every_honored_field_has_an_effect_test():
+    assert [n for n in HONORED if n not in EFFECTS and n not in EFFECT_ELSEWHERE] == []
+
+
+@pytest.mark.parametrize("field", sorted(EFFECTS))
+def test_honored_field_has_its_effect(tiny_server_url, field):
+    EFFECTS[field](tiny_server_url, field)
