@@ -26,6 +26,7 @@ cached as for any grammar. The semantics follow xgrammar's documentation
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -63,7 +64,10 @@ def structural_tag_grammar(
     elif "structures" in spec:
         _keys(spec, "", {"type", "structures", "triggers"})
         _type_is(spec, "", "structural_tag")
-        body = builder.format(_legacy(spec), "")
+        try:
+            body = builder.format(_legacy(spec), "")
+        except GrammarError as err:  # name the client's own places: structures[i], not tags[i]
+            raise GrammarError(_legacy_places(str(err)), source=_SOURCE) from None
     else:
         raise _error("", "expected 'format' (xgrammar's format) or 'structures' and 'triggers'")
     builder.rules["root"] = body
@@ -85,6 +89,11 @@ def _legacy(spec: dict[str, Any]) -> dict[str, Any]:
         tags.append({"type": "tag", "begin": item.get("begin"), "content": content,
                      "end": item.get("end")})  # fmt: skip
     return {"type": "triggered_tags", "triggers": spec.get("triggers"), "tags": tags}
+
+
+def _legacy_places(message: str) -> str:
+    message = re.sub(r"\.tags\[(\d+)\]\.content\.json_schema", r".structures[\1].schema", message)
+    return re.sub(r"\.tags\[(\d+)\]", r".structures[\1]", message)
 
 
 class _Builder:
@@ -124,17 +133,17 @@ class _Builder:
             try:
                 schema = json.loads(schema)
             except json.JSONDecodeError as err:
-                raise _error(f"{path}.json_schema", f"not valid JSON ({err})") from None
+                raise _error(_at(path, "json_schema"), f"not valid JSON ({err})") from None
         if schema is False:
-            raise _error(f"{path}.json_schema", "the schema false matches no output")
+            raise _error(_at(path, "json_schema"), "the schema false matches no output")
         if schema is True:
             schema = {}
         if not isinstance(schema, dict):
-            raise _error(f"{path}.json_schema", "expected a JSON Schema object")
+            raise _error(_at(path, "json_schema"), "expected a JSON Schema object")
         try:
             bodies, _, _ = schema_rules(schema, strict=self.strict)
         except GrammarError as err:
-            raise _error(f"{path}.json_schema", str(err)) from None
+            raise _error(_at(path, "json_schema"), str(err)) from None
         prefix = self._prefix()
         for name, body in bodies.items():
             self.rules[prefix + name] = _renamed(regex_to_rule(body, self.budget), prefix)
@@ -146,9 +155,9 @@ class _Builder:
         try:
             node = regex_to_rule(pattern, self.budget)
         except GrammarError as err:
-            raise _error(f"{path}.pattern", str(err)) from None
+            raise _error(_at(path, "pattern"), str(err)) from None
         if Grammar({"r": node}, "r").references():
-            raise _error(f"{path}.pattern", "(?&name) rule calls are not part of a regex")
+            raise _error(_at(path, "pattern"), "(?&name) rule calls are not part of a regex")
         return node
 
     def grammar(self, fmt: dict[str, Any], path: str) -> Node:
@@ -157,7 +166,7 @@ class _Builder:
         try:
             parsed = parse_ebnf(_str(fmt, "grammar", path))
         except GrammarError as err:
-            raise _error(f"{path}.grammar", str(err)) from None
+            raise _error(_at(path, "grammar"), str(err)) from None
         prefix = self._prefix()
         for name, body in parsed.rules.items():
             self.rules[prefix + name] = _renamed(body, prefix)
@@ -192,9 +201,9 @@ class _Builder:
         _keys(fmt, path, {"type", "min", "max", "content"})
         lo, hi = fmt.get("min"), fmt.get("max")
         if not isinstance(lo, int) or isinstance(lo, bool) or lo < 0:
-            raise _error(f"{path}.min", "expected a non-negative integer")
+            raise _error(_at(path, "min"), "expected a non-negative integer")
         if not isinstance(hi, int) or isinstance(hi, bool) or (hi != -1 and hi < lo):
-            raise _error(f"{path}.max", "expected an integer >= min, or -1 (no bound)")
+            raise _error(_at(path, "max"), "expected an integer >= min, or -1 (no bound)")
         return self._repeat(fmt, path, lo, None if hi == -1 else hi, checked=True)
 
     def _repeat(
@@ -202,14 +211,14 @@ class _Builder:
     ) -> Node:
         if not checked:
             _keys(fmt, path, {"type", "content"})
-        content = self.format(fmt.get("content"), f"{path}.content")
+        content = self.format(fmt.get("content"), _at(path, "content"))
         return Repeat(self._rule("repeat", content), lo, hi)
 
     def _elements(self, fmt: dict[str, Any], path: str) -> list[Node]:
         elements = _list(fmt, "elements", path)
         if not elements:
-            raise _error(f"{path}.elements", "expected at least one format")
-        return [self.format(e, f"{path}.elements[{i}]") for i, e in enumerate(elements)]
+            raise _error(_at(path, "elements"), "expected at least one format")
+        return [self.format(e, _at(path, f"elements[{i}]")) for i, e in enumerate(elements)]
 
     # ------------------------------------------------------------------ tags
     def tag(self, fmt: dict[str, Any], path: str, *, skip: int = 0) -> Node:
@@ -217,33 +226,33 @@ class _Builder:
         _keys(fmt, path, {"type", "begin", "content", "end"})
         if fmt.get("type", "tag") != "tag":
             raise _error(path, f"expected a tag, got type {fmt.get('type')!r}")
-        begin = _text(fmt.get("begin"), f"{path}.begin").encode("utf-8")
+        begin = _text(fmt.get("begin"), _at(path, "begin")).encode("utf-8")
         end = fmt.get("end")
         ends = [end] if isinstance(end, str) else end
         if not isinstance(ends, list) or not ends:
-            raise _error(f"{path}.end", "expected a string or a non-empty list of strings")
-        ends_bytes = [_text(e, f"{path}.end").encode("utf-8") for e in ends]
+            raise _error(_at(path, "end"), "expected a string or a non-empty list of strings")
+        ends_bytes = [_text(e, _at(path, "end")).encode("utf-8") for e in ends]
         content = fmt.get("content")
         head = literal(begin[skip:])
         if isinstance(content, dict) and content.get("type") == "any_text":
             # free text up to the first end string (an empty end: up to the end of the output)
-            _keys(content, f"{path}.content", {"type", "excludes", "max_tokens", "max_chars"})
-            _neutral(content, f"{path}.content", "max_tokens", None, "not supported")
-            _neutral(content, f"{path}.content", "max_chars", None, "not supported")
+            _keys(content, _at(path, "content"), {"type", "excludes", "max_tokens", "max_chars"})
+            _neutral(content, _at(path, "content"), "max_tokens", None, "not supported")
+            _neutral(content, _at(path, "content"), "max_chars", None, "not supported")
             stops = [e for e in ends_bytes if e]
-            scanner = _Scanner(_strings(content, "excludes", f"{path}.content"), stops, path)
+            scanner = _Scanner(_strings(content, "excludes", _at(path, "content")), stops, path)
             text = scanner.graph(lambda key: EMPTY, finals=len(stops) < len(ends_bytes))
             return Seq((head, self._rule("text", text)))
-        body = self.format(content, f"{path}.content")
+        body = self.format(content, _at(path, "content"))
         return Seq((head, body, Alt(tuple(literal(e) for e in ends_bytes))))
 
     def _tags(self, fmt: dict[str, Any], path: str) -> list[dict[str, Any]]:
         tags = _list(fmt, "tags", path)
         if not tags:
-            raise _error(f"{path}.tags", "expected at least one tag")
+            raise _error(_at(path, "tags"), "expected at least one tag")
         for i, t in enumerate(tags):
             if not isinstance(t, dict):
-                raise _error(f"{path}.tags[{i}]", "expected a tag object")
+                raise _error(_at(path, f"tags[{i}]"), "expected a tag object")
         return tags
 
     def triggered_tags(self, fmt: dict[str, Any], path: str) -> Node:
@@ -251,10 +260,10 @@ class _Builder:
                           "excludes"})  # fmt: skip
         triggers = _strings(fmt, "triggers", path)
         if not triggers or any(not t for t in triggers):
-            raise _error(f"{path}.triggers", "expected a non-empty list of non-empty strings")
+            raise _error(_at(path, "triggers"), "expected a non-empty list of non-empty strings")
         by_trigger: dict[bytes, list[Node]] = {t.encode("utf-8"): [] for t in triggers}
         for i, tag in enumerate(self._tags(fmt, path)):
-            tag_path = f"{path}.tags[{i}]"
+            tag_path = _at(path, f"tags[{i}]")
             begin = _text(tag.get("begin"), f"{tag_path}.begin").encode("utf-8")
             owners = [t for t in by_trigger if begin.startswith(t)]
             if len(owners) != 1:
@@ -267,7 +276,7 @@ class _Builder:
         stop_after_first = _bool(fmt, "stop_after_first", path)
         exits: dict[bytes, Node] = {t: Alt(tuple(n)) for t, n in by_trigger.items() if n}
         if not exits:
-            raise _error(f"{path}.triggers", "no tag begins with any trigger")
+            raise _error(_at(path, "triggers"), "no tag begins with any trigger")
         scanner = _Scanner(_strings(fmt, "excludes", path), list(exits), path)
         return self._rule("tags", scanner.tag_loop(exits, at_least_one, stop_after_first))
 
@@ -276,7 +285,10 @@ class _Builder:
         one = self._rule(
             "tag",
             Alt(
-                tuple(self.tag(t, f"{path}.tags[{i}]") for i, t in enumerate(self._tags(fmt, path)))
+                tuple(
+                    self.tag(t, _at(path, f"tags[{i}]"))
+                    for i, t in enumerate(self._tags(fmt, path))
+                )
             ),
         )
         separator = literal(_str(fmt, "separator", path).encode("utf-8"))
@@ -337,7 +349,7 @@ class _Scanner:
     def __init__(self, avoid: list[str], exits: list[bytes], path: str) -> None:
         avoid_bytes = {a.encode("utf-8") for a in avoid}
         if b"" in avoid_bytes:
-            raise _error(f"{path}.excludes", "an excluded string must not be empty")
+            raise _error(_at(path, "excludes"), "an excluded string must not be empty")
         keys = avoid_bytes | set(exits)
         if sum(len(k) for k in keys) > MAX_SCAN_BYTES:
             raise _error(path, f"the trigger and excluded strings exceed {MAX_SCAN_BYTES} bytes")
@@ -434,6 +446,11 @@ def _renamed(node: Node, prefix: str) -> Node:
 # ---------------------------------------------------------------------- spec checks
 
 
+def _at(path: str, key: str) -> str:
+    """``key`` inside ``path`` ("" is the spec's top level)."""
+    return f"{path}.{key}" if path else key
+
+
 def _error(path: str, message: str) -> GrammarError:
     where = f"structural_tag.{path}" if path else "structural_tag"
     return GrammarError(f"{where}: {message}", source=_SOURCE)
@@ -442,18 +459,18 @@ def _error(path: str, message: str) -> GrammarError:
 def _keys(obj: dict[str, Any], path: str, allowed: set[str]) -> None:
     unknown = sorted(set(obj) - allowed)
     if unknown:
-        where = f"{path}.{unknown[0]}" if path else unknown[0]
+        where = _at(path, unknown[0])
         raise _error(where, "unknown field")
 
 
 def _type_is(obj: dict[str, Any], path: str, kind: str) -> None:
     if obj.get("type", kind) != kind:
-        raise _error(f"{path}.type" if path else "type", f"expected {kind!r}")
+        raise _error(_at(path, "type"), f"expected {kind!r}")
 
 
 def _neutral(obj: dict[str, Any], path: str, key: str, value: Any, why: str) -> None:
     if key in obj and obj[key] != value and not (value is None and obj[key] is None):
-        raise _error(f"{path}.{key}", f"only {json.dumps(value)} is supported ({why})")
+        raise _error(_at(path, key), f"only {json.dumps(value)} is supported ({why})")
 
 
 def _text(value: Any, path: str) -> str:
@@ -465,20 +482,20 @@ def _text(value: Any, path: str) -> str:
 
 
 def _str(obj: dict[str, Any], key: str, path: str) -> str:
-    return _text(obj.get(key), f"{path}.{key}")
+    return _text(obj.get(key), _at(path, key))
 
 
 def _bool(obj: dict[str, Any], key: str, path: str) -> bool:
     value = obj.get(key, False)
     if not isinstance(value, bool):
-        raise _error(f"{path}.{key}", "expected true or false")
+        raise _error(_at(path, key), "expected true or false")
     return value
 
 
 def _list(obj: dict[str, Any], key: str, path: str) -> list[Any]:
     value = obj.get(key)
     if not isinstance(value, list):
-        where = f"{path}.{key}" if path else key
+        where = _at(path, key)
         raise _error(where, f"expected a list, got {type(value).__name__}")
     return value
 
@@ -486,6 +503,6 @@ def _list(obj: dict[str, Any], key: str, path: str) -> list[Any]:
 def _strings(obj: dict[str, Any], key: str, path: str) -> list[str]:
     value = obj.get(key, [])
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        where = f"{path}.{key}" if path else key
+        where = _at(path, key)
         raise _error(where, "expected a list of strings")
     return value

@@ -282,6 +282,15 @@ def test_strict_closes_objects(vocab):
         ),
         (_st({"type": "tag", "begin": "<a>", "content": {"type": "any_text"}, "end": []}), ".end"),
         (_st({"type": "const_string", "value": "x", "extra": 1}), "format.extra: unknown field"),
+        (
+            {"structures": [{"begin": "<a>", "schema": False, "end": "x"}], "triggers": ["<a"]},
+            "structural_tag.structures[0].schema: the schema false",
+        ),
+        (
+            {"structures": [{"begin": "<a>", "schema": {}, "end": "x"}], "triggers": ["<b"]},
+            "structural_tag.structures[0].begin: must start with exactly one trigger",
+        ),
+        ({"structures": [], "triggers": "<a"}, "structural_tag.triggers: expected a list"),
     ],
 )
 def test_errors_name_the_place(vocab, spec, where):
