@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import time
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 
 from ..request import RequestOutput
@@ -53,6 +53,7 @@ from .responses_input import (
     ResponsesRequest,
     chat_tool_choice,
     chat_tools,
+    input_item_list,
     input_messages,
     output_messages,
 )
@@ -106,7 +107,8 @@ async def create_response(body: ResponsesRequest, request: Request):
     gen = await submit(client, [job], constraint)
     started = _started(body, sent, client)
     kept = store if body.store is not False else None
-    complete = partial(_complete, started, kept, conversation)
+    listed = tuple(input_item_list(body.input, item_id)) if kept is not None else ()
+    complete = partial(_complete, started, kept, conversation, listed)
     output = ToolOutput(tools, tool_choice, bare_calls=not holds_tagged_calls(constraint))
     tokenizer = client.engine.tokenizer
     if body.stream:
@@ -141,6 +143,36 @@ async def delete_response(response_id: str, request: Request) -> OrjsonResponse:
     _stored(store, response_id)
     store.delete(response_id)
     return OrjsonResponse({"id": response_id, "object": "response", "deleted": True})
+
+
+@router.get("/v1/responses/{response_id}/input_items", include_in_schema=False)
+async def list_input_items(
+    response_id: str,
+    request: Request,
+    order: Literal["asc", "desc"] = "desc",
+    limit: int = Query(20, ge=1, le=100),
+    after: str | None = None,
+) -> OrjsonResponse:
+    """A stored response's own input items, as OpenAI pages them (newest first by default;
+    ``after``: the id of the item the previous page ended with)."""
+    items = list(_stored(store_of(request), response_id).input_items)
+    if order == "desc":
+        items.reverse()
+    if after is not None:
+        ids = [item["id"] for item in items]
+        if after not in ids:
+            raise APIError(400, f"after: no input item {after!r} in this response", "after")
+        items = items[ids.index(after) + 1 :]
+    page = items[:limit]
+    return OrjsonResponse(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(items) > limit,
+        }
+    )
 
 
 def _stored(store: ResponseStore, response_id: str) -> StoredResponse:
@@ -267,6 +299,7 @@ def _complete(
     started: Payload,
     store: ResponseStore | None,
     conversation: list[ChatMessage],
+    input_items: tuple[Payload, ...],
     result: RequestOutput | Any | None,
     items: list[Payload],
     error: str | None,
@@ -289,7 +322,8 @@ def _complete(
     else:
         response["completed_at"] = int(time.time())
     if store is not None:
-        store.put(StoredResponse(response, (*conversation, *output_messages(items))))
+        messages = (*conversation, *output_messages(items))
+        store.put(StoredResponse(response, messages, input_items))
     return response
 
 

@@ -221,3 +221,27 @@ def chat_tool_choice(tool_choice: str | dict[str, Any] | None, has_tools: bool) 
             f"only {{'type': 'function', 'name': ...}} is supported, got {tool_choice!r}",
         )
     return NamedToolChoice(function=NamedFunction(name=tool_choice["name"]))
+
+
+def input_item_list(items: str | list[Any], new_id: Any) -> list[dict[str, Any]]:
+    """The request's input as OpenAI lists it (``GET /v1/responses/{id}/input_items``): items
+    with ids (``new_id(prefix)`` where the client gave none) and ``status``. Call after
+    ``input_messages`` has checked them."""
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    listed = []
+    for item in items:
+        kind = item.get("type", "message")
+        if kind == "message":
+            part = "output_text" if item["role"] == "assistant" else "input_text"
+            content = item["content"]
+            if isinstance(content, str):
+                content = [{"type": part, "text": content}]
+            listed.append(
+                {"id": item.get("id") or new_id("msg"), "type": "message",
+                 "role": item["role"], "content": content, "status": "completed"}
+            )  # fmt: skip
+        else:
+            prefix = "fc" if kind == "function_call" else "fco"
+            listed.append({"status": "completed", **item, "id": item.get("id") or new_id(prefix)})
+    return listed

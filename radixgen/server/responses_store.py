@@ -27,11 +27,13 @@ DEFAULT_MAX_BYTES = 128 * 2**20
 class StoredResponse:
     body: dict[str, Any]  # the response object
     conversation: tuple[ChatMessage, ...]  # input (with earlier turns) and output
+    input_items: tuple[dict[str, Any], ...] = ()  # its own input, as GET .../input_items lists it
     size: int = field(init=False)  # bytes of its JSON and text, about
 
     def __post_init__(self) -> None:
         text = sum(len(m.text) + 64 for m in self.conversation)
-        object.__setattr__(self, "size", len(orjson.dumps(self.body)) + text)
+        items = len(orjson.dumps(self.input_items))
+        object.__setattr__(self, "size", len(orjson.dumps(self.body)) + text + items)
 
 
 class ResponseStore:

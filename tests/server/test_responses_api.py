@@ -164,6 +164,32 @@ def test_a_stored_response_can_be_retrieved_and_deleted(client):
         client.responses.retrieve(r.id)
 
 
+def test_input_items_list_a_stored_responses_own_input(client, tiny_server_url):
+    """``client.responses.input_items.list``: the response's own input (not the earlier turns),
+    newest first by default, paged with ``limit`` and ``after``."""
+    first = client.responses.create(model=MODEL, input="Hi", max_output_tokens=2)
+    items = [
+        {"role": "user", "content": "What is the weather?"},
+        {"type": "function_call", "call_id": "call_1", "name": "weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "Sunny"},
+    ]
+    r = client.responses.create(
+        model=MODEL, input=items, previous_response_id=first.id, max_output_tokens=2
+    )
+    listed = client.responses.input_items.list(r.id, order="asc")
+    assert [i.type for i in listed.data] == ["message", "function_call", "function_call_output"]
+    assert listed.data[0].content[0].text == "What is the weather?"
+    assert listed.data[2].output == "Sunny" and all(i.id for i in listed.data)
+    newest = client.responses.input_items.list(r.id, limit=1)
+    assert newest.data[0].type == "function_call_output" and newest.has_more
+    rest = client.responses.input_items.list(r.id, limit=5, after=newest.data[0].id)
+    assert [i.type for i in rest.data] == ["function_call", "message"] and not rest.has_more
+    only = client.responses.input_items.list(first.id)
+    assert [i.content[0].text for i in only.data] == ["Hi"]
+    missing = httpx.get(f"{tiny_server_url}/v1/responses/resp_nope/input_items", headers=AUTH)
+    assert missing.status_code == 404
+
+
 def test_store_false_keeps_nothing(tiny_server_url):
     r = post(tiny_server_url, store=False)
     assert r.status_code == 200 and r.json()["store"] is False
