@@ -237,27 +237,17 @@ class GrammarCompiler:
         self, kind: str, key: tuple[str, str, str], spec: Any, options: dict[str, Any]
     ) -> CompiledGrammar | CfgGrammar:
         budget = Budget(timeout_s=self.timeout_s, max_terms=self.max_terms)
-        if kind == "ebnf":
-            rules = parse_ebnf(spec, root=options.get("root", "root"))
+        if kind in ("ebnf", "structural_tag"):  # grammars written as rules: the Earley engine
+            if kind == "ebnf":
+                grammar = parse_ebnf(spec, root=options.get("root", "root"))
+            else:
+                grammar = structural_tag_grammar(
+                    spec, strict=options.get("strict", False), budget=budget
+                )
             cfg = compile_rules(
-                rules, self.vocab, key=key, max_states=self.max_states, budget=budget
+                grammar, self.vocab, kind=kind, key=key, max_states=self.max_states, budget=budget
             )
             cfg.warm_up(self.precompute_s)
-            return cfg
-        if kind == "structural_tag":
-            grammar = structural_tag_grammar(
-                spec, strict=options.get("strict", False), budget=budget
-            )
-            cfg = compile_rules(
-                grammar,
-                self.vocab,
-                kind=kind,
-                key=key,
-                max_states=self.max_states,
-                budget=budget,
-            )
-            cfg.warm_up(self.precompute_s)
-            budget.clear_deadline()
             return cfg
         try:
             return self._build_regex(kind, key, spec, options, budget)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from .tokenizer import Tokenizer
 
@@ -88,9 +88,8 @@ class StopStringMatcher:
         self.patterns = [re.compile(r) for r in regexes]
         self._max_len = max((len(s) for s in stops), default=0)
         widths = [max_match_len(p) for p in self.patterns]
-        self._regex_width: int | None = 0 if None not in widths else None
-        if self._regex_width is not None:
-            self._regex_width = max((w for w in widths if w is not None), default=0)
+        # the longest match of any pattern; None: some pattern's matches are unbounded
+        self._regex_width = None if None in widths else max(cast(list[int], widths), default=0)
         self._scan_from = 0
         self._hit: tuple[int, int, str] | None = None  # (start, end, the stop string or pattern)
 

@@ -133,6 +133,12 @@ class Engine:
     def grammar_compiler(self) -> GrammarCompiler | ExternalCompiler:
         return self.constraints.compiler
 
+    @property
+    def max_sequence_len(self) -> int:
+        """The most tokens one request holds, prompt and output: the context, within the KV
+        pool."""
+        return min(self.context_len, self.max_total_tokens)
+
     def _build_memory(self) -> None:
         cfg = self.model.config
         self.context_len = min(
@@ -174,7 +180,7 @@ class Engine:
         self.scorer = Scorer(
             self.kv,
             cfg.vocab_size,
-            max_len=min(self.context_len, self.max_total_tokens) - 1,
+            max_len=self.max_sequence_len - 1,
             share_prompt=not self.config.disable_radix_cache,
             budget=self.scheduler.budget,
         )
@@ -346,7 +352,7 @@ class Engine:
         self.scheduler.add(req)
 
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
-        limit = min(self.context_len, self.max_total_tokens) - 1
+        limit = self.max_sequence_len - 1
         return prompt_ids(prompt, self.tokenizer, limit, vocab_size=self.model.config.vocab_size)
 
     def abort(self, rid: str) -> None:

@@ -243,7 +243,7 @@ class EngineClient:
 
     def _prepare(self, job: Job) -> tuple[list[int], SamplingParams]:
         engine = self.engine
-        limit = min(engine.context_len, engine.max_total_tokens)
+        limit = engine.max_sequence_len
         ids = prompt_ids(  # token ids are checked against the vocabulary by add_request
             job.prompt,
             engine.tokenizer,

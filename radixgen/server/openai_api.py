@@ -193,7 +193,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> OrjsonResponse:
         add_special, param = bool(body.add_special_tokens), "messages"
     else:
         text, add_special, param = body.prompt or "", body.add_special_tokens is not False, "prompt"
-    limit = min(engine.context_len, engine.max_total_tokens)
+    limit = engine.max_sequence_len
     try:  # a prompt past the context is still counted (what a client asks /tokenize to learn)
         ids = prompt_ids(text, engine.tokenizer, 2**31, add_special_tokens=add_special, param=param)
     except ValueError as exc:
@@ -312,28 +312,41 @@ def _chat_params(
     """
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, "top_logprobs: requires logprobs: true", param="top_logprobs")
-    found = constraints(sent)
-    schema = (
-        constrained_schema(
-            body.tools or [], tool_choice, parallel=body.parallel_tool_calls is not False
-        )
-        if tool_choice not in ("none", "auto")
-        else None
+    parallel = body.parallel_tool_calls is not False
+    constraint = tool_constraint(
+        constraints(sent), body.tools, tool_choice, parallel=parallel, field="tools"
     )
-    if schema is not None:
-        found.append(("tools", "json_schema", schema))
-    constraint = one_constraint(found)
-    if tool_choice == "auto" and body.tools:
-        constraint = strict_auto(
-            body.tools, constraint, parallel=body.parallel_tool_calls is not False
-        )
     params = sampling_params(
         sent, constraint, logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0
     )
     return params, constraint
 
 
-def strict_auto(
+def tool_constraint(
+    found: list[Constraint],
+    tools: list[Tool] | None,
+    tool_choice: Any,
+    *,
+    parallel: bool,
+    field: str,
+) -> Constraint | None:
+    """The one constraint of a request that may carry tools: those ``found`` in the body, the
+    calls a required or named ``tool_choice`` asks for (from the client's ``field``), and under
+    "auto" the strict tools' structural tag; two of them are a 400."""
+    schema = (
+        constrained_schema(tools or [], tool_choice, parallel=parallel)
+        if tool_choice not in ("none", "auto")
+        else None
+    )
+    if schema is not None:
+        found = [*found, (field, "json_schema", schema)]
+    constraint = one_constraint(found)
+    if tool_choice == "auto" and tools:
+        constraint = _strict_auto(tools, constraint, parallel=parallel)
+    return constraint
+
+
+def _strict_auto(
     tools: list[Tool], other: Constraint | None, *, parallel: bool
 ) -> Constraint | None:
     """ "auto" with strict ``tools``: the structural tag that holds their calls (and ``other``,
@@ -347,7 +360,7 @@ def strict_auto(
 
 
 def holds_tagged_calls(constraint: Constraint | None) -> bool:
-    """Whether ``constraint`` is ``strict_auto``'s: only tagged calls are then calls."""
+    """Whether ``constraint`` is ``_strict_auto``'s: only tagged calls are then calls."""
     return constraint is not None and constraint[:2] == ("tools", "structural_tag")
 
 
@@ -451,7 +464,7 @@ async def _echo_only(
             400, "max_tokens: 0 needs echo: true (the prompt and its logprobs)", param="max_tokens"
         )
     engine = client.engine
-    limit = min(engine.context_len, engine.max_total_tokens)
+    limit = engine.max_sequence_len
     add_special = body.add_special_tokens is not False
     counts = [
         len(prompt_ids(p, engine.tokenizer, limit, add_special_tokens=add_special)) for p in prompts
@@ -507,7 +520,7 @@ def _prompt_text(engine: Any, prompt: str | list[int]) -> str:
     )
 
 
-def _meta(prefix: str, client: EngineClient, requested: str | None = None) -> dict[str, Any]:
+def _meta(prefix: str, client: EngineClient, requested: str) -> dict[str, Any]:
     """A response's id, time and model (``requested``: the body's ``model``)."""
     return {
         "id": f"{prefix}-{uuid.uuid4().hex}",

@@ -35,7 +35,6 @@ from .fields import (
     check_strict_tools,
     check_table,
     constraints,
-    one_constraint,
     text_constraint,
 )
 from .logprobs import chat_logprobs
@@ -45,8 +44,8 @@ from .openai_api import (
     holds_tagged_calls,
     sampling_params,
     sent_fields,
-    strict_auto,
     submit,
+    tool_constraint,
 )
 from .protocol import ChatMessage, OrjsonResponse, Tool
 from .responses_input import (
@@ -60,7 +59,6 @@ from .responses_input import (
 from .responses_store import ResponseStore, StoredResponse
 from .responses_stream import OutputItems, Payload, item_id, item_status, response_stream
 from .tool_parser import ToolOutput
-from .tools import constrained_schema
 
 router = APIRouter()
 
@@ -239,16 +237,8 @@ def _params(
     """``(params, the constraint and the field it came from)``, as the chat route's: the text
     format, a required or named tool choice, or a chat extra; two of them are a 400."""
     found = constraints(sent) + (text_constraint(body.text) if body.text is not None else [])
-    schema = (
-        constrained_schema(tools or [], tool_choice, parallel=body.parallel_tool_calls is not False)
-        if tool_choice not in ("none", "auto")
-        else None
-    )
-    if schema is not None:
-        found.append(("tool_choice", "json_schema", schema))
-    constraint = one_constraint(found)
-    if tool_choice == "auto" and tools:
-        constraint = strict_auto(tools, constraint, parallel=body.parallel_tool_calls is not False)
+    parallel = body.parallel_tool_calls is not False
+    constraint = tool_constraint(found, tools, tool_choice, parallel=parallel, field="tool_choice")
     top = body.top_logprobs or 0
     params = sampling_params(
         sent, constraint, logprobs=logprobs, top_logprobs=top if logprobs else 0

@@ -32,6 +32,7 @@ class FakeEngine:
         self.tokenizer = FakeTokenizer()
         self.context_len = context_len
         self.max_total_tokens = 1000
+        self.max_sequence_len = min(context_len, self.max_total_tokens)
         self.model_path = "/models/fake.gguf"
         self.config = SimpleNamespace(max_running_requests=max_running)
         self.started: list[tuple[list[int], SamplingParams]] = []
