@@ -1,9 +1,14 @@
 """Offline generation throughput: radixgen vs transformers ``generate`` on the same model, same run.
 
 Generated tokens/s at batch 1, 8 and 32 (mixed prompt lengths, 128 new tokens, greedy,
-``ignore_eos`` so both sides generate exactly the same number of tokens).
+``ignore_eos`` so both sides generate exactly the same number of tokens). ``--quantization``
+runs radixgen once per weight configuration, one engine after another in the same run:
+``auto`` (a GGUF's own blocks, float activations: the default), ``auto:q8`` (its blocks, 8-bit
+activations as llama.cpp), ``none`` (dequantized to float32, as before quantized kernels),
+``q8_0`` / ``q4_0`` / ``q4_1`` (rounded at load; ``:q8`` for 8-bit activations).
 
     python benchmarks/bench_offline.py [--batches 1 8 32] [--new-tokens 128] [--skip-hf]
+        [--quantization auto auto:q8 none]
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import statistics
 import time
 
 import torch
+from quant_configs import engine_for
 from tqdm import tqdm
 
 from radixgen import Engine, SamplingParams
@@ -81,6 +87,13 @@ def main() -> None:
         "--skip-hf", action="store_true", help="only radixgen (no transformers baseline)"
     )
     ap.add_argument(
+        "--quantization",
+        nargs="+",
+        default=["auto"],
+        metavar="CONFIG",
+        help="weight configurations to run: auto, none, q8_0, q4_0, q4_1, each optionally :q8",
+    )
+    ap.add_argument(
         "--threads",
         type=int,
         default=None,
@@ -90,33 +103,45 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    engine = Engine(args.model, num_threads=args.threads)
-    hf = None if args.skip_hf else load_hf(__import__("pathlib").Path(engine.model_path))
-    engine.generate(make_prompts(2), SamplingParams(max_new_tokens=4))  # warm-up
-    rows = []
-    for batch in tqdm(args.batches, desc="batch sizes"):
-        prompts = make_prompts(batch, seed=batch)
-        ours = statistics.median(
-            bench_radixgen(engine, prompts, args.new_tokens) for _ in range(args.repeats)
-        )
-        ref = (
-            statistics.median(bench_hf(*hf, prompts, args.new_tokens) for _ in range(args.repeats))
-            if hf
-            else None
-        )
-        rows.append((batch, ours, ref))
-    engine.shutdown()
+    results: dict[str, dict[int, float]] = {}
+    path = None
+    for config in args.quantization:
+        engine = engine_for(config, args.model, num_threads=args.threads)
+        path = engine.model_path
+        engine.generate(make_prompts(2), SamplingParams(max_new_tokens=4))  # warm-up
+        results[config] = {}
+        for batch in tqdm(args.batches, desc=f"radixgen {config}"):
+            prompts = make_prompts(batch, seed=batch)
+            results[config][batch] = statistics.median(
+                bench_radixgen(engine, prompts, args.new_tokens) for _ in range(args.repeats)
+            )
+        engine.shutdown()
+    reference: dict[int, float] = {}
+    if not args.skip_hf and path is not None:
+        hf = load_hf(__import__("pathlib").Path(path))
+        for batch in tqdm(args.batches, desc="transformers"):
+            prompts = make_prompts(batch, seed=batch)
+            reference[batch] = statistics.median(
+                bench_hf(*hf, prompts, args.new_tokens) for _ in range(args.repeats)
+            )
 
     print(
         f"\nOffline greedy generation, {args.new_tokens} new tokens, mixed prompt lengths (8-200 words), "
-        f"{torch.get_num_threads()} threads"
+        f"{torch.get_num_threads()} threads; tok/s (ratio to transformers)"
     )
-    print(f"{'batch':>5} | {'radixgen tok/s':>14} | {'transformers tok/s':>18} | {'ratio':>6}")
-    print("-" * 54)
-    for batch, ours, ref in rows:
-        ratio = f"{ours / ref:5.2f}x" if ref else "  n/a"
-        ref_s = f"{ref:18.1f}" if ref else f"{'skipped':>18}"
-        print(f"{batch:>5} | {ours:14.1f} | {ref_s} | {ratio:>6}")
+    header = (
+        f"{'batch':>5} | " + " | ".join(f"{c:>18}" for c in results) + f" | {'transformers':>12}"
+    )
+    print(header)
+    print("-" * len(header))
+    for batch in args.batches:
+        ref = reference.get(batch)
+        cells = []
+        for config in results:
+            ours = results[config][batch]
+            cells.append(f"{ours:9.1f} ({ours / ref:4.2f}x)" if ref else f"{ours:18.1f}")
+        ref_s = f"{ref:12.1f}" if ref else f"{'skipped':>12}"
+        print(f"{batch:>5} | " + " | ".join(f"{c:>18}" for c in cells) + f" | {ref_s}")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ reference, one module per op.
     attention/                          decode (reference, Triton, C + shared-prefix cascade,
                                         slot runs; plan_decode decides) and extend attention
     linear.py                           PackedLinear (oneDNN-prepacked weights on CPU)
+    quant.py                            GGUF block formats: QuantizedTensor, quantized matmul
+                                        (reference, C, Triton), QuantizedLinear, embedding
     layer_ops.py                        LayerOps for the model: native (C, unchecked) or per-op
     _cbuild.py                          build, cache and load csrc/ (ctypes)
     _dispatch.py, _triton.py            backend choice; lazy Triton
@@ -17,6 +19,7 @@ imported lazily and the C kernels are built on first use, so this package import
 either. The runtime imports only the names below.
 """
 
+from ._dispatch import use_native
 from .activation import silu_mul
 from .attention import (
     CpuDecodePlan,
@@ -37,8 +40,18 @@ from .layer_ops import (
     choose_layer_ops,
     native_layer_ops,
 )
-from .linear import PackedLinear
+from .linear import Linear, PackedLinear
 from .norm import rms_norm
+from .quant import (
+    QuantizedLinear,
+    QuantizedTensor,
+    cat_rows,
+    embedding,
+    format_of_ggml,
+    quant_c_library,
+    quant_matmul,
+    quantize,
+)
 from .rotary import apply_rotary, build_cos_sin_cache
 
 __all__ = [
@@ -48,20 +61,30 @@ __all__ = [
     "DecodeRuns",
     "HeadShape",
     "LayerOps",
+    "Linear",
     "NativeLayerOps",
     "PackedLinear",
     "PerOpLayerOps",
+    "QuantizedLinear",
+    "QuantizedTensor",
     "allocate_token_bitmask",
     "apply_rotary",
     "apply_token_bitmask_inplace",
     "bitmask_to_bool",
     "build_cos_sin_cache",
+    "cat_rows",
     "choose_layer_ops",
     "decode_attention",
+    "embedding",
     "extend_attention",
+    "format_of_ggml",
     "native_layer_ops",
     "plan_decode",
+    "quant_c_library",
+    "quant_matmul",
+    "quantize",
     "rms_norm",
     "silu_mul",
     "store_kv",
+    "use_native",
 ]

@@ -9,8 +9,18 @@ ops are missing, this is plain ``F.linear``.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 import torch.nn.functional as F
+
+
+class Linear(Protocol):
+    """What the model calls for a matmul: ``PackedLinear`` (float) or ``QuantizedLinear``."""
+
+    out_features: int
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
 
 
 class PackedLinear:

@@ -72,6 +72,10 @@ SCHEDULE_POLICIES = ("auto", "lpm", "fcfs", "dfs-weight")
 GRAMMAR_BACKENDS = ("radixgen", "xgrammar", "llguidance", "outlines")  # = grammar.backends'
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# --quantization: "none" dequantizes a GGUF; the others round every matrix at load time
+# (= kernels.quant.QUANTIZABLE).
+QUANTIZATIONS = ("none", "q8_0", "q4_0", "q4_1")
+QUANT_ACTIVATIONS = ("q8", "f32")  # = kernels.quant.ACTS
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,21 @@ class EngineConfig:
         "auto", "weights and KV dtype (auto: float32 on CPU, bfloat16 on CUDA)", choices=DTYPES
     )
     device: str = option("auto", "cpu, cuda, cuda:N or auto (cuda if available, else cpu)")
+    quantization: str | None = option(
+        None,
+        "weights in blocks, multiplied without expanding them (default: a GGUF keeps its own "
+        "Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K blocks, other checkpoints stay float; none: dequantize; "
+        "q8_0/q4_0/q4_1: round every matrix at load, the embedding and head to q8_0)",
+        choices=QUANTIZATIONS,
+    )
+    quant_activations: str = option(
+        "f32",
+        "activations of the quantized matmuls: f32 keeps them (the dequantized model's outputs "
+        "up to summation order), q8 rounds them to 8 bits per block of 32 as llama.cpp does "
+        "(faster; logits move by ~1 on the default model and greedy outputs then depend on "
+        "batching and caching)",
+        choices=QUANT_ACTIVATIONS,
+    )
     max_total_tokens: int | None = option(
         None, "KV pool size in tokens (default: sized from memory, see --kv-memory-fraction)"
     )
@@ -131,6 +150,14 @@ class EngineConfig:
             )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected {_one_of(DTYPES)}, got {self.dtype!r}")
+        if self.quant_activations not in QUANT_ACTIVATIONS:
+            raise ValueError(
+                f"quant_activations: expected {_one_of(QUANT_ACTIVATIONS)}, got {self.quant_activations!r}"
+            )
+        if self.quantization is not None and self.quantization not in QUANTIZATIONS:
+            raise ValueError(
+                f"quantization: expected {_one_of(QUANTIZATIONS)}, got {self.quantization!r}"
+            )
         if self.max_step_ms is not None and not 0 <= self.max_step_ms <= 3_600_000:
             raise ValueError(f"max_step_ms: expected 0 to 3600000, got {self.max_step_ms}")
         if self.kv_memory_fraction is not None and not 0 < self.kv_memory_fraction < 1:

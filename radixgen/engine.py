@@ -83,7 +83,9 @@ class Engine:
         path = resolve_model(self.config.model)
         self.model_path = str(path)
         self.tokenizer = load_tokenizer(path)
-        self.model = load_model(path, self.dtype, self.device)
+        self.model = load_model(
+            path, self.dtype, self.device, self.config.quantization, self.config.quant_activations
+        )
         self._build_memory()
         self.sampler = Sampler(
             self.model.config.vocab_size, self.device, self.tokenizer.eos_token_ids

@@ -97,3 +97,28 @@ class ModelRunner:
             pool.v_buffers[0],
             q_dtype=self.model.dtype,
         )
+
+
+def standalone_logits(model: LlamaModel, ids: Sequence[int]) -> torch.Tensor:
+    """float32 logits ``[V]`` of the token after ``ids``: one prefill over a private pool, no
+    cache or scheduler (to compare one model's weight paths token for token)."""
+    cfg = model.config
+    n = len(ids)
+    pool = KVPool(n + 1, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, model.dtype, model.device)
+    table = ReqToTokenPool(1, n + 1, model.device)
+    slots = torch.arange(1, n + 1, device=model.device)
+    table.write(0, 0, slots)
+    batch = ForwardBatch(
+        input_ids=torch.tensor(list(ids), device=model.device),
+        positions=torch.arange(n, device=model.device),
+        out_slots=slots,
+        req_pool_indices=torch.tensor([0], device=model.device),
+        prefix_lens=torch.tensor([0], device=model.device),
+        extend_lens=torch.tensor([n], device=model.device),
+        seq_lens=torch.tensor([n], device=model.device),
+        logits_indices=torch.tensor([n - 1], device=model.device),
+        num_decode=0,
+        kv_pool=pool,
+        req_to_token=table.table,
+    )
+    return model.forward(batch)[0]

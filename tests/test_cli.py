@@ -23,6 +23,8 @@ def _flags(command: str) -> set[str]:
 ENGINE_FLAGS = {
     "--model",
     "--dtype",
+    "--quantization",
+    "--quant-activations",
     "--device",
     "--max-total-tokens",
     "--max-running-requests",

@@ -1,8 +1,9 @@
 """Llama-family decoder over the token-indexed KV pool (Llama 2/3, Mistral, Qwen2/2.5, Qwen3, SmolLM).
 
 Weights are in HF layout (``[out_features, in_features]``) with q/k/v and gate/up fused at
-load time so each layer runs four matmuls, each a ``PackedLinear`` (prepacked for oneDNN on
-CPU, plain ``F.linear`` elsewhere). The forward pass takes a ragged
+load time so each layer runs four matmuls, each a ``Linear``: ``PackedLinear`` for float weights
+(prepacked for oneDNN on CPU, plain ``F.linear`` elsewhere) or ``QuantizedLinear`` for weights
+kept in GGUF blocks (the embedding and head may be in blocks too). The forward pass takes a ragged
 ``ForwardBatch``: no padding through the linear layers; decode rows and extend rows share a step.
 """
 
@@ -12,17 +13,20 @@ import threading
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ..config import ModelConfig
 from ..forward_batch import ForwardBatch
 from ..kernels import (
     HeadShape,
     LayerOps,
+    Linear,
     PackedLinear,
+    QuantizedLinear,
+    QuantizedTensor,
     build_cos_sin_cache,
     choose_layer_ops,
     decode_attention,
+    embedding,
     extend_attention,
 )
 
@@ -30,21 +34,21 @@ from ..kernels import (
 @dataclass
 class LayerWeights:
     input_norm: torch.Tensor  # [H]
-    qkv: PackedLinear  # [(Hq + 2 Hkv) * D, H], with the q/k/v bias when the model has one
+    qkv: Linear  # [(Hq + 2 Hkv) * D, H], with the q/k/v bias when the model has one
     q_norm: torch.Tensor | None  # [D] (Qwen3)
     k_norm: torch.Tensor | None  # [D] (Qwen3)
-    o_proj: PackedLinear  # [H, Hq * D]
+    o_proj: Linear  # [H, Hq * D]
     post_norm: torch.Tensor  # [H]
-    gate_up: PackedLinear  # [2 I, H]
-    down: PackedLinear  # [H, I]
+    gate_up: Linear  # [2 I, H]
+    down: Linear  # [H, I]
 
 
 @dataclass
 class ModelWeights:
-    embed: torch.Tensor  # [V, H]
+    embed: torch.Tensor | QuantizedTensor  # [V, H]
     layers: list[LayerWeights]
     norm: torch.Tensor  # [H]
-    lm_head: torch.Tensor  # [V, H] (the embedding itself when tied)
+    lm_head: torch.Tensor | QuantizedTensor  # [V, H] (the embedding itself when tied)
 
 
 class StepInterrupted(Exception):
@@ -54,7 +58,13 @@ class StepInterrupted(Exception):
 class LlamaModel:
     """Stateless apart from weights and the rotary table; KV lives in the batch's pool."""
 
-    def __init__(self, config: ModelConfig, weights: ModelWeights, device: torch.device) -> None:
+    def __init__(
+        self,
+        config: ModelConfig,
+        weights: ModelWeights,
+        device: torch.device,
+        quant_activations: str = "f32",  # of a head in blocks (see kernels.quant)
+    ) -> None:
         self.config = config
         self.weights = weights
         self.device = device
@@ -64,13 +74,19 @@ class LlamaModel:
         ).to(device)  # [max_pos, D]
         self.sm_scale = config.head_dim**-0.5
         self.heads = HeadShape(config.num_heads, config.num_kv_heads, config.head_dim)
-        self.lm_head = PackedLinear(weights.lm_head, keep_weight=True)  # the embedding when tied
+        head = weights.lm_head  # the embedding when tied
+        if isinstance(head, QuantizedTensor):
+            self.lm_head: Linear = QuantizedLinear(head, act=quant_activations)
+            if weights.embed is head:  # tied: look up the head's own (maybe repacked) blocks
+                weights.embed = self.lm_head.weight
+        else:
+            self.lm_head = PackedLinear(head, keep_weight=True)
         # set from another thread to end the forward in progress at its next layer boundary
         self.interrupt = threading.Event()
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.weights.embed.dtype
+        return self.weights.norm.dtype  # the activations' (a quantized embedding has blocks)
 
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
@@ -78,7 +94,7 @@ class LlamaModel:
         Raises ``StepInterrupted`` between layers once ``interrupt`` is set (the KV written so
         far belongs to slots the caller frees)."""
         w = self.weights
-        hidden = F.embedding(batch.input_ids, w.embed)  # [N, H]
+        hidden = embedding(batch.input_ids, w.embed)  # [N, H]
         residual = None
         ops = self.layer_ops(batch)
         for layer_id, layer in enumerate(w.layers):

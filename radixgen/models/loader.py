@@ -1,13 +1,19 @@
 """Load Llama-family weights from a Hugging Face safetensors folder or a GGUF file.
 
-Both paths produce ``(ModelConfig, ModelWeights)`` in HF layout. GGUF tensors are dequantized
-with the ``gguf`` package; llama.cpp stores Q and K rows permuted for its interleaved rotary,
-which we undo so one rotary implementation (rotate-half) serves every format.
+Both paths produce ``(ModelConfig, ModelWeights)`` in HF layout. A GGUF's block-quantized
+matrices stay in their blocks (``kernels.QuantizedTensor``: Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K)
+and run on the quantized matmul kernels, unless ``quantization="none"`` asks for float32 (or
+the device has no kernel for them); other GGUF tensors are dequantized with the ``gguf``
+package. ``quantization="q8_0" | "q4_0" | "q4_1"`` rounds every matrix of any checkpoint to that
+format at load time (the embedding and output head to q8_0). llama.cpp stores Q and K rows
+permuted for its interleaved rotary, which we undo (on whole rows, so on blocks too) so one
+rotary implementation (rotate-half) serves every format.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,8 +21,18 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from ..config import ModelConfig
-from ..kernels import PackedLinear
+from ..config import QUANTIZATIONS, ModelConfig
+from ..kernels import (
+    Linear,
+    PackedLinear,
+    QuantizedLinear,
+    QuantizedTensor,
+    cat_rows,
+    format_of_ggml,
+    quant_c_library,
+    quantize,
+    use_native,
+)
 from .gguf_file import gguf_metadata, open_gguf
 from .llama import LayerWeights, LlamaModel, ModelWeights
 
@@ -28,42 +44,113 @@ SUPPORTED_HF_ARCHS = {
 }
 SUPPORTED_GGUF_ARCHS = {"llama", "qwen2", "qwen3"}
 
-Getter = Callable[[str], "torch.Tensor | None"]  # HF tensor name -> tensor (None if absent)
+Weight = torch.Tensor | QuantizedTensor
+Getter = Callable[[str], "Weight | None"]  # HF tensor name -> tensor (None if absent)
+
+logger = logging.getLogger(__name__)
 
 
-def load_model(path: str | Path, dtype: torch.dtype, device: torch.device) -> LlamaModel:
-    """Load the model at ``path`` (a ``.gguf`` file or an HF folder) onto ``device`` in ``dtype``."""
+def load_model(
+    path: str | Path,
+    dtype: torch.dtype,
+    device: torch.device,
+    quantization: str | None = None,
+    quant_activations: str = "f32",
+) -> LlamaModel:
+    """Load the model at ``path`` (a ``.gguf`` file or an HF folder) onto ``device`` in ``dtype``.
+
+    ``quantization``: None keeps a GGUF's own block formats (float checkpoints stay float);
+    ``"none"`` dequantizes everything to ``dtype``; a format of ``QUANTIZATIONS`` rounds every
+    matrix to it. ``quant_activations`` (``"f32"`` or ``"q8"``): how the quantized matmuls take
+    their activations (``kernels.quant``). A ValueError when quantized weights cannot run on
+    ``device``/``dtype``.
+    """
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ValueError(
+            f"quantization: expected one of {list(QUANTIZATIONS)}, got {quantization!r}"
+        )
     path = Path(path)
+    why_not = _quantized_unsupported(dtype, device)
+    keep = quantization not in ("none",) and why_not is None
+    if quantization not in (None, "none") and why_not is not None:
+        raise ValueError(f"quantization: {quantization} weights {why_not}")
     if path.suffix == ".gguf":
-        config, get = _gguf_source(path)
+        config, get = _gguf_source(path, keep_blocks=keep)
     else:
         config, get = _safetensors_source(path)
-    weights = _assemble(config, get, dtype, device)
-    return LlamaModel(config, weights, device)
+    target = None if quantization in (None, "none") else quantization
+    weights = _assemble(config, get, dtype, device, target, quant_activations)
+    model = LlamaModel(config, weights, device, quant_activations)
+    if quantization is None and why_not is not None and path.suffix == ".gguf":
+        logger.info("GGUF weights dequantized to %s: quantized weights %s", dtype, why_not)
+    return model
+
+
+def _quantized_unsupported(dtype: torch.dtype, device: torch.device) -> str | None:
+    """Why quantized weights cannot run here, or None: the C kernels (float32 CPU) must have
+    built and passed their probe."""
+    if device.type != "cpu":
+        return f"run on CPU only for now (the device is {device.type})"
+    if dtype != torch.float32:
+        return f"need float32 activations on CPU (the dtype is {str(dtype).removeprefix('torch.')})"
+    if not use_native("auto"):
+        return "run on the native CPU kernels, and RADIXGEN_KERNEL_BACKEND=torch asks for torch"
+    if quant_c_library() is None:
+        return "need the native CPU kernels, which are disabled or did not build"
+    return None
 
 
 # --------------------------------------------------------------------------- assembly
 
 
 def _assemble(
-    config: ModelConfig, get: Getter, dtype: torch.dtype, device: torch.device
+    config: ModelConfig,
+    get: Getter,
+    dtype: torch.dtype,
+    device: torch.device,
+    target: str | None = None,  # round every matrix to this format
+    quant_activations: str = "f32",
 ) -> ModelWeights:
-    def cast(t: torch.Tensor) -> torch.Tensor:
+    def cast(t: Weight) -> torch.Tensor:
+        t = t.dequantize() if isinstance(t, QuantizedTensor) else t
         return t.to(device=device, dtype=dtype).contiguous()
 
-    def need(*names: str) -> torch.Tensor:
-        """The named tensors, concatenated (ValueError naming the first one absent)."""
+    def parts_of(names: tuple[str, ...]) -> list[Weight]:
         parts = []
         for name in names:
             tensor = get(name)
             if tensor is None:
                 raise ValueError(f"model: the checkpoint has no tensor {name!r}")
             parts.append(tensor)
-        return cast(parts[0] if len(parts) == 1 else torch.cat(parts))
+        return parts
+
+    def need(*names: str) -> torch.Tensor:
+        """The named tensors in float, concatenated (ValueError naming the first one absent)."""
+        parts = [cast(p) for p in parts_of(names)]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def maybe(*names: str) -> torch.Tensor | None:
         """Like ``need``, or None when any is absent (optional biases and norms)."""
         return need(*names) if all(get(n) is not None for n in names) else None
+
+    def matrix(*names: str, fmt: str | None = target) -> Weight:
+        """The named matrices fused by rows: in blocks when they all are (or ``fmt`` asks),
+        else float."""
+        parts = parts_of(names)
+        if fmt is not None:
+            parts = [_requantize(p, fmt) for p in parts]
+        if all(isinstance(p, QuantizedTensor) for p in parts):
+            quantized = [p for p in parts if isinstance(p, QuantizedTensor)]
+            if len({(p.fmt, p.in_features) for p in quantized}) == 1:
+                return cat_rows(quantized)
+        floats = [cast(p) for p in parts]  # mixed formats: fused in float
+        return floats[0] if len(floats) == 1 else torch.cat(floats)
+
+    def linear(names: tuple[str, ...], bias: torch.Tensor | None = None) -> Linear:
+        weight = matrix(*names)
+        if isinstance(weight, QuantizedTensor):
+            return QuantizedLinear(weight, bias, act=quant_activations)
+        return PackedLinear(weight, bias)
 
     layers = []
     for i in tqdm(range(config.num_layers), desc="loading layers", unit="layer", leave=False):
@@ -72,20 +159,26 @@ def _assemble(
         layers.append(
             LayerWeights(
                 input_norm=need(p + "input_layernorm.weight"),
-                qkv=PackedLinear(
-                    need(attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"),
+                qkv=linear(
+                    (attn + "q_proj.weight", attn + "k_proj.weight", attn + "v_proj.weight"),
                     maybe(attn + "q_proj.bias", attn + "k_proj.bias", attn + "v_proj.bias"),
                 ),
                 q_norm=need(attn + "q_norm.weight") if config.qk_norm else None,
                 k_norm=need(attn + "k_norm.weight") if config.qk_norm else None,
-                o_proj=PackedLinear(need(attn + "o_proj.weight")),
+                o_proj=linear((attn + "o_proj.weight",)),
                 post_norm=need(p + "post_attention_layernorm.weight"),
-                gate_up=PackedLinear(need(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),
-                down=PackedLinear(need(p + "mlp.down_proj.weight")),
+                gate_up=linear((p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),
+                down=linear((p + "mlp.down_proj.weight",)),
             )
         )
-    embed = need("model.embed_tokens.weight")
-    lm_head = None if config.tie_word_embeddings else maybe("lm_head.weight")
+    head_fmt = None if target is None else "q8_0"  # the embedding and head keep 8 bits
+    embed = matrix("model.embed_tokens.weight", fmt=head_fmt)
+    if isinstance(embed, torch.Tensor):
+        embed = cast(embed)
+    lm_head: Weight | None = None
+    if not config.tie_word_embeddings and get("lm_head.weight") is not None:
+        lm_head = matrix("lm_head.weight", fmt=head_fmt)
+        lm_head = cast(lm_head) if isinstance(lm_head, torch.Tensor) else lm_head
     return ModelWeights(
         embed=embed,
         layers=layers,
@@ -183,7 +276,16 @@ def gguf_config(path: Path) -> ModelConfig:
     )
 
 
-def _gguf_source(path: Path) -> tuple[ModelConfig, Getter]:
+def _requantize(weight: Weight, fmt: str) -> QuantizedTensor:
+    """``weight`` in ``fmt`` blocks (as it is when already so; rounded from float otherwise)."""
+    if isinstance(weight, QuantizedTensor):
+        if weight.fmt == fmt:
+            return weight
+        weight = weight.dequantize()
+    return quantize(weight, fmt)
+
+
+def _gguf_source(path: Path, keep_blocks: bool = False) -> tuple[ModelConfig, Getter]:
     config = gguf_config(path)
     tensors = {}
     for t in open_gguf(str(path)).tensors:
@@ -195,10 +297,18 @@ def _gguf_source(path: Path) -> tuple[ModelConfig, Getter]:
             tensors[_GGUF_GLOBAL[t.name]] = t
     unpermute = config.architecture == "llama"
 
-    def get(name: str) -> torch.Tensor | None:
+    def get(name: str) -> Weight | None:
         t = tensors.get(name)
         if t is None:
             return None
+        fmt = format_of_ggml(int(t.tensor_type))
+        if keep_blocks and fmt is not None and len(t.shape) == 2:
+            blocks = QuantizedTensor(torch.from_numpy(np.array(t.data)), fmt, int(t.shape[0]))
+            if unpermute and name.endswith("q_proj.weight"):
+                return blocks.rows(_rope_row_order(blocks.out_features, config.num_heads))
+            if unpermute and name.endswith("k_proj.weight"):
+                return blocks.rows(_rope_row_order(blocks.out_features, config.num_kv_heads))
+            return blocks
         weight = torch.from_numpy(np.ascontiguousarray(_dequantize(t)))
         if unpermute and name.endswith("q_proj.weight"):
             weight = _undo_rope_permutation(weight, config.num_heads)
@@ -225,6 +335,11 @@ def _dequantize(t) -> np.ndarray:
             data = (data.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
         return data.astype(np.float32).reshape(shape)
     return dequantize(t.data, t.tensor_type).astype(np.float32, copy=False).reshape(shape)
+
+
+def _rope_row_order(out_dim: int, num_heads: int) -> torch.Tensor:
+    """The row index :func:`_undo_rope_permutation` applies (for weights kept in blocks)."""
+    return _undo_rope_permutation(torch.arange(out_dim).unsqueeze(1), num_heads).squeeze(1)
 
 
 def _undo_rope_permutation(weight: torch.Tensor, num_heads: int) -> torch.Tensor:

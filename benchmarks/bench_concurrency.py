@@ -1,0 +1,132 @@
+"""Generated tokens/s against concurrency, several OpenAI-compatible servers side by side.
+
+Each level sends ``--requests`` completions (default: 4 x the level, at least 4) from ``level``
+concurrent clients, the same prompts to every server, ``max_tokens`` new tokens each (with
+``ignore_eos``, which radixgen, vLLM and llama.cpp's server all honor, so every server generates
+the same number of tokens). Servers take turns level by level (a noisy machine moves them
+together); throughput is completion tokens (from ``usage``) over wall time. Prints a table and
+plots tok/s against concurrency.
+
+    radixgen serve --port 30000 &                              # Q4_1 blocks (the default)
+    radixgen serve --port 30001 --quantization none &          # float32
+    llama-server -m SmolLM2-135M-Instruct.Q4_1.gguf --port 8080 -t 2 -np 32 -c 16384 &
+    python benchmarks/bench_concurrency.py --target radixgen=http://127.0.0.1:30000 \\
+        --target radixgen-fp32=http://127.0.0.1:30001 --target llama.cpp=http://127.0.0.1:8080
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import time
+from pathlib import Path
+
+import httpx
+
+WORDS = (
+    "the quick brown fox jumps over a lazy dog while seven wizards quietly judge "
+    "boxing matches in distant mountain villages under bright stars"
+).split()
+
+
+def prompts(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [
+        "Continue this story: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 40)))
+        for _ in range(n)
+    ]
+
+
+async def one(client: httpx.AsyncClient, url: str, model: str, prompt: str, max_tokens: int) -> int:
+    body = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+    }
+    r = await client.post(f"{url}/v1/completions", json=body)
+    r.raise_for_status()
+    return int(r.json()["usage"]["completion_tokens"])
+
+
+async def level(url: str, model: str, concurrency: int, texts: list[str], max_tokens: int) -> float:
+    queue = list(texts)
+    tokens = 0
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal tokens
+        while queue:
+            tokens += await one(client, url, model, queue.pop(), max_tokens)
+
+    async with httpx.AsyncClient(timeout=900) as client:
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(client) for _ in range(concurrency)))
+        return tokens / (time.perf_counter() - start)
+
+
+def model_of(url: str) -> str:
+    try:
+        return httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
+    except (httpx.HTTPError, KeyError, IndexError, ValueError):
+        return "default"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--target", action="append", required=True, metavar="NAME=URL")
+    ap.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument(
+        "--max-tokens",
+        type=int,
+        nargs="+",
+        default=[128, 128, 64],
+        help="new tokens per request at each level (one value: all levels)",
+    )
+    ap.add_argument("--requests", type=int, default=None, help="requests per level (default 4x)")
+    ap.add_argument("--plot", default="benchmarks/out/concurrency.png", help="PNG ('' to skip)")
+    args = ap.parse_args()
+    targets = [t.split("=", 1) for t in args.target]
+    budgets = args.max_tokens if len(args.max_tokens) > 1 else args.max_tokens * len(args.levels)
+    models = {name: model_of(url) for name, url in targets}
+    for name, url in targets:  # warm-up: first requests load kernels and caches
+        asyncio.run(level(url, models[name], 2, prompts(2, 0), 8))
+    results: dict[str, dict[int, float]] = {name: {} for name, _ in targets}
+    for lvl, budget in zip(args.levels, budgets):
+        texts = prompts(args.requests or max(4, 4 * lvl), seed=lvl)
+        for name, url in targets:
+            results[name][lvl] = asyncio.run(level(url, models[name], lvl, texts, budget))
+            print(
+                f"concurrency {lvl:>3} x {budget} tokens  {name:>16}: {results[name][lvl]:7.1f} tok/s"
+            )
+    names = [name for name, _ in targets]
+    print(f"\n{'concurrency':>11} | " + " | ".join(f"{n:>14}" for n in names))
+    for lvl in args.levels:
+        print(f"{lvl:>11} | " + " | ".join(f"{results[n][lvl]:14.1f}" for n in names))
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for n in names:
+            ax.plot(args.levels, [results[n][lvl] for lvl in args.levels], marker="o", label=n)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(args.levels, [str(lvl) for lvl in args.levels])
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel("generated tokens / s")
+        ax.set_title("Decode throughput against concurrency")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=120)
+        print(f"plot: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

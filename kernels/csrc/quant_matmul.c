@@ -1,0 +1,740 @@
+/* Matmuls on GGUF block-quantized weights, float32 activations, CPU: y[r, o] = x[r, :] . W[o, :]
+ * (+ bias[o]) with W kept in its blocks (ggml's layouts, byte for byte), never expanded in memory.
+ *
+ * Two ways to form the dot products, both reading each weight row once per call:
+ *   - act_q8 = 0: each weight row is expanded into a float buffer on the stack (L1-resident), then
+ *     dotted with every activation row in float32. Exact up to accumulation order; every format.
+ *   - act_q8 = 1: as llama.cpp does, activations are first quantized to 8 bits per block of 32
+ *     (one float scale per block, round to nearest), and blocks are multiplied in integers
+ *     (AVX2 maddubs, or AVX-512 VNNI dpbusd), one float multiply-add per block. Q4_0, Q4_1, Q8_0.
+ * Work is split over output rows on the spinning pool of spin_pool.h (torch's thread count) when
+ * there is enough of it; dequantizing whole weights (prefill) uses OpenMP.
+ *
+ * Formats (ggml type ids): Q4_0 = 2, Q4_1 = 3, Q8_0 = 8 (blocks of 32), Q4_K = 12, Q5_K = 13,
+ * Q6_K = 14 (super-blocks of 256). fp16 scales are converted with F16C where the compiler may use
+ * it, else bit by bit.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "spin_pool.h"
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define QM_AVX2 1
+#endif
+#if defined(QM_AVX2) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
+#define QM_VNNI 1
+#endif
+
+enum { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
+
+/* Below this many multiply-adds a call stays on the calling thread. */
+#define PARALLEL_MIN_MACS 200000
+/* Longest weight row the float-activation path expands on the stack (floats). */
+#define MAX_ROW 16384
+
+static inline float fp16_to_float(uint16_t h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff, bits;
+    if (exp == 0) {
+        if (mant == 0) {
+            bits = sign;
+        } else { /* subnormal: normalize */
+            exp = 1;
+            while (!(mant & 0x400)) {
+                mant <<= 1;
+                exp--;
+            }
+            mant &= 0x3ff;
+            bits = sign | ((exp + 112) << 23) | (mant << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000 | (mant << 13);
+    } else {
+        bits = sign | ((exp + 112) << 23) | (mant << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+#endif
+}
+
+static inline uint16_t read_u16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Elements per block and bytes per block; 0 for an unknown format. */
+int64_t quant_block_elements(int fmt) {
+    switch (fmt) {
+    case Q4_0: case Q4_1: case Q8_0: return 32;
+    case Q4_K: case Q5_K: case Q6_K: return 256;
+    default: return 0;
+    }
+}
+
+int64_t quant_block_bytes(int fmt) {
+    switch (fmt) {
+    case Q4_0: return 18;
+    case Q4_1: return 20;
+    case Q8_0: return 34;
+    case Q4_K: return 144;
+    case Q5_K: return 176;
+    case Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+/* The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block (ggml's packing). */
+static inline void k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *mn) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *mn = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4);
+        *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* One block (of quant_block_elements(fmt) values) to floats. */
+static void dequant_block(int fmt, const uint8_t *b, float *out) {
+    switch (fmt) {
+    case Q4_0: {
+        const float d = fp16_to_float(read_u16(b));
+        const uint8_t *qs = b + 2;
+        for (int j = 0; j < 16; j++) {
+            out[j] = (float)((qs[j] & 0xf) - 8) * d;
+            out[j + 16] = (float)((qs[j] >> 4) - 8) * d;
+        }
+        break;
+    }
+    case Q4_1: {
+        const float d = fp16_to_float(read_u16(b)), m = fp16_to_float(read_u16(b + 2));
+        const uint8_t *qs = b + 4;
+        for (int j = 0; j < 16; j++) {
+            out[j] = (float)(qs[j] & 0xf) * d + m;
+            out[j + 16] = (float)(qs[j] >> 4) * d + m;
+        }
+        break;
+    }
+    case Q8_0: {
+        const float d = fp16_to_float(read_u16(b));
+        const int8_t *qs = (const int8_t *)(b + 2);
+        for (int j = 0; j < 32; j++) out[j] = (float)qs[j] * d;
+        break;
+    }
+    case Q4_K: case Q5_K: {
+        const float d = fp16_to_float(read_u16(b)), dmin = fp16_to_float(read_u16(b + 2));
+        const uint8_t *scales = b + 4;
+        const uint8_t *qh = fmt == Q5_K ? b + 16 : NULL;
+        const uint8_t *qs = fmt == Q5_K ? b + 48 : b + 16;
+        for (int pair = 0; pair < 4; pair++) { /* 64 values: 32 low nibbles, then 32 high */
+            uint8_t sc0, m0, sc1, m1;
+            k_scale_min(2 * pair, scales, &sc0, &m0);
+            k_scale_min(2 * pair + 1, scales, &sc1, &m1);
+            const float d0 = d * sc0, d1 = d * sc1, n0 = dmin * m0, n1 = dmin * m1;
+            const uint8_t *q = qs + 32 * pair;
+            float *o = out + 64 * pair;
+            for (int l = 0; l < 32; l++) {
+                int lo = q[l] & 0xf, hi = q[l] >> 4;
+                if (qh) {
+                    lo += ((qh[l] >> (2 * pair)) & 1) << 4;
+                    hi += ((qh[l] >> (2 * pair + 1)) & 1) << 4;
+                }
+                o[l] = d0 * (float)lo - n0;
+                o[l + 32] = d1 * (float)hi - n1;
+            }
+        }
+        break;
+    }
+    case Q6_K: {
+        const uint8_t *ql = b, *qh = b + 128;
+        const int8_t *sc = (const int8_t *)(b + 192);
+        const float d = fp16_to_float(read_u16(b + 208));
+        for (int half = 0; half < 2; half++) { /* 128 values each */
+            const uint8_t *l8 = ql + 64 * half, *h8 = qh + 32 * half;
+            const int8_t *s = sc + 8 * half;
+            float *o = out + 128 * half;
+            for (int l = 0; l < 32; l++) {
+                const int is = l / 16;
+                const int q1 = (int)((l8[l] & 0xf) | (((h8[l] >> 0) & 3) << 4)) - 32;
+                const int q2 = (int)((l8[l + 32] & 0xf) | (((h8[l] >> 2) & 3) << 4)) - 32;
+                const int q3 = (int)((l8[l] >> 4) | (((h8[l] >> 4) & 3) << 4)) - 32;
+                const int q4 = (int)((l8[l + 32] >> 4) | (((h8[l] >> 6) & 3) << 4)) - 32;
+                o[l] = d * s[is] * q1;
+                o[l + 32] = d * s[is + 2] * q2;
+                o[l + 64] = d * s[is + 4] * q3;
+                o[l + 96] = d * s[is + 6] * q4;
+            }
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* ---------------------------------------------------------- the packed layout (Q4_0, Q4_1, Q8_0)
+ *
+ * The same blocks, rearranged per row so that the 8-bit kernel reads them with wide loads: the
+ * fp16 scales of the row's nb blocks first, as an array padded with zeros to a multiple of 8
+ * (nb8) so that 8 convert at once (Q4_1: then its minimums, likewise), then the quants. Q8_0's
+ * are the blocks' 32 bytes in order; Q4's come in pairs of blocks, 32 bytes per pair whose low
+ * nibbles are block 2p's elements 0..31 and high nibbles block 2p+1's (an odd last block pairs
+ * with zeros), so one 256-bit load and two masks give two blocks. Values are bit for bit those
+ * of the GGUF blocks. */
+
+static inline int64_t pad8(int64_t nb) { return (nb + 7) & ~(int64_t)7; }
+
+int64_t quant_packed_row_bytes(int fmt, int64_t in) {
+    const int64_t nb = in / 32, nb8 = pad8(nb);
+    switch (fmt) {
+    case Q4_0: return 2 * nb8 + 32 * ((nb + 1) / 2);
+    case Q4_1: return 4 * nb8 + 32 * ((nb + 1) / 2);
+    case Q8_0: return 2 * nb8 + 32 * nb;
+    default: return 0;
+    }
+}
+
+/* GGUF rows (src, src_row_bytes apart) -> packed rows (dst, quant_packed_row_bytes apart). */
+int quant_repack(int fmt, const uint8_t *src, int64_t src_row_bytes, int64_t rows, int64_t in,
+                 uint8_t *dst) {
+    const int64_t prb = quant_packed_row_bytes(fmt, in), bb = quant_block_bytes(fmt);
+    if (prb == 0 || in % 32 || src_row_bytes != in / 32 * bb) return -1;
+    const int64_t nb = in / 32, nb8 = pad8(nb);
+#pragma omp parallel for schedule(static) if (rows * in >= 4 * PARALLEL_MIN_MACS)
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *s = src + r * src_row_bytes;
+        uint8_t *d = dst + r * prb;
+        memset(d, 0, (size_t)prb);
+        uint8_t *scales = d, *mins = d + 2 * nb8;
+        uint8_t *qs = d + (fmt == Q4_1 ? 4 : 2) * nb8;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = s + b * bb;
+            memcpy(scales + 2 * b, blk, 2);
+            if (fmt == Q8_0) {
+                memcpy(qs + 32 * b, blk + 2, 32);
+                continue;
+            }
+            if (fmt == Q4_1) memcpy(mins + 2 * b, blk + 2, 2);
+            const uint8_t *q = blk + (fmt == Q4_1 ? 4 : 2);
+            uint8_t *pair = qs + 32 * (b / 2);
+            const int shift = (b % 2) * 4;
+            for (int j = 0; j < 16; j++) {
+                pair[j] |= (uint8_t)((q[j] & 0xf) << shift);
+                pair[j + 16] |= (uint8_t)((q[j] >> 4) << shift);
+            }
+        }
+    }
+    return 0;
+}
+
+static void dequant_packed_row(int fmt, const uint8_t *row, float *out, int64_t in) {
+    const int64_t nb = in / 32, nb8 = pad8(nb);
+    const uint8_t *scales = row, *mins = row + 2 * nb8;
+    const uint8_t *qs = row + (fmt == Q4_1 ? 4 : 2) * nb8;
+    for (int64_t b = 0; b < nb; b++) {
+        const float d = fp16_to_float(read_u16(scales + 2 * b));
+        float *o = out + 32 * b;
+        if (fmt == Q8_0) {
+            const int8_t *q = (const int8_t *)(qs + 32 * b);
+            for (int j = 0; j < 32; j++) o[j] = (float)q[j] * d;
+            continue;
+        }
+        const uint8_t *pair = qs + 32 * (b / 2);
+        const int shift = (b % 2) * 4;
+        if (fmt == Q4_1) {
+            const float m = fp16_to_float(read_u16(mins + 2 * b));
+            for (int j = 0; j < 32; j++) o[j] = (float)((pair[j] >> shift) & 0xf) * d + m;
+        } else {
+            for (int j = 0; j < 32; j++) o[j] = (float)(((pair[j] >> shift) & 0xf) - 8) * d;
+        }
+    }
+}
+
+static void dequant_row(int fmt, int packed, const uint8_t *row, float *out, int64_t n) {
+    if (packed) {
+        dequant_packed_row(fmt, row, out, n);
+        return;
+    }
+    const int64_t be = quant_block_elements(fmt), bb = quant_block_bytes(fmt);
+    for (int64_t b = 0; b < n / be; b++) dequant_block(fmt, row + b * bb, out + b * be);
+}
+
+/* The row bytes of `in` values in fmt's GGUF (packed = 0) or packed layout; 0 if it has none. */
+static int64_t row_bytes_of(int fmt, int packed, int64_t in) {
+    const int64_t be = quant_block_elements(fmt);
+    if (be == 0 || in % be) return 0;
+    return packed ? quant_packed_row_bytes(fmt, in) : in / be * quant_block_bytes(fmt);
+}
+
+/* out[i, :] = dequantized row ids[i] of w ([rows, row_bytes]); ids are checked by the caller
+ * (an embedding lookup) or are 0..n-1 (a whole weight). Returns -1 for a format, layout or
+ * row size it does not know. */
+int quant_dequantize_rows(int fmt, int packed, const uint8_t *w, int64_t row_bytes, int64_t in,
+                          const int64_t *ids, int64_t n, float *out, int64_t stride_out) {
+    if (row_bytes_of(fmt, packed, in) == 0 || row_bytes != row_bytes_of(fmt, packed, in)) return -1;
+#pragma omp parallel for schedule(static) if (n * in >= 4 * PARALLEL_MIN_MACS)
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t r = ids ? ids[i] : i;
+        dequant_row(fmt, packed, w + r * row_bytes, out + i * stride_out, in);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ float activations */
+
+typedef struct {
+    int fmt, packed;
+    const uint8_t *w;
+    int64_t row_bytes, out_features, in;
+    const float *x;
+    int64_t stride_x, rows;
+    float *y;
+    int64_t stride_y;
+    const float *bias;
+} F32Job;
+
+static void f32_part(void *p, int part, int parts) {
+    const F32Job j = *(const F32Job *)p; /* a local copy: y's stores cannot alias it */
+    const int64_t o_begin = j.out_features * part / parts, o_end = j.out_features * (part + 1) / parts;
+    const int64_t in = j.in;
+    float wrow[MAX_ROW] __attribute__((aligned(64)));
+    for (int64_t o = o_begin; o < o_end; o++) {
+        dequant_row(j.fmt, j.packed, j.w + o * j.row_bytes, wrow, in);
+        const float b = j.bias ? j.bias[o] : 0.0f;
+        for (int64_t r = 0; r < j.rows; r++) {
+            const float *xr = j.x + r * j.stride_x;
+            float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+            for (int64_t i = 0; i < in; i++) acc += wrow[i] * xr[i];
+            j.y[r * j.stride_y + o] = acc + b;
+        }
+    }
+}
+
+static int parts_for(int64_t macs) { return macs >= PARALLEL_MIN_MACS ? spin_pool_threads() : 1; }
+
+/* ------------------------------------------------------------------ 8-bit activations */
+
+/* Activations quantized per block of 32 (ggml's quantize_row_q8_0: d = max|x| / 127, q =
+ * round(x / d)), laid out for the packed weights: per row nb8 blocks of 32 int8 (zeros past nb),
+ * the scales d[nb8] and d * sum(q) [nb8] (zeros past nb). */
+typedef struct {
+    int8_t *qs;
+    float *d;
+    float *ds; /* d * sum(q) */
+    int64_t nb8;
+} QActs;
+
+static void quantize_acts(const float *x, int64_t stride_x, int64_t rows, int64_t in, QActs *a) {
+    const int64_t nb = in / 32;
+    for (int64_t r = 0; r < rows; r++) {
+        int8_t *qs = a->qs + r * a->nb8 * 32;
+        float *d = a->d + r * a->nb8, *ds = a->ds + r * a->nb8;
+        for (int64_t b = 0; b < a->nb8; b++) {
+            if (b >= nb) {
+                memset(qs + 32 * b, 0, 32);
+                d[b] = ds[b] = 0.0f;
+                continue;
+            }
+            const float *xb = x + r * stride_x + 32 * b;
+            float amax = 0.0f;
+            for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+            const float scale = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            int sum = 0;
+            for (int j = 0; j < 32; j++) {
+                const int q = (int)lrintf(xb[j] * inv);
+                qs[32 * b + j] = (int8_t)q;
+                sum += q;
+            }
+            d[b] = scale;
+            ds[b] = scale * (float)sum;
+        }
+    }
+}
+
+/* A tile of y: OT consecutive weight rows against RT activation rows, accumulators in
+ * registers (OT, RT and fmt are constants at every call, see TILE). */
+#define OUT_TILE 4
+#define ROW_TILE 2
+
+#if defined(QM_AVX2)
+static inline float hsum_ps(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+static inline __m256i dot_u8_s8(__m256i u, __m256i s) {
+#if defined(QM_VNNI)
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    const __m256i pairs = _mm256_maddubs_epi16(u, s); /* |15 * 127 * 2| and |127 * 127 * 2| fit */
+    return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+#endif
+}
+
+static inline __m256 load_fp16x8(const uint8_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+#endif
+
+typedef struct {
+    int fmt;
+    const uint8_t *w;
+    int64_t row_bytes, out_features, nb;
+    const QActs *a;
+    int64_t rows;
+    float *y;
+    int64_t stride_y;
+    const float *bias;
+} Q8Job;
+
+static inline __attribute__((always_inline)) void
+dot_tile(const int fmt, const Q8Job *j, const uint8_t *w0, const int OT, int64_t r0, const int RT,
+         float out[OUT_TILE][ROW_TILE]) {
+    const QActs *a = j->a;
+    const int64_t nb = j->nb, nb8 = a->nb8, row_bytes = j->row_bytes;
+    const int64_t qs_off = (fmt == Q4_1 ? 4 : 2) * nb8;
+#if defined(QM_AVX2)
+    __m256 acc[OUT_TILE][ROW_TILE], extra[OUT_TILE][ROW_TILE];
+    for (int o = 0; o < OT; o++)
+        for (int r = 0; r < RT; r++) acc[o][r] = extra[o][r] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0xf);
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        /* scales of these 8 blocks: dw * dx per (output, row); the offset terms as vectors */
+        float sc[OUT_TILE][ROW_TILE][8] __attribute__((aligned(32)));
+        for (int o = 0; o < OT; o++) {
+            const uint8_t *wr = w0 + o * row_bytes;
+            const __m256 dv = load_fp16x8(wr + 2 * b0);
+#if defined(QM_VNNI)
+            const __m256 mv = fmt == Q4_1   ? load_fp16x8(wr + 2 * nb8 + 2 * b0)
+                              : fmt == Q4_0 ? _mm256_mul_ps(dv, _mm256_set1_ps(-8.0f))
+                                            : _mm256_mul_ps(dv, _mm256_set1_ps(-128.0f));
+#else
+            const __m256 mv = fmt == Q4_1   ? load_fp16x8(wr + 2 * nb8 + 2 * b0)
+                              : fmt == Q4_0 ? _mm256_mul_ps(dv, _mm256_set1_ps(-8.0f))
+                                            : _mm256_setzero_ps();
+#endif
+            for (int r = 0; r < RT; r++) {
+                _mm256_store_ps(sc[o][r], _mm256_mul_ps(dv, _mm256_loadu_ps(a->d + (r0 + r) * nb8 + b0)));
+                extra[o][r] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(a->ds + (r0 + r) * nb8 + b0), extra[o][r]);
+            }
+        }
+        const int64_t end = nb - b0 < 8 ? nb - b0 : 8;
+        if (fmt == Q8_0) {
+            for (int64_t j = 0; j < end; j++) {
+                for (int o = 0; o < OT; o++) {
+                    const __m256i wq =
+                        _mm256_loadu_si256((const __m256i *)(w0 + o * row_bytes + qs_off + 32 * (b0 + j)));
+#if defined(QM_VNNI)
+                    const __m256i wu = _mm256_xor_si256(wq, _mm256_set1_epi8((char)0x80)); /* w + 128 */
+#else
+                    const __m256i wu = _mm256_sign_epi8(wq, wq);
+#endif
+                    for (int r = 0; r < RT; r++) {
+                        const __m256i xq =
+                            _mm256_loadu_si256((const __m256i *)(a->qs + ((r0 + r) * nb8 + b0 + j) * 32));
+#if defined(QM_VNNI)
+                        const __m256i dot = dot_u8_s8(wu, xq);
+#else
+                        const __m256i dot = dot_u8_s8(wu, _mm256_sign_epi8(xq, wq));
+#endif
+                        acc[o][r] = _mm256_fmadd_ps(_mm256_set1_ps(sc[o][r][j]), _mm256_cvtepi32_ps(dot), acc[o][r]);
+                    }
+                }
+            }
+        } else {
+            for (int64_t j = 0; j < end; j += 2) { /* a pair of blocks per load */
+                for (int o = 0; o < OT; o++) {
+                    const __m256i v =
+                        _mm256_loadu_si256((const __m256i *)(w0 + o * row_bytes + qs_off + 16 * (b0 + j)));
+                    const __m256i lo = _mm256_and_si256(v, low4);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                    for (int r = 0; r < RT; r++) {
+                        const int8_t *xq = a->qs + ((r0 + r) * nb8 + b0 + j) * 32;
+                        const __m256i d0 = dot_u8_s8(lo, _mm256_loadu_si256((const __m256i *)xq));
+                        const __m256i d1 = dot_u8_s8(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+                        acc[o][r] = _mm256_fmadd_ps(_mm256_set1_ps(sc[o][r][j]), _mm256_cvtepi32_ps(d0), acc[o][r]);
+                        acc[o][r] = _mm256_fmadd_ps(_mm256_set1_ps(sc[o][r][j + 1]), _mm256_cvtepi32_ps(d1), acc[o][r]);
+                    }
+                }
+            }
+        }
+    }
+    for (int o = 0; o < OT; o++)
+        for (int r = 0; r < RT; r++) out[o][r] = hsum_ps(_mm256_add_ps(acc[o][r], extra[o][r]));
+#else
+    for (int o = 0; o < OT; o++) {
+        const uint8_t *wr = w0 + o * row_bytes;
+        for (int r = 0; r < RT; r++) {
+            const int8_t *xq = a->qs + (r0 + r) * nb8 * 32;
+            float acc = 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                const float dw = fp16_to_float(read_u16(wr + 2 * b));
+                float mw = 0.0f;
+                int dot = 0;
+                if (fmt == Q8_0) {
+                    const int8_t *q = (const int8_t *)(wr + qs_off + 32 * b);
+                    for (int j = 0; j < 32; j++) dot += (int)q[j] * (int)xq[32 * b + j];
+                } else {
+                    const uint8_t *pair = wr + qs_off + 32 * (b / 2);
+                    const int shift = (b % 2) * 4;
+                    for (int j = 0; j < 32; j++) dot += ((pair[j] >> shift) & 0xf) * (int)xq[32 * b + j];
+                    mw = fmt == Q4_1 ? fp16_to_float(read_u16(wr + 2 * nb8 + 2 * b)) : -8.0f * dw;
+                }
+                acc += dw * a->d[(r0 + r) * nb8 + b] * (float)dot + mw * a->ds[(r0 + r) * nb8 + b];
+            }
+            out[o][r] = acc;
+        }
+    }
+#endif
+}
+
+/* A tile function with the format and a full tile's sizes as constants (so the accumulators stay in
+ * registers); partial tiles one (output, row) pair at a time. FN(fmt, job, w0, OT, r0, RT, out). */
+#define TILE_CASE(FN, F)                                                                           \
+    case F:                                                                                        \
+        if (nout == OUT_TILE && nrows == ROW_TILE)                                                 \
+            FN(F, j, w0, OUT_TILE, r0, ROW_TILE, out);                                             \
+        else if (nout == OUT_TILE && nrows == 1)                                                   \
+            FN(F, j, w0, OUT_TILE, r0, 1, out);                                                    \
+        else                                                                                       \
+            for (int o = 0; o < nout; o++)                                                         \
+                for (int r = 0; r < nrows; r++) {                                                  \
+                    float one[OUT_TILE][ROW_TILE];                                                 \
+                    FN(F, j, w0 + o * j->row_bytes, 1, r0 + r, 1, one);                            \
+                    out[o][r] = one[0][0];                                                         \
+                }                                                                                  \
+        break;
+
+static void q8_part(void *p, int part, int parts) {
+    const Q8Job job = *(const Q8Job *)p, *j = &job; /* a local copy: y's stores cannot alias it */
+    const int64_t tiles = (j->out_features + OUT_TILE - 1) / OUT_TILE;
+    const int64_t t_begin = tiles * part / parts, t_end = tiles * (part + 1) / parts;
+    for (int64_t t = t_begin; t < t_end; t++) {
+        const int64_t o0 = t * OUT_TILE;
+        const int nout = j->out_features - o0 < OUT_TILE ? (int)(j->out_features - o0) : OUT_TILE;
+        for (int64_t r0 = 0; r0 < j->rows; r0 += ROW_TILE) {
+            const int n = j->rows - r0 < ROW_TILE ? (int)(j->rows - r0) : ROW_TILE;
+            const int nrows = n;
+            const uint8_t *w0 = j->w + o0 * j->row_bytes;
+            float out[OUT_TILE][ROW_TILE];
+            switch (j->fmt) {
+                TILE_CASE(dot_tile, Q4_0)
+                TILE_CASE(dot_tile, Q4_1)
+                TILE_CASE(dot_tile, Q8_0)
+            default:
+                break;
+            }
+            for (int o = 0; o < nout; o++) {
+                const float b = j->bias ? j->bias[o0 + o] : 0.0f;
+                for (int r = 0; r < n; r++) j->y[(r0 + r) * j->stride_y + o0 + o] = out[o][r] + b;
+            }
+        }
+    }
+}
+
+static int matmul_q8_act(int fmt, const uint8_t *w, int64_t row_bytes, int64_t out_features,
+                         int64_t in, const float *x, int64_t stride_x, int64_t rows, float *y,
+                         int64_t stride_y, const float *bias) {
+    const int64_t nb = in / 32, nb8 = pad8(nb);
+    QActs a = {malloc((size_t)(rows * nb8 * 32)), malloc(sizeof(float) * (size_t)(rows * nb8 * 2)),
+               NULL, nb8};
+    if (!a.qs || !a.d) {
+        free(a.qs);
+        free(a.d);
+        return -2;
+    }
+    a.ds = a.d + rows * nb8;
+    quantize_acts(x, stride_x, rows, in, &a);
+    Q8Job job = {fmt, w, row_bytes, out_features, nb, &a, rows, y, stride_y, bias};
+    spin_pool_run(q8_part, &job, parts_for(out_features * rows * in));
+    free(a.qs);
+    free(a.d);
+    return 0;
+}
+
+
+/* ------------------------------------------------ float activations on the packed layout (AVX2)
+ *
+ * Exact like f32_part (the block's values times x, in float32), but without expanding rows to
+ * memory: sum_i (d q_i + m) x_i = d * sum_i q_i x_i + m * sum_i x_i, the quants converted to
+ * floats in registers, each block's sum of x computed once per call for all outputs. A tile of
+ * OUT_TILE outputs by ROW_TILE rows shares each block's conversion between its rows. */
+#if defined(QM_AVX2)
+typedef struct {
+    int fmt;
+    const uint8_t *w;
+    int64_t row_bytes, out_features, nb, nb8;
+    const float *x;
+    int64_t stride_x, rows;
+    const float *sums; /* [rows][nb8] sum of each block of x (zeros past nb) */
+    float *y;
+    int64_t stride_y;
+    const float *bias;
+} PF32Job;
+
+/* 8 unsigned bytes -> 8 floats */
+static inline __m256 u8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
+static inline __m256 s8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
+
+/* sum_j q_j x_j over one block of 32 whose quants are the bytes of q (u8 or s8). */
+static inline __m256 block_dot(__m256i q, int is_signed, const float *x) {
+    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    __m256 f0, f1, f2, f3;
+    if (is_signed) {
+        f0 = s8x8_to_ps(lo); f1 = s8x8_to_ps(_mm_srli_si128(lo, 8));
+        f2 = s8x8_to_ps(hi); f3 = s8x8_to_ps(_mm_srli_si128(hi, 8));
+    } else {
+        f0 = u8x8_to_ps(lo); f1 = u8x8_to_ps(_mm_srli_si128(lo, 8));
+        f2 = u8x8_to_ps(hi); f3 = u8x8_to_ps(_mm_srli_si128(hi, 8));
+    }
+    __m256 t = _mm256_mul_ps(f0, _mm256_loadu_ps(x));
+    t = _mm256_fmadd_ps(f1, _mm256_loadu_ps(x + 8), t);
+    t = _mm256_fmadd_ps(f2, _mm256_loadu_ps(x + 16), t);
+    return _mm256_fmadd_ps(f3, _mm256_loadu_ps(x + 24), t);
+}
+
+static inline __attribute__((always_inline)) void
+pf32_tile(const int fmt, const PF32Job *j, const uint8_t *w0, const int OT, int64_t r0, const int RT,
+          float out[OUT_TILE][ROW_TILE]) {
+    const int64_t nb = j->nb, nb8 = j->nb8, row_bytes = j->row_bytes;
+    const int64_t qs_off = (fmt == Q4_1 ? 4 : 2) * nb8;
+    __m256 acc[OUT_TILE][ROW_TILE], extra[OUT_TILE][ROW_TILE];
+    for (int o = 0; o < OT; o++)
+        for (int r = 0; r < RT; r++) acc[o][r] = extra[o][r] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0xf);
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        float dsc[OUT_TILE][8] __attribute__((aligned(32)));
+        for (int o = 0; o < OT; o++) {
+            const uint8_t *wr = w0 + o * row_bytes;
+            const __m256 dv = load_fp16x8(wr + 2 * b0);
+            _mm256_store_ps(dsc[o], dv);
+            if (fmt == Q8_0) continue;
+            const __m256 mv = fmt == Q4_1 ? load_fp16x8(wr + 2 * nb8 + 2 * b0)
+                                          : _mm256_mul_ps(dv, _mm256_set1_ps(-8.0f));
+            for (int r = 0; r < RT; r++)
+                extra[o][r] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(j->sums + (r0 + r) * nb8 + b0), extra[o][r]);
+        }
+        const int64_t end = nb - b0 < 8 ? nb - b0 : 8;
+        const int step = fmt == Q8_0 ? 1 : 2;
+        for (int64_t k = 0; k < end; k += step) {
+            for (int o = 0; o < OT; o++) {
+                const uint8_t *wq = w0 + o * row_bytes + qs_off;
+                if (fmt == Q8_0) {
+                    const __m256i q = _mm256_loadu_si256((const __m256i *)(wq + 32 * (b0 + k)));
+                    const __m256 d = _mm256_set1_ps(dsc[o][k]);
+                    for (int r = 0; r < RT; r++) {
+                        const float *xr = j->x + (r0 + r) * j->stride_x + 32 * (b0 + k);
+                        acc[o][r] = _mm256_fmadd_ps(d, block_dot(q, 1, xr), acc[o][r]);
+                    }
+                } else {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(wq + 16 * (b0 + k)));
+                    const __m256i lo = _mm256_and_si256(v, low4);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
+                    const __m256 d0 = _mm256_set1_ps(dsc[o][k]);
+                    const int second = b0 + k + 1 < nb; /* an odd last block pairs with zeros */
+                    for (int r = 0; r < RT; r++) {
+                        const float *xr = j->x + (r0 + r) * j->stride_x + 32 * (b0 + k);
+                        acc[o][r] = _mm256_fmadd_ps(d0, block_dot(lo, 0, xr), acc[o][r]);
+                        if (second)
+                            acc[o][r] = _mm256_fmadd_ps(_mm256_set1_ps(dsc[o][k + 1]), block_dot(hi, 0, xr + 32), acc[o][r]);
+                    }
+                }
+            }
+        }
+    }
+    for (int o = 0; o < OT; o++)
+        for (int r = 0; r < RT; r++) out[o][r] = hsum_ps(_mm256_add_ps(acc[o][r], extra[o][r]));
+}
+
+static void pf32_part(void *p, int part, int parts) {
+    const PF32Job job = *(const PF32Job *)p, *j = &job;
+    const int64_t tiles = (j->out_features + OUT_TILE - 1) / OUT_TILE;
+    const int64_t t_begin = tiles * part / parts, t_end = tiles * (part + 1) / parts;
+    for (int64_t t = t_begin; t < t_end; t++) {
+        const int64_t o0 = t * OUT_TILE;
+        const int nout = j->out_features - o0 < OUT_TILE ? (int)(j->out_features - o0) : OUT_TILE;
+        const uint8_t *w0 = j->w + o0 * j->row_bytes;
+        for (int64_t r0 = 0; r0 < j->rows; r0 += ROW_TILE) {
+            const int nrows = j->rows - r0 < ROW_TILE ? (int)(j->rows - r0) : ROW_TILE;
+            float out[OUT_TILE][ROW_TILE];
+            switch (j->fmt) {
+                TILE_CASE(pf32_tile, Q4_0)
+                TILE_CASE(pf32_tile, Q4_1)
+                TILE_CASE(pf32_tile, Q8_0)
+            default:
+                break;
+            }
+            for (int o = 0; o < nout; o++) {
+                const float b = j->bias ? j->bias[o0 + o] : 0.0f;
+                for (int r = 0; r < nrows; r++) j->y[(r0 + r) * j->stride_y + o0 + o] = out[o][r] + b;
+            }
+        }
+    }
+}
+
+static int matmul_packed_f32(int fmt, const uint8_t *w, int64_t row_bytes, int64_t out_features,
+                             int64_t in, const float *x, int64_t stride_x, int64_t rows, float *y,
+                             int64_t stride_y, const float *bias) {
+    const int64_t nb = in / 32, nb8 = pad8(nb);
+    float *sums = calloc((size_t)(rows * nb8), sizeof(float));
+    if (!sums) return -2;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *xb = x + r * stride_x + 32 * b;
+            float s = 0.0f;
+            for (int i = 0; i < 32; i++) s += xb[i];
+            sums[r * nb8 + b] = s;
+        }
+    PF32Job job = {fmt, w, row_bytes, out_features, nb, nb8, x, stride_x, rows, sums, y, stride_y, bias};
+    spin_pool_run(pf32_part, &job, parts_for(out_features * rows * in));
+    free(sums);
+    return 0;
+}
+#endif
+
+/* y[rows, out] (row stride stride_y) = x[rows, in] (row stride stride_x) @ W^T (+ bias).
+ * W is [out, row_bytes] in format fmt, GGUF layout (packed = 0) or packed (packed = 1). act_q8
+ * needs the packed layout. Returns 0, or -1 for what it does not handle (unknown format, a row
+ * size that does not match, a row longer than MAX_ROW on the float path, act_q8 with a K-quant
+ * or the GGUF layout), -2 when scratch memory could not be had. */
+int quant_matmul_f32(int fmt, int packed, const uint8_t *w, int64_t row_bytes, int64_t out_features,
+                     int64_t in, const float *x, int64_t stride_x, int64_t rows, float *y,
+                     int64_t stride_y, const float *bias, int act_q8) {
+    const int64_t expected = row_bytes_of(fmt, packed, in);
+    if (expected == 0 || row_bytes != expected) return -1;
+    if (rows == 0 || out_features == 0) return 0;
+    if (act_q8) {
+        if (!packed) return -1;
+        return matmul_q8_act(fmt, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias);
+    }
+#if defined(QM_AVX2)
+    if (packed) return matmul_packed_f32(fmt, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias);
+#endif
+    if (in > MAX_ROW) return -1;
+    F32Job job = {fmt, packed, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias};
+    spin_pool_run(f32_part, &job, parts_for(out_features * rows * in));
+    return 0;
+}
+
+/* Whether the 8-bit path multiplies with VNNI (2), AVX2 (1) or plain C (0): for logs. */
+int quant_simd_level(void) {
+#if defined(QM_VNNI)
+    return 2;
+#elif defined(QM_AVX2)
+    return 1;
+#else
+    return 0;
+#endif
+}

@@ -1,0 +1,27 @@
+/* A small thread pool for decode-sized kernels whose workers spin between jobs.
+ *
+ * Why not OpenMP for these: a decode step makes ~150 short kernel calls (tens to hundreds of
+ * microseconds each) with Python in between. libgomp's workers go to sleep between parallel
+ * regions once the process holds more OpenMP threads than CPUs (the main thread's team and
+ * the engine thread's both count), and waking one costs ~100 us on this VM, so a batch-1
+ * quantized matmul spent more time waiting for its second thread than computing. Here a
+ * worker spins for SPIN_POOL_SPIN_US after its last job, then sleeps on a futex; within a
+ * step it never sleeps. The calling thread does part 0 itself.
+ */
+#ifndef RADIXGEN_CSRC_SPIN_POOL_H
+#define RADIXGEN_CSRC_SPIN_POOL_H
+
+#include <stdint.h>
+
+/* One job: part `part` of `parts` (0 <= part < parts); parts run concurrently. */
+typedef void (*spin_pool_fn)(void *arg, int part, int parts);
+
+/* Run fn on `parts` threads (the caller and parts - 1 workers) and return when all are done.
+ * parts <= 1, or a pool busy with another caller's job, runs every part on the caller. */
+void spin_pool_run(spin_pool_fn fn, void *arg, int parts);
+
+/* The thread count a job should use: OpenMP's for the calling thread (torch.set_num_threads),
+ * 1 without OpenMP. */
+int spin_pool_threads(void);
+
+#endif

@@ -1,0 +1,183 @@
+"""Block-quantized matmuls (kernels/quant.py) against the dequantize-then-float32 reference.
+
+Weights of the formats radixgen makes (Q8_0, Q4_0, Q4_1) come from the reference quantizer; the
+K-quants (Q4_K, Q5_K, Q6_K) from random blocks (every bit pattern of their quants is a valid
+weight). Shapes are odd on purpose: an odd number of blocks per row (the packed layout pairs
+blocks and pads its scales to 8), 1..64 activation rows, output counts that are not a multiple
+of the kernels' tile.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from radixgen.kernels import quant as Q
+
+pytestmark = pytest.mark.usefixtures("native_env")
+
+
+@pytest.fixture(scope="module")
+def lib():
+    lib = Q.quant_c_library()
+    if lib is None:
+        pytest.skip("the native CPU kernels did not build")
+    return lib
+
+
+def _weight(fmt: str, out: int, inputs: int, seed: int = 0) -> Q.QuantizedTensor:
+    g = torch.Generator().manual_seed(seed)
+    if fmt in Q.QUANTIZABLE:
+        return Q.quantize(torch.randn(out, inputs, generator=g), fmt)
+    return Q._random_blocks(fmt, out, inputs, g)
+
+
+def _widths(fmt: str) -> list[int]:
+    block = Q.FORMATS[fmt][1]
+    return [block, 3 * block] if block == 256 else [32, 96, 19 * 32, 608]
+
+
+@pytest.mark.parametrize("fmt", list(Q.FORMATS))
+@pytest.mark.parametrize("rows", [1, 2, 3, 17, 64])
+def test_float_activations_match_the_reference(lib, fmt, rows):
+    for inputs in _widths(fmt):
+        w = _weight(fmt, 37, inputs)
+        x = torch.randn(rows, inputs)
+        want = Q.quant_matmul_ref(x, w)
+        got = Q.quant_matmul_c(lib, x, w, None, "f32")
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+@pytest.mark.parametrize("rows", [1, 2, 3, 17, 64])
+def test_eight_bit_activations_stay_within_their_rounding(lib, fmt, rows):
+    for inputs in _widths(fmt):
+        w = _weight(fmt, 37, inputs).to_packed()
+        x = torch.randn(rows, inputs)
+        want = Q.quant_matmul_ref(x, Q.QuantizedTensor(_weight(fmt, 37, inputs).data, fmt, inputs))
+        got = Q.quant_matmul_c(lib, x, w, None, "q8")
+        # x rounded to 8 bits per block: |error| <= sum |w| * d_x / 2, a few tenths of a percent
+        # of the largest output on Gaussian data
+        assert (got - want).abs().max() <= 0.02 * want.abs().max()
+        # and the packed float path is the reference up to summation order
+        exact = Q.quant_matmul_c(lib, x, w, None, "f32")
+        torch.testing.assert_close(exact, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+def test_packed_layout_holds_the_same_values(lib, fmt):
+    for inputs in _widths(fmt):
+        w = _weight(fmt, 21, inputs)
+        packed = w.to_packed()
+        assert packed.data.shape[1] == Q.row_bytes(fmt, inputs, packed=True)
+        assert torch.equal(packed.dequantize(), Q.dequantize_ref(w))
+
+
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+def test_a_row_does_not_depend_on_its_batch(lib, fmt):
+    """Prefill and decode, cached prefix or not, compute a token alike: the 8-bit path gives a
+    row the same bits alone, in a batch, at any position in it."""
+    w = _weight(fmt, 101, 19 * 32).to_packed()
+    x = torch.randn(40, 19 * 32)
+    together = Q.quant_matmul_c(lib, x, w, None, "q8")
+    for i in (0, 1, 7, 39):
+        assert torch.equal(Q.quant_matmul_c(lib, x[i : i + 1], w, None, "q8")[0], together[i])
+    assert torch.equal(Q.quant_matmul_c(lib, x[3:8], w, None, "q8"), together[3:8])
+
+
+@pytest.mark.parametrize("fmt", ["q4_1", "q6_k"])
+def test_linear_layer_with_bias_and_strided_rows(lib, fmt):
+    inputs = _widths(fmt)[-1]
+    w = _weight(fmt, 45, inputs)
+    bias = torch.randn(45)
+    layer = Q.QuantizedLinear(w, bias)
+    x = torch.randn(80, inputs)[::2]  # 40 rows, row stride 2 * inputs
+    want = Q.quant_matmul_ref(x, w, bias)
+    tolerance = 0.02 if layer.weight.packed else 1e-4
+    assert (layer(x) - want).abs().max() <= tolerance * want.abs().max()
+    assert layer(x[:0]).shape == (0, 45)
+
+
+def test_quantize_rounds_to_nearest_per_block():
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(16, 64, generator=g)
+    for fmt, bound in (("q8_0", 1 / 127), ("q4_0", 1 / 7), ("q4_1", 1 / 15)):
+        back = Q.dequantize_ref(Q.quantize(weight, fmt))
+        scale = weight.reshape(16, 2, 32).abs().amax(-1, keepdim=True)  # per block
+        err = (back - weight).reshape(16, 2, 32).abs()
+        assert (err <= scale * bound + 1e-6).all(), fmt
+    with pytest.raises(ValueError, match="quantization"):
+        Q.quantize(weight, "q6_k")
+    with pytest.raises(ValueError, match="multiple"):
+        Q.quantize(torch.randn(4, 40), "q8_0")
+
+
+def test_weights_check_their_shape():
+    with pytest.raises(ValueError, match="expected uint8"):
+        Q.QuantizedTensor(torch.zeros(3, 10, dtype=torch.uint8), "q8_0", 32)
+    with pytest.raises(ValueError, match="multiple"):
+        Q.QuantizedTensor(torch.zeros(3, 34, dtype=torch.uint8), "q8_0", 40)
+    with pytest.raises(ValueError, match="packed"):
+        Q.QuantizedTensor(torch.zeros(3, 144, dtype=torch.uint8), "q4_k", 256, packed=True)
+
+
+def test_rows_concatenate_within_one_format(lib):
+    a, b = _weight("q4_1", 5, 64), _weight("q4_1", 7, 64, seed=1)
+    both = Q.cat_rows([a, b])
+    assert torch.equal(
+        Q.dequantize_ref(both), torch.cat([Q.dequantize_ref(a), Q.dequantize_ref(b)])
+    )
+    with pytest.raises(ValueError, match="one format"):
+        Q.cat_rows([a, _weight("q8_0", 5, 64)])
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_embedding_expands_only_the_rows_looked_up(lib, packed):
+    w = _weight("q8_0", 50, 96)
+    table = w.to_packed() if packed else w
+    ids = torch.tensor([3, 0, 49, 3])
+    assert torch.equal(Q.embedding(ids, table), Q.dequantize_ref(w)[ids])
+    with pytest.raises(IndexError, match="out of range"):
+        Q.embedding(torch.tensor([50]), table)
+
+
+def test_reference_path_without_the_c_kernels(monkeypatch):
+    """RADIXGEN_KERNEL_BACKEND=torch: the dispatching function runs the reference."""
+    monkeypatch.setenv("RADIXGEN_KERNEL_BACKEND", "torch")
+    w = _weight("q4_0", 9, 64)
+    x = torch.randn(3, 64)
+    assert torch.equal(Q.quant_matmul(x, w), Q.quant_matmul_ref(x, w))
+
+
+def test_concurrent_callers_each_get_their_own_result(lib):
+    """The spinning pool runs one caller's job at a time; a second caller meanwhile computes on
+    its own thread (and gets the same bits)."""
+    w = _weight("q4_1", 300, 576).to_packed()
+    xs = [torch.randn(4, 576, generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    want = [Q.quant_matmul_c(lib, x, w, None, "q8") for x in xs]
+    got: dict[int, list[torch.Tensor]] = {i: [] for i in range(4)}
+
+    def work(i: int) -> None:
+        for _ in range(50):
+            got[i].append(Q.quant_matmul_c(lib, xs[i], w, None, "q8"))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(4):
+        assert all(torch.equal(y, want[i]) for y in got[i])
+
+
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+@pytest.mark.parametrize("rows", [1, 5, 33])
+def test_triton_kernel_matches_the_reference(triton_backend, device, fmt, rows):
+    w = _weight(fmt, 37, 96)
+    x = torch.randn(rows, 96)
+    bias = torch.randn(37)
+    want = Q.quant_matmul_ref(x, w, bias)
+    on_device = Q.QuantizedTensor(w.data.to(device), fmt, 96)
+    got = Q.quant_matmul(x.to(device), on_device, bias.to(device), backend=triton_backend)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
