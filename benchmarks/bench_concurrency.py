@@ -58,7 +58,8 @@ async def level(url: str, model: str, concurrency: int, texts: list[str], max_to
     async def worker(client: httpx.AsyncClient) -> None:
         nonlocal tokens
         while queue:
-            tokens += await one(client, url, model, queue.pop(), max_tokens)
+            done = await one(client, url, model, queue.pop(), max_tokens)
+            tokens += done  # not `tokens += await ...`: that reads tokens before awaiting
 
     async with httpx.AsyncClient(timeout=900) as client:
         start = time.perf_counter()

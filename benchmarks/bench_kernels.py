@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from radixgen.kernels import attention, bitmask, kv_store, norm, rotary
+from radixgen.kernels import attention, bitmask, kv_store, norm, quant, rotary
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,24 @@ def rotary_cases(device: torch.device) -> list[Case]:
     return cases
 
 
+def quant_matmul_cases(device: torch.device) -> list[Case]:
+    """Quantized weights (the blocks read once) times float activations; the reference
+    dequantizes with the gguf package on the CPU each call, so its time is not a GPU number."""
+    cases = []
+    for fmt in quant.ACT_Q8_FORMATS:
+        for rows, out, inputs in [(1, 4096, 4096), (16, 4096, 4096), (1, 14336, 4096)]:
+            w = quant.quantize(torch.randn(out, inputs), fmt)
+            on_device = quant.QuantizedTensor(w.data.to(device), fmt, inputs)
+            x = torch.randn(rows, inputs, device=device)
+            cases.append(Case(
+                "quant_matmul", f"{fmt} N={rows} O={out} K={inputs} fp32", w.nbytes + x.numel() * 4,
+                lambda x=x, w=w: quant.quant_matmul_ref(x.cpu(), w),
+                lambda x=x, w=on_device: quant.quant_matmul_triton(x, w),
+                flops=2 * rows * out * inputs,
+            ))  # fmt: skip
+    return cases
+
+
 def run(cases: list[Case], peak_gbps: float) -> None:
     from triton.testing import do_bench
 
@@ -197,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         extend_cases,
         norm_cases,
         rotary_cases,
+        quant_matmul_cases,
     ):
         cases += build(device)
     run(cases, args.peak_gbps)

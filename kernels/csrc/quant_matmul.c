@@ -704,6 +704,69 @@ static int matmul_packed_f32(int fmt, const uint8_t *w, int64_t row_bytes, int64
 }
 #endif
 
+#if defined(QM_AVX2)
+/* ------------------------------------------- float activations, batches: a small GEMM (AVX2)
+ *
+ * From GEMM_MIN_ROWS rows on, each tile of 4 outputs is expanded once into floats (4 rows of K,
+ * L1-resident) and multiplied with the activations 4 rows at a time: 16 vector accumulators over
+ * k (per 8 values of k, 8 loads and 16 FMAs make 128 products), summed across lanes at the end.
+ * Any format (dequant_row), either layout. */
+#define GEMM_MIN_ROWS 6
+#define GEMM_T 4
+
+typedef struct {
+    int fmt, packed;
+    const uint8_t *w;
+    int64_t row_bytes, out_features, in;
+    const float *x;
+    int64_t stride_x, rows;
+    float *y;
+    int64_t stride_y;
+    const float *bias;
+    int failed; /* set when a part could not get its buffer */
+} GemmJob;
+
+static void gemm_part(void *p, int part, int parts) {
+    GemmJob *job = p;
+    const GemmJob j = *job;
+    const int64_t k_len = j.in;
+    const int64_t tiles = (j.out_features + GEMM_T - 1) / GEMM_T;
+    const int64_t t_begin = tiles * part / parts, t_end = tiles * (part + 1) / parts;
+    float *wt = aligned_alloc(64, (size_t)(GEMM_T * k_len * 4 + 64));
+    if (!wt) {
+        job->failed = 1;
+        return;
+    }
+    for (int64_t t = t_begin; t < t_end; t++) {
+        const int64_t o0 = t * GEMM_T;
+        const int nout = j.out_features - o0 < GEMM_T ? (int)(j.out_features - o0) : GEMM_T;
+        for (int o = 0; o < GEMM_T; o++) /* past the last output: expand it again, store nothing */
+            dequant_row(j.fmt, j.packed, j.w + (o0 + (o < nout ? o : nout - 1)) * j.row_bytes,
+                        wt + o * k_len, k_len);
+        for (int64_t r0 = 0; r0 < j.rows; r0 += GEMM_T) {
+            const float *xr[GEMM_T];
+            for (int r = 0; r < GEMM_T; r++) /* past the last row: read it again, store nothing */
+                xr[r] = j.x + (r0 + r < j.rows ? r0 + r : j.rows - 1) * j.stride_x;
+            __m256 c[GEMM_T][GEMM_T];
+            for (int r = 0; r < GEMM_T; r++)
+                for (int o = 0; o < GEMM_T; o++) c[r][o] = _mm256_setzero_ps();
+            for (int64_t k = 0; k < k_len; k += 8) {
+                __m256 wv[GEMM_T], xv[GEMM_T];
+                for (int o = 0; o < GEMM_T; o++) wv[o] = _mm256_load_ps(wt + o * k_len + k);
+                for (int r = 0; r < GEMM_T; r++) xv[r] = _mm256_loadu_ps(xr[r] + k);
+                for (int r = 0; r < GEMM_T; r++)
+                    for (int o = 0; o < GEMM_T; o++) c[r][o] = _mm256_fmadd_ps(xv[r], wv[o], c[r][o]);
+            }
+            for (int r = 0; r < GEMM_T && r0 + r < j.rows; r++) {
+                float *yr = j.y + (r0 + r) * j.stride_y + o0;
+                for (int o = 0; o < nout; o++) yr[o] = hsum_ps(c[r][o]) + (j.bias ? j.bias[o0 + o] : 0.0f);
+            }
+        }
+    }
+    free(wt);
+}
+#endif
+
 /* y[rows, out] (row stride stride_y) = x[rows, in] (row stride stride_x) @ W^T (+ bias).
  * W is [out, row_bytes] in format fmt, GGUF layout (packed = 0) or packed (packed = 1). act_q8
  * needs the packed layout. Returns 0, or -1 for what it does not handle (unknown format, a row
@@ -720,6 +783,11 @@ int quant_matmul_f32(int fmt, int packed, const uint8_t *w, int64_t row_bytes, i
         return matmul_q8_act(fmt, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias);
     }
 #if defined(QM_AVX2)
+    if (rows >= GEMM_MIN_ROWS) {
+        GemmJob job = {fmt, packed, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias, 0};
+        spin_pool_run(gemm_part, &job, parts_for(out_features * rows * in));
+        return job.failed ? -2 : 0;
+    }
     if (packed) return matmul_packed_f32(fmt, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias);
 #endif
     if (in > MAX_ROW) return -1;
