@@ -236,7 +236,8 @@ int quant_repack(int fmt, const uint8_t *src, int64_t src_row_bytes, int64_t row
     return 0;
 }
 
-static void dequant_packed_row(int fmt, const uint8_t *row, float *out, int64_t in) {
+static __attribute__((unused)) void dequant_packed_row(int fmt, const uint8_t *row, float *out,
+                                                       int64_t in) {
     const int64_t nb = in / 32, nb8 = pad8(nb);
     const uint8_t *scales = row, *mins = row + 2 * nb8;
     const uint8_t *qs = row + (fmt == Q4_1 ? 4 : 2) * nb8;
@@ -259,9 +260,47 @@ static void dequant_packed_row(int fmt, const uint8_t *row, float *out, int64_t 
     }
 }
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+/* dequant_packed_row with 8-wide conversions: the same values (d * q + m, (q - 8) * d, q * d in
+ * float32, one rounding each), for the batch GEMM and prefill that expand whole weights. */
+static void dequant_packed_row_avx2(int fmt, const uint8_t *row, float *out, int64_t in) {
+    const int64_t nb = in / 32, nb8 = pad8(nb);
+    const uint8_t *scales = row, *mins = row + 2 * nb8;
+    const uint8_t *qs = row + (fmt == Q4_1 ? 4 : 2) * nb8;
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256 d = _mm256_set1_ps(_cvtsh_ss(read_u16(scales + 2 * b)));
+        float *o = out + 32 * b;
+        if (fmt == Q8_0) {
+            const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * b));
+            const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+            const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+            for (int i = 0; i < 4; i++)
+                _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[i])), d));
+            continue;
+        }
+        const __m256i pair = _mm256_loadu_si256((const __m256i *)(qs + 32 * (b / 2)));
+        const __m256i nib = _mm256_and_si256(b % 2 ? _mm256_srli_epi16(pair, 4) : pair, _mm256_set1_epi8(0xf));
+        const __m128i lo = _mm256_castsi256_si128(nib), hi = _mm256_extracti128_si256(nib, 1);
+        const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+        const __m256 m = _mm256_set1_ps(fmt == Q4_1 ? _cvtsh_ss(read_u16(mins + 2 * b)) : 0.0f);
+        const __m256 eight = _mm256_set1_ps(8.0f);
+        for (int i = 0; i < 4; i++) {
+            const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i]));
+            /* Q4_1: q * d + m, Q4_0: (q - 8) * d, rounded as the reference rounds them */
+            _mm256_storeu_ps(o + 8 * i, fmt == Q4_1 ? _mm256_add_ps(_mm256_mul_ps(q, d), m)
+                                                    : _mm256_mul_ps(_mm256_sub_ps(q, eight), d));
+        }
+    }
+}
+#endif
+
 static void dequant_row(int fmt, int packed, const uint8_t *row, float *out, int64_t n) {
     if (packed) {
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+        dequant_packed_row_avx2(fmt, row, out, n);
+#else
         dequant_packed_row(fmt, row, out, n);
+#endif
         return;
     }
     const int64_t be = quant_block_elements(fmt), bb = quant_block_bytes(fmt);
