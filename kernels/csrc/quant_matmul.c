@@ -556,32 +556,37 @@ dot_tile(const int fmt, const Q8Job *j, const uint8_t *w0, const int OT, int64_t
                 }                                                                                  \
         break;
 
-static void q8_part(void *p, int part, int parts) {
-    const Q8Job job = *(const Q8Job *)p, *j = &job; /* a local copy: y's stores cannot alias it */
-    const int64_t tiles = (j->out_features + OUT_TILE - 1) / OUT_TILE;
-    const int64_t t_begin = tiles * part / parts, t_end = tiles * (part + 1) / parts;
-    for (int64_t t = t_begin; t < t_end; t++) {
-        const int64_t o0 = t * OUT_TILE;
-        const int nout = j->out_features - o0 < OUT_TILE ? (int)(j->out_features - o0) : OUT_TILE;
-        for (int64_t r0 = 0; r0 < j->rows; r0 += ROW_TILE) {
-            const int n = j->rows - r0 < ROW_TILE ? (int)(j->rows - r0) : ROW_TILE;
-            const int nrows = n;
-            const uint8_t *w0 = j->w + o0 * j->row_bytes;
-            float out[OUT_TILE][ROW_TILE];
-            switch (j->fmt) {
-                TILE_CASE(dot_tile, Q4_0)
-                TILE_CASE(dot_tile, Q4_1)
-                TILE_CASE(dot_tile, Q8_0)
-            default:
-                break;
-            }
-            for (int o = 0; o < nout; o++) {
-                const float b = j->bias ? j->bias[o0 + o] : 0.0f;
-                for (int r = 0; r < n; r++) j->y[(r0 + r) * j->stride_y + o0 + o] = out[o][r] + b;
-            }
-        }
+/* The part function of a tiled job (fields w, row_bytes, out_features, rows, fmt, y, stride_y,
+ * bias): its share of OUT_TILE-output tiles, each against the rows ROW_TILE at a time through
+ * FN (TILE_CASE), plus the bias. */
+#define TILED_PART(NAME, JOB, FN)                                                                  \
+    static void NAME(void *p, int part, int parts) {                                               \
+        const JOB job = *(const JOB *)p, *j = &job; /* a local copy: y's stores cannot alias it */ \
+        const int64_t tiles = (j->out_features + OUT_TILE - 1) / OUT_TILE;                         \
+        const int64_t t_begin = tiles * part / parts, t_end = tiles * (part + 1) / parts;          \
+        for (int64_t t = t_begin; t < t_end; t++) {                                                \
+            const int64_t o0 = t * OUT_TILE;                                                       \
+            const int nout = j->out_features - o0 < OUT_TILE ? (int)(j->out_features - o0) : OUT_TILE; \
+            const uint8_t *w0 = j->w + o0 * j->row_bytes;                                          \
+            for (int64_t r0 = 0; r0 < j->rows; r0 += ROW_TILE) {                                   \
+                const int nrows = j->rows - r0 < ROW_TILE ? (int)(j->rows - r0) : ROW_TILE;        \
+                float out[OUT_TILE][ROW_TILE];                                                     \
+                switch (j->fmt) {                                                                  \
+                    TILE_CASE(FN, Q4_0)                                                            \
+                    TILE_CASE(FN, Q4_1)                                                            \
+                    TILE_CASE(FN, Q8_0)                                                            \
+                default:                                                                           \
+                    break;                                                                         \
+                }                                                                                  \
+                for (int o = 0; o < nout; o++) {                                                   \
+                    const float b = j->bias ? j->bias[o0 + o] : 0.0f;                              \
+                    for (int r = 0; r < nrows; r++) j->y[(r0 + r) * j->stride_y + o0 + o] = out[o][r] + b; \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
     }
-}
+
+TILED_PART(q8_part, Q8Job, dot_tile)
 
 static int matmul_q8_act(int fmt, const uint8_t *w, int64_t row_bytes, int64_t out_features,
                          int64_t in, const float *x, int64_t stride_x, int64_t rows, float *y,
@@ -697,31 +702,7 @@ pf32_tile(const int fmt, const PF32Job *j, const uint8_t *w0, const int OT, int6
         for (int r = 0; r < RT; r++) out[o][r] = hsum_ps(_mm256_add_ps(acc[o][r], extra[o][r]));
 }
 
-static void pf32_part(void *p, int part, int parts) {
-    const PF32Job job = *(const PF32Job *)p, *j = &job;
-    const int64_t tiles = (j->out_features + OUT_TILE - 1) / OUT_TILE;
-    const int64_t t_begin = tiles * part / parts, t_end = tiles * (part + 1) / parts;
-    for (int64_t t = t_begin; t < t_end; t++) {
-        const int64_t o0 = t * OUT_TILE;
-        const int nout = j->out_features - o0 < OUT_TILE ? (int)(j->out_features - o0) : OUT_TILE;
-        const uint8_t *w0 = j->w + o0 * j->row_bytes;
-        for (int64_t r0 = 0; r0 < j->rows; r0 += ROW_TILE) {
-            const int nrows = j->rows - r0 < ROW_TILE ? (int)(j->rows - r0) : ROW_TILE;
-            float out[OUT_TILE][ROW_TILE];
-            switch (j->fmt) {
-                TILE_CASE(pf32_tile, Q4_0)
-                TILE_CASE(pf32_tile, Q4_1)
-                TILE_CASE(pf32_tile, Q8_0)
-            default:
-                break;
-            }
-            for (int o = 0; o < nout; o++) {
-                const float b = j->bias ? j->bias[o0 + o] : 0.0f;
-                for (int r = 0; r < nrows; r++) j->y[(r0 + r) * j->stride_y + o0 + o] = out[o][r] + b;
-            }
-        }
-    }
-}
+TILED_PART(pf32_part, PF32Job, pf32_tile)
 
 static int matmul_packed_f32(int fmt, const uint8_t *w, int64_t row_bytes, int64_t out_features,
                              int64_t in, const float *x, int64_t stride_x, int64_t rows, float *y,
