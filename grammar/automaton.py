@@ -18,7 +18,7 @@ import threading
 import numpy as np
 
 from .errors import GrammarError, GrammarTooLarge
-from .terms import EMPTY, TermStore
+from .terms import EMPTY, Lookup, Terms, TermStore
 from .token_table import byte_flags
 
 DEAD = 0
@@ -42,22 +42,93 @@ def byte_classes(masks: set[int]) -> tuple[np.ndarray, list[int]]:
     return np.array(classes, dtype=np.int64), reps
 
 
-class LazyDFA:
-    """States, acceptance and the (partial) transitions of one grammar's byte DFA."""
+class DFAQueries:
+    """What a byte DFA answers from its states, transitions and store (shared by ``LazyDFA``
+    and ``native_lexer.NativeDFA``, which provide ``store``, ``state``, ``next_state``,
+    ``state_terms``, ``accepting``, ``class_list`` and the two caches)."""
 
-    def __init__(self, store: TermStore, root: int, *, max_states: int) -> None:
-        self.store = store
+    store: Terms
+    state_terms: Lookup[int]
+    accepting: Lookup[bool]
+    class_of_byte: np.ndarray
+    class_rep: list[int]
+    class_list: list[int]
+    num_classes: int
+    max_states: int
+    lock: threading.RLock
+    start: int
+    _clipped: dict[tuple[int, int], int]
+    _mask_keys: dict[int, int]
+
+    def _init_classes(self, store: Terms, max_states: int) -> None:
+        """The byte classes of ``store``'s sets, the limit, the lock and the empty caches."""
         self.class_of_byte, self.class_rep = byte_classes(store.byte_sets())
-        self.class_list: list[int] = self.class_of_byte.tolist()
+        self.class_list = self.class_of_byte.tolist()
         self.num_classes = len(self.class_rep)
         self.max_states = max_states
         self.lock = threading.RLock()
+        self._clipped = {}
+        self._mask_keys = {}
+
+    def state(self, term: int) -> int:
+        raise NotImplementedError
+
+    def next_state(self, s: int, cls: int) -> int:
+        raise NotImplementedError
+
+    def walk(self, s: int, data: bytes) -> int:
+        raise NotImplementedError
+
+    def live_bytes(self, s: int) -> np.ndarray:
+        """bool [257]: bytes with a non-dead transition from ``s`` (entry 256, "no byte", is
+        False so a token table's ``first_byte`` can index it directly)."""
+        return byte_flags(self.store.first_bytes(self.state_terms[s]))
+
+    def mask_key(self, s: int) -> int:
+        """``clipped(s)``: the state whose token mask ``s`` shares (fast path, cached)."""
+        key = self._mask_keys.get(s)
+        if key is None:
+            key = self.clipped(s)
+            self._mask_keys[s] = key
+        return key
+
+    def clipped(self, s: int, bound: int | None = None) -> int:
+        """The state of ``s``'s term with counters capped at ``bound`` (default: the mask
+        bound, longest token + 1). Any bound at or above it gives the same token mask."""
+        key = (s, bound or 0)
+        c = self._clipped.get(key)
+        if c is None:
+            c = self.state(self.store.clip(self.state_terms[s], bound))
+            self._clipped[key] = c
+        return c
+
+    def forced_bytes(self, s: int, limit: int = 4096) -> bytes:
+        """The bytes every match continues with from ``s``: follow states that are not
+        accepting and have exactly one live byte."""
+        out = bytearray()
+        store = self.store
+        while len(out) < limit and not self.accepting[s]:
+            first = store.first_bytes(self.state_terms[s])
+            if first == 0 or first & (first - 1):  # dead, or more than one byte possible
+                break
+            byte = first.bit_length() - 1
+            out.append(byte)
+            s = self.next_state(s, self.class_list[byte])
+        return bytes(out)
+
+
+class LazyDFA(DFAQueries):
+    """States, acceptance and the (partial) transitions of one grammar's byte DFA."""
+
+    native = False
+
+    def __init__(self, store: TermStore, root: int, *, max_states: int) -> None:
+        self.store = store
+        self._init_classes(store, max_states)
         self.state_terms: list[int] = []
         self.accepting: list[bool] = []
         self.rows: list[list[int]] = []
         self._state_of: dict[int, int] = {}
-        self._clipped: dict[tuple[int, int], int] = {}
-        self._mask_keys: dict[int, int] = {}
         self.table = np.full((64, self.num_classes), UNKNOWN, dtype=np.int32)
         assert self.state(EMPTY) == DEAD
         self.table[DEAD] = DEAD
@@ -132,40 +203,3 @@ class LazyDFA:
             if s == DEAD:
                 break
         return s
-
-    def live_bytes(self, s: int) -> np.ndarray:
-        """bool [257]: bytes with a non-dead transition from ``s`` (entry 256, "no byte", is
-        False so a token table's ``first_byte`` can index it directly)."""
-        return byte_flags(self.store.first_bytes(self.state_terms[s]))
-
-    def mask_key(self, s: int) -> int:
-        """``clipped(s)``: the state whose token mask ``s`` shares (fast path, cached)."""
-        key = self._mask_keys.get(s)
-        if key is None:
-            key = self.clipped(s)
-            self._mask_keys[s] = key
-        return key
-
-    def clipped(self, s: int, bound: int | None = None) -> int:
-        """The state of ``s``'s term with counters capped at ``bound`` (default: the mask
-        bound, longest token + 1). Any bound at or above it gives the same token mask."""
-        key = (s, bound or 0)
-        c = self._clipped.get(key)
-        if c is None:
-            c = self.state(self.store.clip(self.state_terms[s], bound))
-            self._clipped[key] = c
-        return c
-
-    def forced_bytes(self, s: int, limit: int = 4096) -> bytes:
-        """The bytes every match continues with from ``s``: follow states that are not
-        accepting and have exactly one live byte."""
-        out = bytearray()
-        store = self.store
-        while len(out) < limit and not self.accepting[s]:
-            first = store.first_bytes(self.state_terms[s])
-            if first == 0 or first & (first - 1):  # dead, or more than one byte possible
-                break
-            byte = first.bit_length() - 1
-            out.append(byte)
-            s = self.next_state(s, self.class_list[byte])
-        return bytes(out)

@@ -23,7 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from . import json_schema
+from . import json_schema, native_lexer
 from .automaton import LazyDFA
 from .cfg import CfgGrammar, Grammar, compile_rules, parse_ebnf
 from .cfg.from_regex import regex_to_rule
@@ -65,6 +65,8 @@ class GrammarCompiler:
         isolate: compile in ``max_workers`` worker processes (``workers.py``), not threads:
             a compile then never holds this process's GIL, and one past its budget is
             killed. The engine uses it; tests and scripts may keep the threads.
+        native_lexer: regex and JSON Schema grammars step bytes with the C lexer
+            (``native_lexer``) where it builds; False keeps the Python reference.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class GrammarCompiler:
         cache_size: int = 128,
         precompute_s: float = 0.08,
         isolate: bool = False,
+        native_lexer: bool = True,
     ) -> None:
         vocab = tokenizer_or_vocabulary
         self.vocab = vocab if isinstance(vocab, Vocabulary) else Vocabulary.from_tokenizer(vocab)
@@ -87,6 +90,7 @@ class GrammarCompiler:
         self.max_terms = max_terms
         self.cache_size = cache_size
         self.precompute_s = precompute_s
+        self.native_lexer = native_lexer
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grammar")
         self._cache: OrderedDict[tuple[str, str, str], Future] = OrderedDict()
         self._lock = threading.Lock()
@@ -98,6 +102,7 @@ class GrammarCompiler:
                 "max_states": max_states,
                 "max_terms": max_terms,
                 "precompute_s": precompute_s,
+                "native_lexer": native_lexer,
             }
             self._workers = CompileWorkers(
                 self.vocab, settings, count=max_workers, timeout_s=timeout_s
@@ -267,12 +272,15 @@ class GrammarCompiler:
     ) -> CompiledGrammar:
         regex, canonical, build_term = _front_end(kind, spec, options)
         budget.check()
-        store = TermStore(clip_bound=self.vocab.max_token_len + 1, budget=budget)
+        native = self.native_lexer and native_lexer.available()
+        store_type = native_lexer.NativeTermStore if native else TermStore
+        store = store_type(clip_bound=self.vocab.max_token_len + 1, budget=budget)
         try:
-            root = build_term(store)
+            root = build_term(store)  # type: ignore[arg-type]
         except RecursionError:
             raise GrammarError(f"{kind}: nested too deeply to compile", source=kind) from None
-        dfa = LazyDFA(store, root, max_states=self.max_states)
+        dfa_type = native_lexer.NativeDFA if native else LazyDFA
+        dfa = dfa_type(store, root, max_states=self.max_states)  # type: ignore[arg-type]
         grammar = CompiledGrammar(
             kind=kind, key=key, dfa=dfa, vocab=self.vocab, regex=regex, canonical=canonical
         )

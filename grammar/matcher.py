@@ -22,8 +22,9 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import torch
 
-from .automaton import DEAD, LazyDFA
+from .automaton import DEAD
 from .errors import GrammarError
+from .native_lexer import DFA
 from .token_index import MaskIndex
 from .vocabulary import Vocabulary
 
@@ -41,7 +42,7 @@ class CompiledGrammar:
         *,
         kind: str,
         key: tuple[str, str, str],
-        dfa: LazyDFA,
+        dfa: DFA,
         vocab: Vocabulary,
         regex: str | None = None,
         canonical: Callable[[Any], str] | None = None,

@@ -24,7 +24,7 @@ admits tokens of at most n bytes.
 
 from __future__ import annotations
 
-from .terms import K_ALT, K_CAT, K_REP, K_SET, K_TAG, TermStore
+from .terms import K_ALT, K_CAT, K_REP, K_SET, K_TAG, Terms
 from .utf8 import MAX_CODE_POINT, utf8_sequences
 
 Run = tuple[int, int, int]  # (first-byte mask, other-bytes mask, max length)
@@ -46,7 +46,7 @@ def run_score(run: Run) -> int:
 class SafeRuns:
     """Memoized safe runs of one store's terms."""
 
-    def __init__(self, store: TermStore) -> None:
+    def __init__(self, store: Terms) -> None:
         self.store = store
         self._runs: dict[int, Run] = {}
         self._non_ascii: frozenset[int] | None = None

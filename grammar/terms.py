@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Any, Protocol, TypeVar
 
 from .errors import GrammarError, GrammarTooLarge
+
+T_co = TypeVar("T_co", covariant=True)
 
 EMPTY, EPS = 0, 1
 K_EMPTY, K_EPS, K_SET, K_CAT, K_ALT, K_REP, K_TAG = range(7)
@@ -57,6 +60,46 @@ class Budget:
     def clear_deadline(self) -> None:
         """Compilation is over: lazy expansion at decode time is limited by size only."""
         self.deadline = None
+
+
+class Lookup(Protocol[T_co]):
+    """Read-only indexing (a list, or the native store's views)."""
+
+    def __getitem__(self, i: int, /) -> T_co: ...
+
+
+class Terms(Protocol):
+    """What the DFA, the mask index and the safe runs read of a store: ``TermStore`` or
+    ``native_lexer.NativeTermStore``."""
+
+    clip_bound: int
+    budget: Budget
+
+    @property
+    def kinds(self) -> Lookup[int]: ...
+
+    @property
+    def args(self) -> Lookup[Any]: ...
+
+    @property
+    def nullable(self) -> Lookup[bool]: ...
+
+    @property
+    def has_tags(self) -> bool: ...
+
+    def deriv(self, t: int, byte: int) -> int: ...
+
+    def clip(self, t: int, bound: int | None = None) -> int: ...
+
+    def first_bytes(self, t: int) -> int: ...
+
+    def single_bytes(self, t: int) -> int: ...
+
+    def head_tagged(self, t: int) -> bool: ...
+
+    def byte_sets(self) -> set[int]: ...
+
+    def find_seq(self, masks: list[int]) -> int | None: ...
 
 
 class TermStore:

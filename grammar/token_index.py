@@ -28,6 +28,7 @@ from typing import cast
 import numpy as np
 
 from .automaton import DEAD, UNKNOWN, LazyDFA
+from .native_lexer import DFA, NativeDFA
 from .safe_runs import NO_RUN, Run, SafeRuns
 from .terms import CompileTimeout
 from .token_table import TokenTable
@@ -51,7 +52,7 @@ class MaskIndex:
     on demand).
     """
 
-    def __init__(self, dfa: LazyDFA, vocab: Vocabulary, *, max_masks: int = 2048) -> None:
+    def __init__(self, dfa: DFA, vocab: Vocabulary, *, max_masks: int = 2048) -> None:
         self.dfa = dfa
         self.vocab = vocab
         self.table = TokenTable.of(vocab)
@@ -165,6 +166,10 @@ class MaskIndex:
         successors: set[int] = set()
         if safe is not None:
             successors.update(self._sample_successors(state, run[0] & run[1]))
+        if isinstance(dfa, NativeDFA):
+            ends = dfa.walk_tokens(table, ids, state)
+            live_ends = ends != DEAD
+            return ids[live_ends], safe, successors | set(np.unique(ends[live_ends]).tolist())
         ok, final = self._walk_vector(state, ids)
         return ok, safe, successors | set(np.unique(final).tolist())
 
@@ -206,6 +211,9 @@ class MaskIndex:
                     key = base + b1
                     pairs.append((key, after))
                     total += starts[key + 1] - starts[key]
+        if isinstance(dfa, NativeDFA):
+            ok, final = self._walk_native(state, pairs, walk)
+            return np.concatenate([ok, *allowed]), None, successors | final
         if not walk and total <= _SCALAR_MAX:
             few, final = self._walk_pairs(pairs)
             return few, None, successors | final
@@ -220,6 +228,30 @@ class MaskIndex:
         group, second, safe = self.table.group_split(b0, run)
         rest = ~safe & self.dfa.live_bytes(after)[second]
         return group[safe], group[rest]
+
+    def _walk_native(
+        self, state: int, pairs: list[tuple[int, int]], walk: list[np.ndarray]
+    ) -> tuple[np.ndarray, set[int]]:
+        """(accepted ids, their final states) of the pair groups, each walked from its state
+        after the first byte, and of the split groups' ``walk`` ids from ``state`` — in C."""
+        dfa, table = self.dfa, self.table
+        assert isinstance(dfa, NativeDFA)
+        ids: list[np.ndarray] = []
+        starts: list[np.ndarray] = []
+        if pairs:
+            keys = np.array([key for key, _ in pairs], dtype=np.int64)
+            ids.append(table.pair_ids(keys))
+            sizes = table.pair_starts[keys + 1] - table.pair_starts[keys]
+            starts.append(np.repeat(np.array([after for _, after in pairs], np.int32), sizes))
+        ends = [dfa.walk_tokens(table, ids[0], starts[0], skip=1)] if pairs else []
+        if walk:
+            ids.append(np.concatenate(walk))
+            ends.append(dfa.walk_tokens(table, ids[-1], state))
+        if not ids:
+            return np.zeros(0, dtype=np.int64), set()
+        all_ids, all_ends = np.concatenate(ids), np.concatenate(ends)
+        keep = all_ends != DEAD
+        return all_ids[keep], set(np.unique(all_ends[keep]).tolist())
 
     def _walk_pairs(self, pairs: list[tuple[int, int]]) -> tuple[list[int], set[int]]:
         """Walk a few tokens, grouped by their first two bytes and then by their third (each
@@ -285,6 +317,7 @@ class MaskIndex:
         the rest of their bytes are walked one token at a time (cheaper than numpy calls).
         """
         dfa, table = self.dfa, self.table
+        assert isinstance(dfa, LazyDFA)
         class_of, num_classes = dfa.class_of_byte, dfa.num_classes
         neg_lengths = -table.lengths[ids]  # ascending
         states = np.full(ids.size, state, dtype=np.int64)

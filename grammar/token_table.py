@@ -119,7 +119,18 @@ class TokenTable:
             token_bytes=vocab.token_bytes,
         )
         table.utf8_from  # noqa: B018 - computed with the table, not on a first mask
+        table.byte_buffer  # noqa: B018 - likewise (the native token walk reads it)
         return table
+
+    @functools.cached_property
+    def byte_buffer(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every token's bytes in one buffer (uint8) and where each starts (int64 [V + 1]):
+        token j is ``buffer[offsets[j]:offsets[j + 1]]`` (empty for special tokens), as the
+        native token walk reads them."""
+        data = [b or b"" for b in self.token_bytes]
+        offsets = np.zeros(len(data) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in data], out=offsets[1:])
+        return np.frombuffer(b"".join(data) or b"\0", dtype=np.uint8), offsets
 
     @functools.cached_property
     def usable_first_mask(self) -> int:

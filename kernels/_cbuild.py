@@ -118,22 +118,13 @@ def _cpu_signature() -> str:
     return platform.machine() + platform.processor() + "".join(lines)
 
 
-def _build(compiler: str, flags: list[str], target: Path) -> str | None:
-    """Compile the sources into ``target``; the complaint (compiler's or file system's) on failure."""
+def _build(compiler: str, flags: list[str], target: Path, sources: Sequence[Path]) -> str | None:
+    """Compile ``sources`` into ``target``; the complaint (compiler's or file system's) on failure."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
             out = Path(tmp) / target.name
-            cmd = [
-                compiler,
-                *flags,
-                "-shared",
-                "-fPIC",
-                "-o",
-                str(out),
-                *(str(CSRC / f) for f in SOURCES),
-                "-lm",
-            ]
+            cmd = [compiler, *flags, "-shared", "-fPIC", "-o", str(out), *map(str, sources), "-lm"]
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
             if done.returncode != 0:
                 return done.stderr.strip()[-400:] or f"exit status {done.returncode}"
@@ -149,24 +140,39 @@ def _build_key(source: bytes, compiler: str, flags: list[str]) -> str:
 
 
 def _load() -> ctypes.CDLL | None:
+    return load_library(
+        "cpu_kernels", [CSRC / f for f in SOURCES], [CSRC / f for f in HEADERS], _FLAG_SETS
+    )
+
+
+def load_library(
+    name: str,
+    sources: Sequence[Path],
+    headers: Sequence[Path],
+    flag_sets: Sequence[list[str]],
+) -> ctypes.CDLL | None:
+    """Build ``sources`` into the cached library ``name-<key>.so`` (the first of ``flag_sets``
+    that compiles) and load it; ``None`` with a warning when no build works. Callers keep the
+    result: this builds or loads on every call."""
     compiler = (
         os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     )
     if compiler is None:
-        logger.info("no C compiler found: the CPU kernels use their torch paths")
+        logger.info("no C compiler found: %s uses its Python/torch paths", name)
         return None
-    source = b"\0".join((CSRC / f).read_bytes() for f in SOURCES + HEADERS)
+    source = b"\0".join(path.read_bytes() for path in [*sources, *headers])
     errors = []
-    for flags in _FLAG_SETS:
-        target = cache_dir() / f"cpu_kernels-{_build_key(source, compiler, flags)}.so"
+    for flags in flag_sets:
+        target = cache_dir() / f"{name}-{_build_key(source, compiler, flags)}.so"
         if not target.exists():
             started = time.monotonic()
-            error = _build(compiler, flags, target)
+            error = _build(compiler, flags, target, sources)
             if error is not None:
                 errors.append(f"{' '.join(flags)}: {error}")
                 continue
             logger.info(
-                "built the native CPU kernels (%s) in %.1fs",
+                "built the native %s (%s) in %.1fs",
+                name,
                 " ".join(flags),
                 time.monotonic() - started,
             )
@@ -175,7 +181,8 @@ def _load() -> ctypes.CDLL | None:
         except OSError as e:  # unloadable
             errors.append(f"{' '.join(flags)}: {e}")
     logger.warning(
-        "could not build the native CPU kernels; using the torch paths. %s",
+        "could not build the native %s; using the Python/torch paths. %s",
+        name,
         " | ".join(errors)[-800:],
     )
     return None

@@ -1,0 +1,821 @@
+/* The lexer's hot path in C: hash-consed regex terms over bytes, their Brzozowski
+ * derivatives, and the lazy byte DFA whose states are terms, with batched token walks.
+ *
+ * This is the same algebra as grammar/terms.py and grammar/automaton.py (the Python
+ * reference, which stays the fallback and is tested equal): constructors normalize as they
+ * build (EMPTY absorbs concatenation, EPS is its unit, alternation is flattened, sorted,
+ * deduplicated and merges its byte sets), so equal ids mean equal terms; bounded repetition
+ * keeps counters; a transition is the derivative of a state's term by its class's byte.
+ * Built the same way, a store assigns the same ids as the Python one.
+ *
+ * Errors (too many terms or states, the compile deadline, nesting too deep) set `err`;
+ * constructors then return EMPTY and nothing is memoized, and the Python binding raises
+ * after the call. Not thread-safe: the owner serializes calls (the DFA's lock).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { K_EMPTY, K_EPS, K_SET, K_CAT, K_ALT, K_REP, K_TAG };
+enum { ERR_NONE, ERR_TERMS, ERR_TIMEOUT, ERR_DEPTH, ERR_STATES, ERR_MEMORY };
+
+#define EMPTY 0
+#define EPS 1
+#define DEAD 0
+#define UNKNOWN (-1)
+#define MAX_DEPTH 20000
+
+typedef struct {
+    uint64_t w[4];
+} Mask;
+
+static inline int mask_has(const Mask *m, int byte) { return (m->w[byte >> 6] >> (byte & 63)) & 1; }
+static inline int mask_empty(const Mask *m) { return !(m->w[0] | m->w[1] | m->w[2] | m->w[3]); }
+static inline int mask_eq(const Mask *x, const Mask *y) { return !memcmp(x, y, sizeof(Mask)); }
+static inline void mask_or(Mask *x, const Mask *y) {
+    for (int i = 0; i < 4; i++) x->w[i] |= y->w[i];
+}
+
+static inline uint64_t mix64(uint64_t x) { /* splitmix64's finalizer */
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* ------------------------------------------------------------------ int64 -> int32 memo */
+
+typedef struct {
+    int64_t *keys; /* -1: empty slot */
+    int32_t *vals;
+    int64_t cap, n;
+} Memo;
+
+static int memo_init(Memo *m, int64_t cap) {
+    m->keys = malloc(cap * sizeof(int64_t));
+    m->vals = malloc(cap * sizeof(int32_t));
+    if (!m->keys || !m->vals) return 0;
+    memset(m->keys, 0xff, cap * sizeof(int64_t));
+    m->cap = cap;
+    m->n = 0;
+    return 1;
+}
+
+static void memo_free(Memo *m) {
+    free(m->keys);
+    free(m->vals);
+    m->keys = NULL;
+    m->vals = NULL;
+}
+
+static inline int memo_get(const Memo *m, int64_t key, int32_t *out) {
+    int64_t i = (int64_t)(mix64((uint64_t)key) & (uint64_t)(m->cap - 1));
+    while (m->keys[i] != -1) {
+        if (m->keys[i] == key) {
+            *out = m->vals[i];
+            return 1;
+        }
+        i = (i + 1) & (m->cap - 1);
+    }
+    return 0;
+}
+
+static void memo_insert(int64_t *keys, int32_t *vals, int64_t cap, int64_t key, int32_t val) {
+    int64_t i = (int64_t)(mix64((uint64_t)key) & (uint64_t)(cap - 1));
+    while (keys[i] != -1 && keys[i] != key) i = (i + 1) & (cap - 1);
+    keys[i] = key;
+    vals[i] = val;
+}
+
+static int memo_put(Memo *m, int64_t key, int32_t val) {
+    if (2 * (m->n + 1) > m->cap) {
+        Memo bigger;
+        if (!memo_init(&bigger, 2 * m->cap)) return 0;
+        for (int64_t i = 0; i < m->cap; i++)
+            if (m->keys[i] != -1) memo_insert(bigger.keys, bigger.vals, bigger.cap, m->keys[i], m->vals[i]);
+        bigger.n = m->n;
+        memo_free(m);
+        *m = bigger;
+    }
+    int32_t old;
+    if (!memo_get(m, key, &old)) m->n++;
+    memo_insert(m->keys, m->vals, m->cap, key, val);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ terms */
+
+typedef struct {
+    int32_t n, cap;
+    uint8_t *kind, *nullable, *big;
+    int8_t *head_tagged; /* memo: -1 unknown */
+    int32_t *a;          /* CAT head, REP body, TAG body */
+    int64_t *b, *c;      /* CAT tail; REP lo, hi (-1: unbounded); ALT pool offset, count */
+    Mask *first;         /* bytes with a non-empty derivative (SET: the set itself) */
+    int32_t *pool;       /* ALT members, sorted */
+    int64_t pool_n, pool_cap;
+    int32_t *ids; /* hash-consing: term ids by structure, -1 empty */
+    int64_t ids_cap, ids_n;
+    Memo derivs, clips;
+    int32_t clip_bound, max_terms, has_tags, err, depth;
+    double deadline; /* CLOCK_MONOTONIC seconds (Python's time.monotonic), 0: none */
+} Store;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t hash_fields(int kind, int32_t a, int64_t b, int64_t c) {
+    uint64_t h = mix64((uint64_t)kind * 0x9e3779b97f4a7c15ULL + (uint64_t)(uint32_t)a);
+    h = mix64(h ^ (uint64_t)b);
+    return mix64(h ^ (uint64_t)c);
+}
+
+static uint64_t hash_mask(const Mask *m) {
+    uint64_t h = 0x5bd1e995ULL;
+    for (int i = 0; i < 4; i++) h = mix64(h ^ m->w[i]);
+    return h;
+}
+
+static uint64_t hash_members(const int32_t *m, int64_t n) {
+    uint64_t h = 0x27d4eb2f165667c5ULL ^ (uint64_t)n;
+    for (int64_t i = 0; i < n; i++) h = mix64(h ^ (uint64_t)(uint32_t)m[i]);
+    return h;
+}
+
+static uint64_t term_hash(const Store *st, int32_t t) {
+    switch (st->kind[t]) {
+    case K_SET:
+        return hash_mask(&st->first[t]);
+    case K_ALT:
+        return hash_members(st->pool + st->b[t], st->c[t]);
+    default:
+        return hash_fields(st->kind[t], st->a[t], st->b[t], st->c[t]);
+    }
+}
+
+static int grow_terms(Store *st) {
+    int32_t cap = st->cap * 2;
+#define GROW(field, type)                                                   \
+    do {                                                                    \
+        type *p = realloc(st->field, (size_t)cap * sizeof(type));           \
+        if (!p) return 0;                                                   \
+        st->field = p;                                                      \
+    } while (0)
+    GROW(kind, uint8_t);
+    GROW(nullable, uint8_t);
+    GROW(big, uint8_t);
+    GROW(head_tagged, int8_t);
+    GROW(a, int32_t);
+    GROW(b, int64_t);
+    GROW(c, int64_t);
+    GROW(first, Mask);
+#undef GROW
+    st->cap = cap;
+    return 1;
+}
+
+static int rehash_ids(Store *st, int64_t cap) {
+    int32_t *ids = malloc(cap * sizeof(int32_t));
+    if (!ids) return 0;
+    memset(ids, 0xff, cap * sizeof(int32_t));
+    for (int32_t t = 2; t < st->n; t++) {
+        int64_t i = (int64_t)(term_hash(st, t) & (uint64_t)(cap - 1));
+        while (ids[i] != -1) i = (i + 1) & (cap - 1);
+        ids[i] = t;
+    }
+    free(st->ids);
+    st->ids = ids;
+    st->ids_cap = cap;
+    return 1;
+}
+
+static int same_term(const Store *st, int32_t t, int kind, int32_t a, int64_t b, int64_t c,
+                     const Mask *set, const int32_t *members, int64_t count) {
+    if (st->kind[t] != kind) return 0;
+    if (kind == K_SET) return mask_eq(&st->first[t], set);
+    if (kind == K_ALT)
+        return st->c[t] == count && !memcmp(st->pool + st->b[t], members, (size_t)count * sizeof(int32_t));
+    return st->a[t] == a && st->b[t] == b && st->c[t] == c;
+}
+
+/* The term of this structure: found, or made (with its nullable/big flags and first bytes). */
+static int32_t make(Store *st, int kind, int32_t a, int64_t b, int64_t c, const Mask *set,
+                    const int32_t *members, int64_t count, int nullable, int big) {
+    if (st->err) return EMPTY;
+    uint64_t h = kind == K_SET ? hash_mask(set) : kind == K_ALT ? hash_members(members, count)
+                                                               : hash_fields(kind, a, b, c);
+    int64_t i = (int64_t)(h & (uint64_t)(st->ids_cap - 1));
+    while (st->ids[i] != -1) {
+        int32_t t = st->ids[i];
+        if (same_term(st, t, kind, a, b, c, set, members, count)) return t;
+        i = (i + 1) & (st->ids_cap - 1);
+    }
+    int32_t t = st->n;
+    if ((t & 1023) == 0) {
+        if (t >= st->max_terms) {
+            st->err = ERR_TERMS;
+            return EMPTY;
+        }
+        if (st->deadline > 0 && now_s() > st->deadline) {
+            st->err = ERR_TIMEOUT;
+            return EMPTY;
+        }
+    }
+    if (t >= st->cap && !grow_terms(st)) {
+        st->err = ERR_MEMORY;
+        return EMPTY;
+    }
+    Mask first = {{0, 0, 0, 0}};
+    if (kind == K_SET) {
+        first = *set;
+    } else if (kind == K_ALT) {
+        if (st->pool_n + count > st->pool_cap) {
+            int64_t cap = 2 * (st->pool_cap + count);
+            int32_t *p = realloc(st->pool, (size_t)cap * sizeof(int32_t));
+            if (!p) {
+                st->err = ERR_MEMORY;
+                return EMPTY;
+            }
+            st->pool = p;
+            st->pool_cap = cap;
+        }
+        memcpy(st->pool + st->pool_n, members, (size_t)count * sizeof(int32_t));
+        b = st->pool_n;
+        c = count;
+        st->pool_n += count;
+        for (int64_t k = 0; k < count; k++) mask_or(&first, &st->first[members[k]]);
+    } else if (kind == K_CAT) {
+        first = st->first[a];
+        if (st->nullable[a]) mask_or(&first, &st->first[b]);
+    } else { /* REP, TAG */
+        first = st->first[a];
+    }
+    st->kind[t] = (uint8_t)kind;
+    st->a[t] = a;
+    st->b[t] = b;
+    st->c[t] = c;
+    st->nullable[t] = (uint8_t)nullable;
+    st->big[t] = (uint8_t)big;
+    st->head_tagged[t] = -1;
+    st->first[t] = first;
+    st->n = t + 1;
+    st->ids[i] = t;
+    if (2 * ++st->ids_n > st->ids_cap && !rehash_ids(st, 2 * st->ids_cap)) st->err = ERR_MEMORY;
+    return t;
+}
+
+Store *rg_store_new(int32_t clip_bound, int32_t max_terms) {
+    Store *st = calloc(1, sizeof(Store));
+    if (!st) return NULL;
+    st->cap = 1024;
+    st->kind = malloc(st->cap);
+    st->nullable = malloc(st->cap);
+    st->big = malloc(st->cap);
+    st->head_tagged = malloc(st->cap);
+    st->a = malloc(st->cap * sizeof(int32_t));
+    st->b = malloc(st->cap * sizeof(int64_t));
+    st->c = malloc(st->cap * sizeof(int64_t));
+    st->first = calloc(st->cap, sizeof(Mask));
+    st->pool_cap = 1024;
+    st->pool = malloc(st->pool_cap * sizeof(int32_t));
+    st->ids_cap = 4096;
+    st->ids = malloc(st->ids_cap * sizeof(int32_t));
+    if (!st->kind || !st->nullable || !st->big || !st->head_tagged || !st->a || !st->b || !st->c ||
+        !st->first || !st->pool || !st->ids || !memo_init(&st->derivs, 4096) || !memo_init(&st->clips, 256))
+        return NULL; /* the process is out of memory anyway */
+    memset(st->ids, 0xff, st->ids_cap * sizeof(int32_t));
+    for (int t = 0; t < 2; t++) { /* EMPTY, EPS */
+        st->kind[t] = (uint8_t)(t == 0 ? K_EMPTY : K_EPS);
+        st->nullable[t] = (uint8_t)t;
+        st->big[t] = 0;
+        st->head_tagged[t] = 0;
+        st->a[t] = 0;
+        st->b[t] = st->c[t] = 0;
+    }
+    st->n = 2;
+    st->clip_bound = clip_bound;
+    st->max_terms = max_terms;
+    return st;
+}
+
+void rg_store_free(Store *st) {
+    if (!st) return;
+    free(st->kind);
+    free(st->nullable);
+    free(st->big);
+    free(st->head_tagged);
+    free(st->a);
+    free(st->b);
+    free(st->c);
+    free(st->first);
+    free(st->pool);
+    free(st->ids);
+    memo_free(&st->derivs);
+    memo_free(&st->clips);
+    free(st);
+}
+
+/* Every entry point starts here: clear the last call's error, take this call's deadline. */
+static inline void begin(Store *st, double deadline) {
+    st->err = ERR_NONE;
+    st->depth = 0;
+    st->deadline = deadline;
+}
+
+/* ... and returns through here: the result, or minus the error code. */
+static inline int32_t finish(const Store *st, int32_t result) { return st->err ? -st->err : result; }
+
+static int32_t byteset(Store *st, const Mask *m) {
+    return mask_empty(m) ? EMPTY : make(st, K_SET, 0, 0, 0, m, NULL, 0, 0, 0);
+}
+
+static int32_t cat(Store *st, int32_t a, int32_t b) {
+    if (a == EMPTY || b == EMPTY) return EMPTY;
+    if (a == EPS) return b;
+    if (b == EPS) return a;
+    return make(st, K_CAT, a, b, 0, NULL, NULL, 0, st->nullable[a] && st->nullable[b], st->big[a] || st->big[b]);
+}
+
+static int cmp_i32(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+static int32_t alt(Store *st, const int32_t *items, int64_t n) {
+    int64_t live = 0, only = EMPTY;
+    for (int64_t i = 0; i < n; i++)
+        if (items[i] != EMPTY) {
+            live++;
+            only = items[i];
+        }
+    if (live <= 1) return (int32_t)only;
+    int64_t cap = 0;
+    for (int64_t i = 0; i < n; i++) cap += st->kind[items[i]] == K_ALT ? st->c[items[i]] : 1;
+    int32_t *members = malloc((size_t)(cap + 1) * sizeof(int32_t));
+    if (!members) {
+        st->err = ERR_MEMORY;
+        return EMPTY;
+    }
+    int64_t count = 0;
+    Mask sets = {{0, 0, 0, 0}};
+    for (int64_t i = 0; i < n; i++) {
+        int32_t t = items[i];
+        if (st->kind[t] == K_ALT) {
+            const int32_t *m = st->pool + st->b[t];
+            for (int64_t k = 0; k < st->c[t]; k++) {
+                if (st->kind[m[k]] == K_SET)
+                    mask_or(&sets, &st->first[m[k]]);
+                else
+                    members[count++] = m[k];
+            }
+        } else if (st->kind[t] == K_SET) {
+            mask_or(&sets, &st->first[t]);
+        } else if (t != EMPTY) {
+            members[count++] = t;
+        }
+    }
+    if (!mask_empty(&sets)) members[count++] = byteset(st, &sets);
+    qsort(members, (size_t)count, sizeof(int32_t), cmp_i32);
+    int64_t unique = 0;
+    for (int64_t k = 0; k < count; k++)
+        if (unique == 0 || members[unique - 1] != members[k]) members[unique++] = members[k];
+    int32_t t;
+    if (unique <= 1) {
+        t = unique ? members[0] : EMPTY;
+    } else {
+        int nullable = 0, big = 0;
+        for (int64_t k = 0; k < unique; k++) {
+            nullable |= st->nullable[members[k]];
+            big |= st->big[members[k]];
+        }
+        t = make(st, K_ALT, 0, 0, 0, NULL, members, unique, nullable, big);
+    }
+    free(members);
+    return t;
+}
+
+static int32_t rep(Store *st, int32_t r, int64_t lo, int64_t hi) {
+    if (hi == 0 || r == EPS) return EPS;
+    if (r == EMPTY) return lo == 0 ? EPS : EMPTY;
+    if (st->nullable[r]) lo = 0;
+    if (lo == 1 && hi == 1) return r;
+    int64_t bound = st->clip_bound;
+    int big = lo > bound || (hi >= 0 && hi > bound) || st->big[r];
+    return make(st, K_REP, r, lo, hi, NULL, NULL, 0, lo == 0, big);
+}
+
+static int32_t tag(Store *st, int32_t r) {
+    if (r <= EPS || st->kind[r] == K_TAG) return r;
+    st->has_tags = 1;
+    return make(st, K_TAG, r, 0, 0, NULL, NULL, 0, st->nullable[r], st->big[r]);
+}
+
+static int enter(Store *st) {
+    if (++st->depth > MAX_DEPTH) {
+        st->err = ERR_DEPTH;
+        st->depth--;
+        return 0;
+    }
+    return 1;
+}
+
+static int32_t deriv(Store *st, int32_t t, int byte);
+
+static int32_t derive(Store *st, int32_t t, int byte) {
+    switch (st->kind[t]) {
+    case K_SET:
+        return EPS; /* the caller checked the byte is in the set */
+    case K_CAT: {
+        int32_t head = st->a[t], tail = (int32_t)st->b[t];
+        if (st->kind[head] == K_SET) return tail; /* a byte, then the tail */
+        int32_t d = cat(st, deriv(st, head, byte), tail);
+        if (st->nullable[head]) {
+            int32_t rest = deriv(st, tail, byte);
+            if (rest != EMPTY) {
+                int32_t pair[2] = {d, rest};
+                d = d != EMPTY ? alt(st, pair, 2) : rest;
+            }
+        }
+        return d;
+    }
+    case K_ALT: {
+        int64_t count = st->c[t];
+        int32_t local[16];
+        int32_t *parts = count <= 16 ? local : malloc((size_t)count * sizeof(int32_t));
+        if (!parts) {
+            st->err = ERR_MEMORY;
+            return EMPTY;
+        }
+        int64_t k = 0;
+        for (int64_t i = 0; i < count; i++) {
+            int32_t u = st->pool[st->b[t] + i]; /* re-read: deriv may grow the pool */
+            if (mask_has(&st->first[u], byte)) parts[k++] = deriv(st, u, byte);
+        }
+        int32_t d = alt(st, parts, k);
+        if (parts != local) free(parts);
+        return d;
+    }
+    case K_REP: {
+        int32_t r = st->a[t];
+        int64_t lo = st->b[t], hi = st->c[t];
+        int32_t rest = rep(st, r, lo > 0 ? lo - 1 : 0, hi < 0 ? -1 : hi - 1);
+        return cat(st, deriv(st, r, byte), rest);
+    }
+    case K_TAG:
+        return tag(st, deriv(st, st->a[t], byte));
+    }
+    return EMPTY;
+}
+
+static int32_t deriv(Store *st, int32_t t, int byte) {
+    if (!mask_has(&st->first[t], byte) || st->err) return EMPTY;
+    int64_t key = (int64_t)t * 256 + byte;
+    int32_t d;
+    if (memo_get(&st->derivs, key, &d)) return d;
+    if (!enter(st)) return EMPTY;
+    d = derive(st, t, byte);
+    st->depth--;
+    if (!st->err && !memo_put(&st->derivs, key, d)) st->err = ERR_MEMORY;
+    return d;
+}
+
+static int32_t clip(Store *st, int32_t t, int32_t bound);
+
+static int32_t clip_now(Store *st, int32_t t, int32_t bound) {
+    switch (st->kind[t]) {
+    case K_TAG:
+        return tag(st, clip(st, st->a[t], bound));
+    case K_CAT: {
+        int32_t head = clip(st, st->a[t], bound);
+        return cat(st, head, clip(st, (int32_t)st->b[t], bound));
+    }
+    case K_ALT: {
+        int64_t count = st->c[t];
+        int32_t *parts = malloc((size_t)count * sizeof(int32_t));
+        if (!parts) {
+            st->err = ERR_MEMORY;
+            return EMPTY;
+        }
+        for (int64_t i = 0; i < count; i++) parts[i] = clip(st, st->pool[st->b[t] + i], bound);
+        int32_t d = alt(st, parts, count);
+        free(parts);
+        return d;
+    }
+    case K_REP: {
+        int64_t lo = st->b[t], hi = st->c[t];
+        int32_t body = clip(st, st->a[t], bound);
+        return rep(st, body, lo < bound ? lo : bound, hi < 0 ? -1 : hi < bound ? hi : bound);
+    }
+    }
+    return t;
+}
+
+static int32_t clip(Store *st, int32_t t, int32_t bound) {
+    if (!st->big[t] || st->err) return t;
+    int64_t key = ((int64_t)t << 32) | (uint32_t)bound;
+    int32_t c;
+    if (memo_get(&st->clips, key, &c)) return c;
+    if (!enter(st)) return EMPTY;
+    c = clip_now(st, t, bound);
+    st->depth--;
+    if (!st->err && !memo_put(&st->clips, key, c)) st->err = ERR_MEMORY;
+    return c;
+}
+
+static int head_tagged(Store *st, int32_t t) {
+    if (st->head_tagged[t] >= 0 || st->err) return st->head_tagged[t] > 0;
+    if (!enter(st)) return 0;
+    int result = 0;
+    switch (st->kind[t]) {
+    case K_TAG:
+        result = 1;
+        break;
+    case K_CAT: {
+        int32_t head = st->a[t];
+        result = head_tagged(st, head) && (!st->nullable[head] || head_tagged(st, (int32_t)st->b[t]));
+        break;
+    }
+    case K_ALT:
+        result = 1;
+        for (int64_t i = 0; i < st->c[t] && result; i++) result = head_tagged(st, st->pool[st->b[t] + i]);
+        break;
+    }
+    st->depth--;
+    if (!st->err) st->head_tagged[t] = (int8_t)result;
+    return result;
+}
+
+/* ---- the store's entry points (the Python binding, grammar/native_lexer.py) ---- */
+
+int32_t rg_byteset(Store *st, const uint64_t *mask, double deadline) {
+    begin(st, deadline);
+    return finish(st, byteset(st, (const Mask *)mask));
+}
+
+int32_t rg_cat(Store *st, int32_t a, int32_t b, double deadline) {
+    begin(st, deadline);
+    return finish(st, cat(st, a, b));
+}
+
+int32_t rg_alt(Store *st, const int32_t *items, int64_t n, double deadline) {
+    begin(st, deadline);
+    return finish(st, alt(st, items, n));
+}
+
+int32_t rg_rep(Store *st, int32_t r, int64_t lo, int64_t hi, double deadline) {
+    begin(st, deadline);
+    return finish(st, rep(st, r, lo, hi));
+}
+
+int32_t rg_tag(Store *st, int32_t r, double deadline) {
+    begin(st, deadline);
+    return finish(st, tag(st, r));
+}
+
+int32_t rg_deriv(Store *st, int32_t t, int32_t byte, double deadline) {
+    begin(st, deadline);
+    return finish(st, deriv(st, t, byte));
+}
+
+int32_t rg_clip(Store *st, int32_t t, int32_t bound, double deadline) {
+    begin(st, deadline);
+    return finish(st, clip(st, t, bound < st->clip_bound ? st->clip_bound : bound));
+}
+
+int32_t rg_head_tagged(Store *st, int32_t t) {
+    begin(st, 0);
+    return finish(st, head_tagged(st, t));
+}
+
+/* The existing SET term of `mask` or CAT term (a, b), else -1 (never creates). */
+int32_t rg_find(const Store *st, int32_t kind, const uint64_t *mask, int32_t a, int32_t b) {
+    uint64_t h = kind == K_SET ? hash_mask((const Mask *)mask) : hash_fields(K_CAT, a, b, 0);
+    int64_t i = (int64_t)(h & (uint64_t)(st->ids_cap - 1));
+    while (st->ids[i] != -1) {
+        if (same_term(st, st->ids[i], kind, a, b, 0, (const Mask *)mask, NULL, 0)) return st->ids[i];
+        i = (i + 1) & (st->ids_cap - 1);
+    }
+    return -1;
+}
+
+/* The ids of every SET term into out (room for rg_size ids); returns how many. */
+int32_t rg_set_terms(const Store *st, int32_t *out) {
+    int32_t k = 0;
+    for (int32_t t = 0; t < st->n; t++)
+        if (st->kind[t] == K_SET) out[k++] = t;
+    return k;
+}
+
+int32_t rg_size(const Store *st) { return st->n; }
+int32_t rg_has_tags(const Store *st) { return st->has_tags; }
+
+/* One term: out = {kind, nullable, big, a, b, c}; first = its 4 first-byte words. */
+void rg_term(const Store *st, int32_t t, int64_t *out, uint64_t *first) {
+    out[0] = st->kind[t];
+    out[1] = st->nullable[t];
+    out[2] = st->big[t];
+    out[3] = st->a[t];
+    out[4] = st->b[t];
+    out[5] = st->c[t];
+    memcpy(first, &st->first[t], sizeof(Mask));
+}
+
+const int32_t *rg_members(const Store *st, int32_t t) { return st->pool + st->b[t]; }
+int64_t rg_pool_size(const Store *st) { return st->pool_n; }
+
+/* Pickling: the arrays out (sizes from rg_size / rg_pool_size), and a store rebuilt from them. */
+void rg_store_export(const Store *st, uint8_t *kind, uint8_t *flags, int32_t *a, int64_t *b, int64_t *c,
+                     uint64_t *first, int32_t *pool) {
+    memcpy(kind, st->kind, st->n);
+    for (int32_t t = 0; t < st->n; t++) flags[t] = (uint8_t)(st->nullable[t] | (st->big[t] << 1));
+    memcpy(a, st->a, st->n * sizeof(int32_t));
+    memcpy(b, st->b, st->n * sizeof(int64_t));
+    memcpy(c, st->c, st->n * sizeof(int64_t));
+    memcpy(first, st->first, st->n * sizeof(Mask));
+    memcpy(pool, st->pool, st->pool_n * sizeof(int32_t));
+}
+
+Store *rg_store_import(int32_t clip_bound, int32_t max_terms, int32_t has_tags, int32_t n, int64_t pool_n,
+                       const uint8_t *kind, const uint8_t *flags, const int32_t *a, const int64_t *b,
+                       const int64_t *c, const uint64_t *first, const int32_t *pool) {
+    Store *st = rg_store_new(clip_bound, max_terms);
+    if (!st) return NULL;
+    while (st->cap < n)
+        if (!grow_terms(st)) return NULL;
+    if (pool_n > st->pool_cap) {
+        free(st->pool);
+        st->pool_cap = pool_n;
+        if (!(st->pool = malloc(pool_n * sizeof(int32_t)))) return NULL;
+    }
+    memcpy(st->kind, kind, n);
+    for (int32_t t = 0; t < n; t++) {
+        st->nullable[t] = flags[t] & 1;
+        st->big[t] = (flags[t] >> 1) & 1;
+        st->head_tagged[t] = t < 2 ? 0 : -1;
+    }
+    memcpy(st->a, a, n * sizeof(int32_t));
+    memcpy(st->b, b, n * sizeof(int64_t));
+    memcpy(st->c, c, n * sizeof(int64_t));
+    memcpy(st->first, first, n * sizeof(Mask));
+    memcpy(st->pool, pool, pool_n * sizeof(int32_t));
+    st->n = n;
+    st->pool_n = pool_n;
+    st->ids_n = n - 2;
+    st->has_tags = has_tags;
+    int64_t cap = 4096;
+    while (cap < 2 * (int64_t)n + 2) cap *= 2;
+    return rehash_ids(st, cap) ? st : NULL;
+}
+
+/* ------------------------------------------------------------------ the lazy DFA */
+
+typedef struct {
+    Store *st;
+    int32_t num_classes, n, cap, max_states;
+    int32_t class_of[256], rep[256];
+    int32_t *table; /* [cap, num_classes], UNKNOWN where not computed yet */
+    int32_t *terms;
+    uint8_t *accepting;
+    Memo state_of; /* term -> state */
+} Dfa;
+
+static int32_t dfa_state(Dfa *d, int32_t term) {
+    int32_t s;
+    if (memo_get(&d->state_of, term, &s)) return s;
+    Store *st = d->st;
+    if (st->err) return DEAD;
+    s = d->n;
+    if (s >= d->max_states) {
+        st->err = ERR_STATES;
+        return DEAD;
+    }
+    if ((s & 63) == 0 && st->deadline > 0 && now_s() > st->deadline) {
+        st->err = ERR_TIMEOUT;
+        return DEAD;
+    }
+    if (s >= d->cap) {
+        int32_t cap = 2 * d->cap;
+        int32_t *table = realloc(d->table, (size_t)cap * d->num_classes * sizeof(int32_t));
+        int32_t *terms = table ? realloc(d->terms, (size_t)cap * sizeof(int32_t)) : NULL;
+        uint8_t *acc = terms ? realloc(d->accepting, (size_t)cap) : NULL;
+        if (table) d->table = table;
+        if (terms) d->terms = terms;
+        if (!acc) {
+            st->err = ERR_MEMORY;
+            return DEAD;
+        }
+        d->accepting = acc;
+        d->cap = cap;
+    }
+    for (int32_t k = 0; k < d->num_classes; k++) d->table[(int64_t)s * d->num_classes + k] = UNKNOWN;
+    d->terms[s] = term;
+    d->accepting[s] = st->nullable[term];
+    if (!memo_put(&d->state_of, term, s)) {
+        st->err = ERR_MEMORY;
+        return DEAD;
+    }
+    d->n = s + 1;
+    return s;
+}
+
+static inline int32_t dfa_next(Dfa *d, int32_t s, int32_t cls) {
+    int64_t cell = (int64_t)s * d->num_classes + cls;
+    int32_t t = d->table[cell];
+    if (t == UNKNOWN) {
+        int32_t term = deriv(d->st, d->terms[s], d->rep[cls]);
+        t = dfa_state(d, term);
+        if (d->st->err) return DEAD;
+        d->table[cell] = t;
+    }
+    return t;
+}
+
+Dfa *rg_dfa_new(Store *st, const int32_t *class_of, const int32_t *reps, int32_t num_classes, int32_t max_states) {
+    Dfa *d = calloc(1, sizeof(Dfa));
+    if (!d) return NULL;
+    d->st = st;
+    d->num_classes = num_classes;
+    d->max_states = max_states;
+    memcpy(d->class_of, class_of, sizeof(d->class_of));
+    memcpy(d->rep, reps, (size_t)num_classes * sizeof(int32_t));
+    d->cap = 64;
+    d->table = malloc((size_t)d->cap * num_classes * sizeof(int32_t));
+    d->terms = malloc((size_t)d->cap * sizeof(int32_t));
+    d->accepting = malloc((size_t)d->cap);
+    if (!d->table || !d->terms || !d->accepting || !memo_init(&d->state_of, 256)) return NULL;
+    begin(st, 0);
+    dfa_state(d, EMPTY); /* state 0, DEAD: every transition stays there */
+    for (int32_t k = 0; k < num_classes; k++) d->table[k] = DEAD;
+    return d;
+}
+
+void rg_dfa_free(Dfa *d) {
+    if (!d) return;
+    free(d->table);
+    free(d->terms);
+    free(d->accepting);
+    memo_free(&d->state_of);
+    free(d);
+}
+
+int32_t rg_dfa_state(Dfa *d, int32_t term, double deadline) {
+    begin(d->st, deadline);
+    return finish(d->st, dfa_state(d, term));
+}
+
+int32_t rg_dfa_next(Dfa *d, int32_t s, int32_t cls, double deadline) {
+    begin(d->st, deadline);
+    return finish(d->st, dfa_next(d, s, cls));
+}
+
+int32_t rg_dfa_walk(Dfa *d, int32_t s, const uint8_t *data, int64_t len, double deadline) {
+    begin(d->st, deadline);
+    for (int64_t i = 0; i < len && s != DEAD; i++) s = dfa_next(d, s, d->class_of[data[i]]);
+    return finish(d->st, s);
+}
+
+/* For each i: walk token ids[i]'s bytes from the `skip`-th on, from state starts[i] (or
+ * starts[0] for all when `one_start`); out[i] = the state reached, DEAD where rejected. Token
+ * j's bytes are buf[offsets[j] : offsets[j + 1]]. Returns how many were not rejected (or minus
+ * the error code). */
+int64_t rg_dfa_walk_tokens(Dfa *d, int64_t n, const int64_t *ids, const int32_t *starts, int32_t one_start,
+                           int32_t skip, const uint8_t *buf, const int64_t *offsets, int32_t *out,
+                           double deadline) {
+    begin(d->st, deadline);
+    int64_t live = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t s = starts[one_start ? 0 : i];
+        const int64_t end = offsets[ids[i] + 1];
+        for (int64_t k = offsets[ids[i]] + skip; k < end && s != DEAD; k++) s = dfa_next(d, s, d->class_of[buf[k]]);
+        if (d->st->err) return -d->st->err;
+        out[i] = s;
+        live += s != DEAD;
+    }
+    return live;
+}
+
+int32_t rg_dfa_size(const Dfa *d) { return d->n; }
+int32_t rg_dfa_term(const Dfa *d, int32_t s) { return d->terms[s]; }
+int32_t rg_dfa_accepting(const Dfa *d, int32_t s) { return d->accepting[s]; }
+
+/* Pickling: table [n, num_classes] and terms [n] out; a DFA rebuilt from them. */
+void rg_dfa_export(const Dfa *d, int32_t *table, int32_t *terms) {
+    memcpy(table, d->table, (size_t)d->n * d->num_classes * sizeof(int32_t));
+    memcpy(terms, d->terms, (size_t)d->n * sizeof(int32_t));
+}
+
+Dfa *rg_dfa_import(Store *st, const int32_t *class_of, const int32_t *reps, int32_t num_classes,
+                   int32_t max_states, int32_t n, const int32_t *table, const int32_t *terms) {
+    Dfa *d = rg_dfa_new(st, class_of, reps, num_classes, max_states);
+    if (!d) return NULL;
+    begin(st, 0);
+    for (int32_t s = 1; s < n; s++) dfa_state(d, terms[s]);
+    if (st->err || d->n != n) return NULL;
+    memcpy(d->table, table, (size_t)n * num_classes * sizeof(int32_t));
+    return d;
+}

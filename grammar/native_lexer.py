@@ -1,0 +1,474 @@
+"""The lexer in C: terms, derivatives, the lazy DFA and token walks (``csrc/lexer.c``).
+
+``NativeTermStore`` and ``NativeDFA`` have the interfaces of ``terms.TermStore`` and
+``automaton.LazyDFA`` — the Python reference, which stays the fallback — and build the same
+terms with the same ids. What moves to C is what a first visit of a state costs: every
+derivative (a new DFA transition cost ~20 µs in Python) and every token walk. A mask's
+bookkeeping (candidate groups, safe runs, packing) stays in ``token_index``.
+
+The library is built on first use with the machine's C compiler, cached like the CPU kernels
+(``kernels._cbuild``), and used only after a probe agreed with the Python reference on a
+small grammar. ``RADIXGEN_NATIVE_GRAMMAR=0`` (or no compiler, or a failed probe) keeps
+the Python lexer. Both are tested equal, mask for mask, on the schema corpora.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .automaton import DEAD, DFAQueries, LazyDFA
+from .errors import GrammarError, GrammarTooLarge
+from .terms import EMPTY, EPS, K_ALT, K_CAT, K_REP, K_SET, K_TAG, Budget, TermStore
+from .token_table import TokenTable
+
+logger = logging.getLogger(__name__)
+
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = ("lexer.c",)
+_FLAG_SETS = (["-O2", "-march=native"], ["-O2"])
+ERR_TERMS, ERR_TIMEOUT, ERR_DEPTH, ERR_STATES = 1, 2, 3, 4
+
+_P, _I32, _I64, _F64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_double
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "rg_store_new": (_P, [_I32, _I32]),
+    "rg_store_free": (None, [_P]),
+    "rg_byteset": (_I32, [_P, ctypes.c_char_p, _F64]),
+    "rg_cat": (_I32, [_P, _I32, _I32, _F64]),
+    "rg_alt": (_I32, [_P, _P, _I64, _F64]),
+    "rg_rep": (_I32, [_P, _I32, _I64, _I64, _F64]),
+    "rg_tag": (_I32, [_P, _I32, _F64]),
+    "rg_deriv": (_I32, [_P, _I32, _I32, _F64]),
+    "rg_clip": (_I32, [_P, _I32, _I32, _F64]),
+    "rg_head_tagged": (_I32, [_P, _I32]),
+    "rg_find": (_I32, [_P, _I32, ctypes.c_char_p, _I32, _I32]),
+    "rg_set_terms": (_I32, [_P, _P]),
+    "rg_size": (_I32, [_P]),
+    "rg_has_tags": (_I32, [_P]),
+    "rg_term": (None, [_P, _I32, _P, _P]),
+    "rg_members": (_P, [_P, _I32]),
+    "rg_pool_size": (_I64, [_P]),
+    "rg_store_export": (None, [_P] * 8),
+    "rg_store_import": (_P, [_I32, _I32, _I32, _I32, _I64, *[_P] * 7]),
+    "rg_dfa_new": (_P, [_P, _P, _P, _I32, _I32]),
+    "rg_dfa_free": (None, [_P]),
+    "rg_dfa_state": (_I32, [_P, _I32, _F64]),
+    "rg_dfa_next": (_I32, [_P, _I32, _I32, _F64]),
+    "rg_dfa_walk": (_I32, [_P, _I32, ctypes.c_char_p, _I64, _F64]),
+    "rg_dfa_walk_tokens": (_I64, [_P, _I64, _P, _P, _I32, _I32, _P, _P, _P, _F64]),
+    "rg_dfa_size": (_I32, [_P]),
+    "rg_dfa_term": (_I32, [_P, _I32]),
+    "rg_dfa_accepting": (_I32, [_P, _I32]),
+    "rg_dfa_export": (None, [_P, _P, _P]),
+    "rg_dfa_import": (_P, [_P, _P, _P, _I32, _I32, _I32, _P, _P]),
+}
+_COUNTER_MAX = 1 << 62  # counters past this are as good as unbounded (no output is that long)
+
+_lock = threading.Lock()
+_state: dict[str, ctypes.CDLL | None] = {}
+
+
+def enabled() -> bool:
+    """False when ``RADIXGEN_NATIVE_GRAMMAR`` is 0/false/no/off (read on every call)."""
+    return os.environ.get("RADIXGEN_NATIVE_GRAMMAR", "1").lower() not in ("0", "false", "no", "off")
+
+
+def library() -> ctypes.CDLL | None:
+    """The probed library, or None (disabled, no compiler, failed build or probe)."""
+    if not enabled() or sys.byteorder != "little":
+        return None
+    if "lib" not in _state:
+        with _lock:
+            if "lib" not in _state:
+                _state["lib"] = _load()
+    return _state["lib"]
+
+
+def _load() -> ctypes.CDLL | None:
+    from radixgen.kernels._cbuild import load_library
+
+    lib = load_library("grammar_lexer", [CSRC / f for f in SOURCES], [], _FLAG_SETS)
+    if lib is None:
+        return None
+    try:
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = restype, argtypes
+    except AttributeError as e:  # a stale or foreign library
+        logger.warning("the native lexer lacks %s; using the Python lexer", e)
+        return None
+    _state["lib"] = lib  # the probe builds stores with it
+    try:
+        agrees = _probe()
+    except Exception:  # noqa: BLE001 - any failure means: do not use it
+        logger.exception("the native lexer's probe failed")
+        agrees = False
+    if not agrees:
+        logger.warning("the native lexer disagrees with the Python one; using the Python lexer")
+        return None
+    return lib
+
+
+def _probe() -> bool:
+    """Same ids, same states and same walks as the Python lexer on a small grammar."""
+    from .regex import regex_to_term
+
+    pattern = r'\{"a":(-?[0-9]{1,3}|"[^"\\]{0,40}"),"b":\[(true|false)(,(true|false)){0,5}\]\}'
+    ends = []
+    for store_type, dfa_type in ((TermStore, LazyDFA), (NativeTermStore, NativeDFA)):
+        store = store_type(clip_bound=17)
+        dfa = dfa_type(store, regex_to_term(pattern, store), max_states=10_000)  # type: ignore[arg-type]
+        walks = [
+            dfa.walk(dfa.start, text)
+            for text in (b'{"a":-12,"b":[true,false]}', b'{"a":"x\xc3\xa9y","b":[', b'{"a":1234')
+        ]
+        ends.append((walks, len(store), [dfa.mask_key(s) for s in walks if s]))
+    return ends[0] == ends[1]
+
+
+def available() -> bool:
+    return library() is not None
+
+
+def _lib() -> ctypes.CDLL:
+    lib = library()
+    if lib is None:
+        raise RuntimeError("the native lexer is not available")
+    return lib
+
+
+class _Lookup:
+    """A read-only sequence view (``store.kinds[t]``) answered by a function."""
+
+    def __init__(self, get: Any) -> None:
+        self._get = get
+
+    def __getitem__(self, i: int) -> Any:
+        return self._get(i)
+
+
+class NativeTermStore:
+    """``TermStore``'s interface over a C store (see the module doc). Not thread-safe."""
+
+    native = True
+
+    def __init__(self, *, clip_bound: int, budget: Budget | None = None) -> None:
+        self._lib = _lib()
+        self.clip_bound = clip_bound
+        self.budget = budget or Budget()
+        self._ptr = self._lib.rg_store_new(clip_bound, self.budget.max_terms)
+        if not self._ptr:
+            raise MemoryError("native lexer: out of memory")
+        self._info: dict[int, tuple[int, bool, Any, int]] = {}  # kind, nullable, args, first
+        self._out = (ctypes.c_int64 * 6)()
+        self._first = (ctypes.c_uint64 * 4)()
+        self.kinds = _Lookup(lambda t: self._term(t)[0])
+        self.nullable = _Lookup(lambda t: self._term(t)[1])
+        self.args = _Lookup(lambda t: self._term(t)[2])
+
+    def __del__(self) -> None:
+        ptr, self._ptr = getattr(self, "_ptr", 0), 0
+        if ptr:
+            self._lib.rg_store_free(ptr)
+
+    def __len__(self) -> int:
+        return int(self._lib.rg_size(self._ptr))
+
+    @property
+    def has_tags(self) -> bool:
+        return bool(self._lib.rg_has_tags(self._ptr))
+
+    def _deadline(self) -> float:
+        return self.budget.deadline or 0.0
+
+    def _check(self, result: int) -> int:
+        if result < 0:
+            raise self._error(-result)
+        return result
+
+    def _error(self, code: int) -> GrammarError:
+        if code == ERR_TIMEOUT:
+            self.budget.check()  # raises CompileTimeout
+        if code == ERR_TERMS:
+            return GrammarTooLarge(f"grammar: too large (more than {self.budget.max_terms} terms)")
+        if code == ERR_DEPTH:
+            return GrammarError("grammar: regex nested too deeply")
+        return GrammarTooLarge("grammar: out of memory")
+
+    def _term(self, t: int) -> tuple[int, bool, Any, int]:
+        info = self._info.get(t)
+        if info is None:
+            self._lib.rg_term(self._ptr, t, self._out, self._first)
+            kind, nullable, _, a, b, c = self._out
+            first = int.from_bytes(bytes(self._first), "little")
+            args: Any = None
+            if kind == K_SET:
+                args = first
+            elif kind == K_CAT:
+                args = (a, b)
+            elif kind == K_ALT:
+                members = ctypes.cast(
+                    self._lib.rg_members(self._ptr, t), ctypes.POINTER(ctypes.c_int32)
+                )
+                args = tuple(members[:c])
+            elif kind == K_REP:
+                args = (a, b, None if c < 0 else c)
+            elif kind == K_TAG:
+                args = a
+            info = (kind, bool(nullable), args, first)
+            self._info[t] = info
+        return info
+
+    # ------------------------------------------------------------------ constructors
+
+    def byteset(self, mask: int) -> int:
+        if not mask:
+            return EMPTY
+        return self._check(
+            self._lib.rg_byteset(self._ptr, mask.to_bytes(32, "little"), self._deadline())
+        )
+
+    def find_seq(self, masks: list[int]) -> int | None:
+        term = EPS
+        for mask in reversed(masks):
+            head = self._lib.rg_find(self._ptr, K_SET, mask.to_bytes(32, "little"), 0, 0)
+            if head < 0:
+                return None
+            term = head if term == EPS else self._lib.rg_find(self._ptr, K_CAT, None, head, term)
+            if term < 0:
+                return None
+        return term
+
+    def literal(self, data: bytes) -> int:
+        return self.seq([self.byteset(1 << b) for b in data])
+
+    def cat(self, a: int, b: int) -> int:
+        return self._check(self._lib.rg_cat(self._ptr, a, b, self._deadline()))
+
+    def seq(self, items: list[int]) -> int:
+        term = EPS
+        for item in reversed(items):
+            term = self.cat(item, term)
+        return term
+
+    def alt(self, items: Any) -> int:
+        ids = np.fromiter(items, dtype=np.int32)
+        return self._check(self._lib.rg_alt(self._ptr, ids.ctypes.data, ids.size, self._deadline()))
+
+    def rep(self, r: int, lo: int, hi: int | None) -> int:
+        lo, hi = min(lo, _COUNTER_MAX), -1 if hi is None else min(hi, _COUNTER_MAX)
+        return self._check(self._lib.rg_rep(self._ptr, r, lo, hi, self._deadline()))
+
+    def tag(self, r: int) -> int:
+        return self._check(self._lib.rg_tag(self._ptr, r, self._deadline()))
+
+    def ref(self, name: str) -> int:
+        raise GrammarError(
+            f"regex: rule calls such as (?&{name}) are not supported", source="regex"
+        )
+
+    # ------------------------------------------------------------------ operations
+
+    def deriv(self, t: int, byte: int) -> int:
+        return self._check(self._lib.rg_deriv(self._ptr, t, byte, self._deadline()))
+
+    def head_tagged(self, t: int) -> bool:
+        return bool(self._check(self._lib.rg_head_tagged(self._ptr, t)))
+
+    def clip(self, t: int, bound: int | None = None) -> int:
+        bound = self.clip_bound if bound is None else bound
+        return self._check(self._lib.rg_clip(self._ptr, t, bound, self._deadline()))
+
+    def first_bytes(self, t: int) -> int:
+        return self._term(t)[3]
+
+    def single_bytes(self, t: int) -> int:
+        kind, _, args, _ = self._term(t)
+        if kind == K_SET:
+            return int(args)
+        if kind == K_ALT:
+            return next((self._term(u)[2] for u in args if self._term(u)[0] == K_SET), 0)
+        if kind == K_TAG:
+            return self.single_bytes(args)
+        return 0
+
+    def byte_sets(self) -> set[int]:
+        ids = np.empty(len(self), dtype=np.int32)
+        count = self._lib.rg_set_terms(self._ptr, ids.ctypes.data)
+        return {self._term(t)[2] for t in ids[:count].tolist()}
+
+    # ------------------------------------------------------------------ pickling
+
+    def __getstate__(self) -> dict:
+        n, pool_n = len(self), int(self._lib.rg_pool_size(self._ptr))
+        arrays: dict[str, np.ndarray] = {
+            "kind": np.empty(n, np.uint8),
+            "flags": np.empty(n, np.uint8),
+            "a": np.empty(n, np.int32),
+            "b": np.empty(n, np.int64),
+            "c": np.empty(n, np.int64),
+            "first": np.empty((n, 4), np.uint64),
+            "pool": np.empty(max(pool_n, 1), np.int32),
+        }
+        self._lib.rg_store_export(self._ptr, *(x.ctypes.data for x in arrays.values()))
+        arrays["pool"] = arrays["pool"][:pool_n]
+        return {
+            "clip_bound": self.clip_bound,
+            "budget": self.budget,
+            "has_tags": self.has_tags,
+            "arrays": arrays,
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(clip_bound=state["clip_bound"], budget=state["budget"])  # type: ignore[misc]
+        self._lib.rg_store_free(self._ptr)
+        arrays = state["arrays"]
+        pool = arrays["pool"] if arrays["pool"].size else np.zeros(1, np.int32)
+        self._ptr = self._lib.rg_store_import(
+            self.clip_bound,
+            self.budget.max_terms,
+            int(state["has_tags"]),
+            arrays["kind"].size,
+            arrays["pool"].size,
+            *(
+                np.ascontiguousarray(arrays[k]).ctypes.data
+                for k in ("kind", "flags", "a", "b", "c", "first")
+            ),
+            pool.ctypes.data,
+        )
+        if not self._ptr:
+            raise MemoryError("native lexer: out of memory")
+
+
+class NativeDFA(DFAQueries):
+    """``LazyDFA``'s interface over a C DFA on a ``NativeTermStore`` (callers hold ``lock``)."""
+
+    native = True
+    store: NativeTermStore
+
+    def __init__(self, store: NativeTermStore, root: int, *, max_states: int) -> None:
+        self.store = store
+        self._init_classes(store, max_states)
+        self._ptr = self._new(None)
+        self.start = self.state(root)
+        self._bind_views()
+
+    def _new(self, exported: tuple[np.ndarray, np.ndarray] | None) -> int:
+        lib = self.store._lib
+        classes = self.class_of_byte.astype(np.int32)
+        reps = np.array(self.class_rep, dtype=np.int32)
+        if exported is None:
+            ptr = lib.rg_dfa_new(
+                self.store._ptr,
+                classes.ctypes.data,
+                reps.ctypes.data,
+                self.num_classes,
+                self.max_states,
+            )
+        else:
+            table, terms = exported
+            ptr = lib.rg_dfa_import(
+                self.store._ptr,
+                classes.ctypes.data,
+                reps.ctypes.data,
+                self.num_classes,
+                self.max_states,
+                terms.size,
+                np.ascontiguousarray(table).ctypes.data,
+                np.ascontiguousarray(terms).ctypes.data,
+            )
+        if not ptr:
+            raise MemoryError("native lexer: out of memory")
+        return int(ptr)
+
+    def _bind_views(self) -> None:
+        lib, ptr = self.store._lib, self._ptr
+        self.state_terms = _Lookup(lambda s: lib.rg_dfa_term(ptr, s))
+        self.accepting = _Lookup(lambda s: bool(lib.rg_dfa_accepting(ptr, s)))
+
+    def __del__(self) -> None:
+        ptr, self._ptr = getattr(self, "_ptr", 0), 0
+        if ptr:
+            self.store._lib.rg_dfa_free(ptr)
+
+    def __getstate__(self) -> dict:
+        n = self.num_states
+        table = np.empty((n, self.num_classes), np.int32)
+        terms = np.empty(n, np.int32)
+        self.store._lib.rg_dfa_export(self._ptr, table.ctypes.data, terms.ctypes.data)
+        state = self.__dict__.copy()
+        for key in ("lock", "_ptr", "state_terms", "accepting"):
+            del state[key]
+        state["exported"] = (table, terms)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        exported = state.pop("exported")
+        self.__dict__.update(state)
+        self.lock = threading.RLock()
+        self._ptr = self._new(exported)
+        self._bind_views()
+
+    @property
+    def num_states(self) -> int:
+        return int(self.store._lib.rg_dfa_size(self._ptr))
+
+    def _call(self, result: int) -> int:
+        if result == -ERR_STATES:
+            raise GrammarTooLarge(
+                f"grammar: too large (more than {self.max_states} automaton states)"
+            )
+        return self.store._check(result)
+
+    def state(self, term: int) -> int:
+        return self._call(self.store._lib.rg_dfa_state(self._ptr, term, self.store._deadline()))
+
+    def next_state(self, s: int, cls: int) -> int:
+        return self._call(self.store._lib.rg_dfa_next(self._ptr, s, cls, self.store._deadline()))
+
+    def expand(self, flat: np.ndarray) -> None:
+        for index in np.unique(flat).tolist():
+            self.next_state(*divmod(index, self.num_classes))
+
+    def walk(self, s: int, data: bytes) -> int:
+        return self._call(
+            self.store._lib.rg_dfa_walk(self._ptr, s, data, len(data), self.store._deadline())
+        )
+
+    def walk_tokens(
+        self, table: TokenTable, ids: np.ndarray, starts: np.ndarray | int, skip: int = 0
+    ) -> np.ndarray:
+        """int32 [len(ids)]: the state after each token's bytes from the ``skip``-th on,
+        from ``starts`` (one state for all, or one per token); ``DEAD`` where rejected."""
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        one = np.ndim(starts) == 0
+        begin = np.ascontiguousarray(np.atleast_1d(starts), dtype=np.int32)
+        out = np.empty(ids.size, dtype=np.int32)
+        buffer, offsets = table.byte_buffer
+        self._call(
+            self.store._lib.rg_dfa_walk_tokens(
+                self._ptr,
+                ids.size,
+                ids.ctypes.data,
+                begin.ctypes.data,
+                int(one),
+                skip,
+                buffer.ctypes.data,
+                offsets.ctypes.data,
+                out.ctypes.data,
+                self.store._deadline(),
+            )
+        )
+        return out
+
+
+DFA = LazyDFA | NativeDFA  # what a compiled regex grammar steps
+
+__all__ = ["DEAD", "DFA", "NativeDFA", "NativeTermStore", "available", "enabled", "library"]

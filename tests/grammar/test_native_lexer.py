@@ -1,0 +1,181 @@
+"""The C lexer (grammar/native_lexer.py, grammar/csrc/lexer.c) against the Python reference:
+same term ids, same walks, same masks on every corpus; pickling; errors; the off switch."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+
+import numpy as np
+import pytest
+from grammar_support import synthetic_vocab
+from radixgen.grammar import native_lexer
+from radixgen.grammar.automaton import DEAD, LazyDFA
+from radixgen.grammar.compiler import GrammarCompiler
+from radixgen.grammar.conformance import load_corpora, sample
+from radixgen.grammar.errors import GrammarError, GrammarTooLarge
+from radixgen.grammar.native_lexer import NativeDFA, NativeTermStore
+from radixgen.grammar.regex import regex_to_term
+from radixgen.grammar.terms import Budget, CompileTimeout, TermStore
+
+pytestmark = pytest.mark.skipif(
+    not native_lexer.available(), reason="the native lexer did not build here"
+)
+
+PATTERNS = [
+    r'\{"name":"[^"\\]{0,20}","age":(0|[1-9][0-9]{0,2})\}',
+    r"(ab|a)*c{2,5}[x-z]?",
+    r'\[("[a-c]{1,3}"(,"[a-c]{1,3}"){0,4})?\]',
+    r"(-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?)|true|false|null",
+    r"[\u00e9-\u00ff\u4e00]{1,3}x",
+]
+
+
+def both(pattern: str, **budget) -> list[tuple[object, object]]:
+    out = []
+    for store_type, dfa_type in ((TermStore, LazyDFA), (NativeTermStore, NativeDFA)):
+        store = store_type(clip_bound=17, budget=Budget(**budget))
+        out.append((store, dfa_type(store, regex_to_term(pattern, store), max_states=50_000)))
+    return out
+
+
+def random_walk(dfa, rng: random.Random, steps: int) -> list[int]:
+    states, s = [], dfa.start
+    for _ in range(steps):
+        live = [b for b in range(256) if dfa.next_state(s, dfa.class_list[b]) != DEAD]
+        if not live:
+            break
+        s = dfa.next_state(s, dfa.class_list[rng.choice(live)])
+        states.append(s)
+    return states
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_same_terms_states_and_transitions(pattern):
+    (py_store, py_dfa), (c_store, c_dfa) = both(pattern)
+    assert len(py_store) == len(c_store)
+    for seed in range(5):
+        assert random_walk(py_dfa, random.Random(seed), 40) == random_walk(
+            c_dfa, random.Random(seed), 40
+        )
+    assert py_dfa.num_states == c_dfa.num_states
+    for s in range(py_dfa.num_states):
+        t = py_dfa.state_terms[s]
+        assert c_dfa.state_terms[s] == t
+        assert c_dfa.accepting[s] == py_dfa.accepting[s]
+        assert c_store.first_bytes(t) == py_store.first_bytes(t)
+        assert c_store.kinds[t] == py_store.kinds[t] and c_store.args[t] == py_store.args[t]
+        assert c_store.head_tagged(t) == py_store.head_tagged(t)
+        assert c_dfa.mask_key(s) == py_dfa.mask_key(s)
+        assert c_dfa.forced_bytes(s) == py_dfa.forced_bytes(s)
+    assert c_store.byte_sets() == py_store.byte_sets()
+
+
+def test_token_walks_match_one_by_one():
+    vocab = synthetic_vocab()
+    (_, py_dfa), (_, c_dfa) = both(PATTERNS[0])
+    from radixgen.grammar.token_table import TokenTable
+
+    table = TokenTable.of(vocab)
+    ids = np.arange(2, vocab.vocab_size)
+    ends = c_dfa.walk_tokens(table, ids, c_dfa.start)
+    expected = [py_dfa.walk(py_dfa.start, vocab.token_bytes[i]) for i in ids.tolist()]
+    assert ends.tolist() == expected
+    later = c_dfa.walk_tokens(table, ids[:50], np.array(ends[:50]), skip=1)  # per-token starts
+    assert later.tolist() == [
+        py_dfa.walk(e, vocab.token_bytes[i][1:]) if e else DEAD
+        for e, i in zip(expected[:50], ids[:50].tolist())
+    ]
+
+
+def test_a_pickled_grammar_walks_on(tokenizer):
+    compiler = GrammarCompiler(tokenizer, precompute_s=0.0)
+    grammar = compiler.compile_regex(PATTERNS[0])
+    assert grammar.dfa.native
+    matcher = grammar.matcher()
+    assert matcher.accept_string('{"name":"Al')
+    copy = pickle.loads(pickle.dumps(grammar))
+    copy.attach(compiler.vocab)
+    again = copy.matcher()
+    assert again.accept_string('{"name":"Al')
+    assert np.array_equal(again.current_mask(), matcher.current_mask())
+    assert again.accept_string('ice","age":42}') and again.is_accepting()  # new transitions
+    assert not again.accept_string("x")
+
+
+def test_errors_are_grammar_errors():
+    with pytest.raises(GrammarTooLarge, match="terms"):
+        both("|".join(f"word{i}" for i in range(3000)), max_terms=1500)
+    store = NativeTermStore(clip_bound=17, budget=Budget(timeout_s=0.0))
+    with pytest.raises(CompileTimeout):
+        for i in range(5000):
+            store.literal(f"word{i}".encode())
+    deep = NativeTermStore(clip_bound=17)
+    term = deep.byteset(1 << ord("a"))
+    for _ in range(30_000):  # nested far past the C recursion limit: refused, not a crash
+        term = deep.rep(deep.cat(term, deep.byteset(1 << ord("b"))), 0, 2)
+    dfa = NativeDFA(deep, term, max_states=100)
+    with pytest.raises(GrammarError, match="nested too deeply"):
+        dfa.walk(dfa.start, b"a")
+    store = NativeTermStore(clip_bound=17)
+    small = NativeDFA(store, regex_to_term("[0-9]{0,500}", store), max_states=20)
+    with pytest.raises(GrammarTooLarge, match="states"):
+        small.walk(small.start, b"1" * 30)
+
+
+def test_the_switch_keeps_the_python_lexer(monkeypatch, tokenizer):
+    monkeypatch.setenv("RADIXGEN_NATIVE_GRAMMAR", "0")
+    assert not native_lexer.available()
+    assert not GrammarCompiler(tokenizer).compile_regex("[ab]+").dfa.native
+    assert not GrammarCompiler(tokenizer, native_lexer=False).compile_regex("[ab]+").dfa.native
+
+
+def _walk_masks(grammar, texts, tokenizer):
+    eos = grammar.vocab.eos_token_ids[0]
+    out = []
+    for text in texts:
+        matcher = grammar.matcher()
+        for token in [*tokenizer.encode(text), eos]:
+            out.append(matcher.current_mask().tobytes())
+            out.append(matcher.forced_bytes())
+            if not matcher.accept_token(token):
+                out.append(b"rejected")
+                break
+    return out
+
+
+@pytest.fixture(scope="module")
+def corpora(shared_data):
+    if not (shared_data / "maskbench").is_dir():
+        pytest.skip(f"maskbench data not found under {shared_data}")
+    return load_corpora(shared_data)
+
+
+def test_masks_equal_the_python_lexer_on_every_corpus(corpora, tokenizer):
+    """Mask for mask (and forced bytes) along valid and invalid instances, 8 schemas per
+    corpus, computed lazily so both lexers build their states in the same order."""
+    compilers = [
+        GrammarCompiler(tokenizer, precompute_s=0.0, native_lexer=native)
+        for native in (False, True)
+    ]
+    compared = 0
+    for name, cases in sorted(corpora.items()):
+        for case in sample(cases, 8, seed=3):
+            results = []
+            for compiler in compilers:
+                try:
+                    grammar = compiler.compile_json_schema(case.schema)
+                except GrammarError as err:
+                    results.append(("refused", str(err)))
+                    continue
+                texts = []
+                for data, valid, _ in case.tests:
+                    try:
+                        texts.append(grammar.canonical_json(data) if valid else json.dumps(data))
+                    except Exception:  # noqa: BLE001 - not writable as the grammar writes
+                        texts.append(json.dumps(data, separators=(",", ":")))
+                results.append(("walked", _walk_masks(grammar, texts, tokenizer)))
+            assert results[0] == results[1], (name, case.case_id)
+            compared += results[0][0] == "walked"
+    assert compared >= 40
