@@ -63,6 +63,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_dfa_next": (_I32, [_P, _I32, _I32, _F64]),
     "rg_dfa_walk": (_I32, [_P, _I32, ctypes.c_char_p, _I64, _F64]),
     "rg_dfa_walk_tokens": (_I64, [_P, _I64, _P, _P, _I32, _I32, _P, _P, _P, _F64]),
+    "rg_dfa_narrow": (_I64, [_P, _I32, ctypes.c_char_p, *[_P] * 6, _F64]),
     "rg_dfa_size": (_I32, [_P]),
     "rg_dfa_term": (_I32, [_P, _I32]),
     "rg_dfa_accepting": (_I32, [_P, _I32]),
@@ -467,6 +468,28 @@ class NativeDFA(DFAQueries):
             )
         )
         return out
+
+    def narrow(self, table: TokenTable, state: int, firsts: int) -> tuple[np.ndarray, np.ndarray]:
+        """(allowed ids, their end states) among the tokens whose first byte is in ``firsts``
+        (bit b = byte b), found through their first-two-byte groups (``rg_dfa_narrow``)."""
+        size = table.ids_by_pair.size
+        ids, ends = np.empty(size, np.int64), np.empty(size, np.int32)
+        buffer, offsets = table.byte_buffer
+        count = self._call(
+            self.store._lib.rg_dfa_narrow(
+                self._ptr,
+                state,
+                firsts.to_bytes(32, "little"),
+                table.pair_starts.ctypes.data,
+                table.ids_by_pair.ctypes.data,
+                buffer.ctypes.data,
+                offsets.ctypes.data,
+                ids.ctypes.data,
+                ends.ctypes.data,
+                self.store._deadline(),
+            )
+        )
+        return ids[:count], ends[:count]
 
 
 DFA = LazyDFA | NativeDFA  # what a compiled regex grammar steps

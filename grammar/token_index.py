@@ -61,6 +61,7 @@ class MaskIndex:
         self._rows: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()  # key -> (row, count)
         self._masks: OrderedDict[tuple[int, bool], np.ndarray] = OrderedDict()
         self._eos_only: np.ndarray | None = None
+        self._big_first: int | None = None
 
     def __getstate__(self) -> dict:
         """Pickled without the vocabulary (``attach`` gives it back)."""
@@ -183,6 +184,8 @@ class MaskIndex:
         in that run are allowed without walking.
         """
         dfa, table = self.dfa, self.table
+        if isinstance(dfa, NativeDFA):
+            return self._narrow_native(dfa, state, first)
         class_list, terms, first_bytes = dfa.class_list, dfa.state_terms, dfa.store.first_bytes
         starts, group_sizes = table.pair_start_list, table.group_sizes
         allowed: list[np.ndarray] = []
@@ -211,9 +214,6 @@ class MaskIndex:
                     key = base + b1
                     pairs.append((key, after))
                     total += starts[key + 1] - starts[key]
-        if isinstance(dfa, NativeDFA):
-            ok, final = self._walk_native(state, pairs, walk)
-            return np.concatenate([ok, *allowed]), None, successors | final
         if not walk and total <= _SCALAR_MAX:
             few, final = self._walk_pairs(pairs)
             return few, None, successors | final
@@ -229,29 +229,40 @@ class MaskIndex:
         rest = ~safe & self.dfa.live_bytes(after)[second]
         return group[safe], group[rest]
 
-    def _walk_native(
-        self, state: int, pairs: list[tuple[int, int]], walk: list[np.ndarray]
-    ) -> tuple[np.ndarray, set[int]]:
-        """(accepted ids, their final states) of the pair groups, each walked from its state
-        after the first byte, and of the split groups' ``walk`` ids from ``state`` — in C."""
-        dfa, table = self.dfa, self.table
-        assert isinstance(dfa, NativeDFA)
-        ids: list[np.ndarray] = []
-        starts: list[np.ndarray] = []
-        if pairs:
-            keys = np.array([key for key, _ in pairs], dtype=np.int64)
-            ids.append(table.pair_ids(keys))
-            sizes = table.pair_starts[keys + 1] - table.pair_starts[keys]
-            starts.append(np.repeat(np.array([after for _, after in pairs], np.int32), sizes))
-        ends = [dfa.walk_tokens(table, ids[0], starts[0], skip=1)] if pairs else []
-        if walk:
-            ids.append(np.concatenate(walk))
-            ends.append(dfa.walk_tokens(table, ids[-1], state))
-        if not ids:
-            return np.zeros(0, dtype=np.int64), set()
-        all_ids, all_ends = np.concatenate(ids), np.concatenate(ends)
-        keep = all_ends != DEAD
-        return all_ids[keep], set(np.unique(all_ends[keep]).tolist())
+    def _narrow_native(
+        self, dfa: NativeDFA, state: int, first: int
+    ) -> tuple[np.ndarray, None, set[int]]:
+        """``_narrow`` in C: big first-byte groups are still cut by their safe runs here (the
+        rest of such a group walked from ``state``); every other group is found and walked
+        by ``NativeDFA.narrow``."""
+        table = self.table
+        allowed: list[np.ndarray] = []
+        successors: set[int] = set()
+        big, rest = first & self._big_groups(), first
+        while big:
+            low = big & -big
+            big ^= low
+            b0 = low.bit_length() - 1
+            after = dfa.next_state(state, dfa.class_list[b0])
+            run = self.runs(dfa.state_terms[after])
+            if _useful(run):
+                rest ^= low
+                safe, others = self._split_group(b0, after, run)
+                ends = dfa.walk_tokens(table, others, state)
+                allowed += [safe, others[ends != DEAD]]
+                successors.add(after)
+                successors.update(self._sample_successors(after, run[0] & run[1]))
+                successors.update(np.unique(ends[ends != DEAD]).tolist())
+        ids, ends = dfa.narrow(table, state, rest)
+        successors.update(np.unique(ends).tolist())
+        return np.concatenate([ids, *allowed]), None, successors
+
+    def _big_groups(self) -> int:
+        """First bytes whose token groups are too big to walk whole (bit b = byte b)."""
+        if self._big_first is None:
+            sizes = self.table.group_sizes
+            self._big_first = sum(1 << int(b) for b in np.flatnonzero(sizes > _SCALAR_MAX))
+        return self._big_first
 
     def _walk_pairs(self, pairs: list[tuple[int, int]]) -> tuple[list[int], set[int]]:
         """Walk a few tokens, grouped by their first two bytes and then by their third (each

@@ -819,3 +819,50 @@ Dfa *rg_dfa_import(Store *st, const int32_t *class_of, const int32_t *reps, int3
     memcpy(d->table, table, (size_t)n * num_classes * sizeof(int32_t));
     return d;
 }
+
+/* A narrow state's allowed tokens, grouped by their first two bytes (`pair_starts`, as
+ * TokenTable keys them: b0 * 257 + b1, b1 = 256 for the one-byte token; `ids_by_pair` holds
+ * each group's ids). For every first byte b0 in `firsts`: the state after it, then every group
+ * whose second byte is live there, each token walked from its second byte. Writes the allowed
+ * ids and their end states (room for every usable token); returns how many (or minus the error
+ * code). */
+int64_t rg_dfa_narrow(Dfa *d, int32_t state, const uint64_t *firsts, const int64_t *pair_starts,
+                      const int64_t *ids_by_pair, const uint8_t *buf, const int64_t *offsets,
+                      int64_t *out_ids, int32_t *out_states, double deadline) {
+    Store *st = d->st;
+    begin(st, deadline);
+    int64_t count = 0;
+    for (int b0 = 0; b0 < 256; b0++) {
+        if (!mask_has((const Mask *)firsts, b0)) continue;
+        int32_t after = dfa_next(d, state, d->class_of[b0]);
+        if (st->err) return -st->err;
+        if (after == DEAD) continue;
+        const int64_t *group = pair_starts + (int64_t)b0 * 257;
+        for (int b1 = 0; b1 <= 256; b1++) {
+            int64_t lo = group[b1], hi = group[b1 + 1];
+            if (lo == hi) continue;
+            if (b1 == 256) { /* the one-byte token */
+                for (int64_t k = lo; k < hi; k++) {
+                    out_ids[count] = ids_by_pair[k];
+                    out_states[count++] = after;
+                }
+                continue;
+            }
+            if (!mask_has(&st->first[d->terms[after]], b1)) continue; /* re-read: the store grows */
+            int32_t second = dfa_next(d, after, d->class_of[b1]);
+            if (st->err) return -st->err;
+            for (int64_t k = lo; k < hi; k++) {
+                int64_t id = ids_by_pair[k];
+                int32_t s = second;
+                for (int64_t p = offsets[id] + 2; p < offsets[id + 1] && s != DEAD; p++)
+                    s = dfa_next(d, s, d->class_of[buf[p]]);
+                if (st->err) return -st->err;
+                if (s != DEAD) {
+                    out_ids[count] = id;
+                    out_states[count++] = s;
+                }
+            }
+        }
+    }
+    return count;
+}
