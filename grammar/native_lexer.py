@@ -63,13 +63,15 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_dfa_next": (_I32, [_P, _I32, _I32, _F64]),
     "rg_dfa_walk": (_I32, [_P, _I32, ctypes.c_char_p, _I64, _F64]),
     "rg_dfa_walk_tokens": (_I64, [_P, _I64, _P, _P, _I32, _I32, _P, _P, _P, _F64]),
-    "rg_dfa_narrow": (_I64, [_P, _I32, ctypes.c_char_p, *[_P] * 6, _F64]),
+    "rg_dfa_narrow": (_I64, [_P, _I32, ctypes.c_char_p, *[_P] * 7, _F64]),
+    "rg_dfa_walk_lex": (_I64, [_P, _I32, _I64, *[_P] * 7, _F64]),
     "rg_dfa_size": (_I32, [_P]),
     "rg_dfa_term": (_I32, [_P, _I32]),
     "rg_dfa_accepting": (_I32, [_P, _I32]),
     "rg_dfa_export": (None, [_P, _P, _P]),
     "rg_dfa_import": (_P, [_P, _P, _P, _I32, _I32, _I32, _P, _P]),
 }
+_LEX_MIN = 256  # from this many ids on, a walk goes in lexicographic order
 _COUNTER_MAX = 1 << 62  # counters past this are as good as unbounded (no output is that long)
 
 _lock = threading.Lock()
@@ -469,21 +471,54 @@ class NativeDFA(DFAQueries):
         )
         return out
 
+    def allowed(
+        self, table: TokenTable, ids: np.ndarray, state: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(the ``ids`` whose bytes ``state`` accepts, their end states), in some order. Many
+        ids are walked in the table's lexicographic order (``rg_dfa_walk_lex``), each resuming
+        from the bytes it shares with the one before."""
+        lex = table.lex_by_pair
+        places = lex.position[ids]
+        if ids.size < _LEX_MIN or (places.size and places.min() < 0):
+            ends = self.walk_tokens(table, ids, state)
+            keep = ends != DEAD
+            return ids[keep], ends[keep]
+        selected = np.zeros(lex.ids.size, np.uint8)
+        selected[places] = 1
+        out_ids, ends = np.empty(ids.size, np.int64), np.empty(ids.size, np.int32)
+        count = self._call(
+            self.store._lib.rg_dfa_walk_lex(
+                self._ptr,
+                state,
+                lex.ids.size,
+                selected.ctypes.data,
+                lex.ids.ctypes.data,
+                lex.shared.ctypes.data,
+                lex.buffer.ctypes.data,
+                lex.offsets.ctypes.data,
+                out_ids.ctypes.data,
+                ends.ctypes.data,
+                self.store._deadline(),
+            )
+        )
+        return out_ids[:count], ends[:count]
+
     def narrow(self, table: TokenTable, state: int, firsts: int) -> tuple[np.ndarray, np.ndarray]:
         """(allowed ids, their end states) among the tokens whose first byte is in ``firsts``
         (bit b = byte b), found through their first-two-byte groups (``rg_dfa_narrow``)."""
         size = table.ids_by_pair.size
         ids, ends = np.empty(size, np.int64), np.empty(size, np.int32)
-        buffer, offsets = table.byte_buffer
+        lex = table.lex_by_pair
         count = self._call(
             self.store._lib.rg_dfa_narrow(
                 self._ptr,
                 state,
                 firsts.to_bytes(32, "little"),
                 table.pair_starts.ctypes.data,
-                table.ids_by_pair.ctypes.data,
-                buffer.ctypes.data,
-                offsets.ctypes.data,
+                lex.ids.ctypes.data,
+                lex.shared.ctypes.data,
+                lex.buffer.ctypes.data,
+                lex.offsets.ctypes.data,
                 ids.ctypes.data,
                 ends.ctypes.data,
                 self.store._deadline(),

@@ -61,7 +61,6 @@ class MaskIndex:
         self._rows: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()  # key -> (row, count)
         self._masks: OrderedDict[tuple[int, bool], np.ndarray] = OrderedDict()
         self._eos_only: np.ndarray | None = None
-        self._big_first: int | None = None
 
     def __getstate__(self) -> dict:
         """Pickled without the vocabulary (``attach`` gives it back)."""
@@ -168,9 +167,8 @@ class MaskIndex:
         if safe is not None:
             successors.update(self._sample_successors(state, run[0] & run[1]))
         if isinstance(dfa, NativeDFA):
-            ends = dfa.walk_tokens(table, ids, state)
-            live_ends = ends != DEAD
-            return ids[live_ends], safe, successors | set(np.unique(ends[live_ends]).tolist())
+            ok, ends = dfa.allowed(table, ids, state)
+            return ok, safe, successors | set(np.unique(ends).tolist())
         ok, final = self._walk_vector(state, ids)
         return ok, safe, successors | set(np.unique(final).tolist())
 
@@ -232,37 +230,11 @@ class MaskIndex:
     def _narrow_native(
         self, dfa: NativeDFA, state: int, first: int
     ) -> tuple[np.ndarray, None, set[int]]:
-        """``_narrow`` in C: big first-byte groups are still cut by their safe runs here (the
-        rest of such a group walked from ``state``); every other group is found and walked
-        by ``NativeDFA.narrow``."""
-        table = self.table
-        allowed: list[np.ndarray] = []
-        successors: set[int] = set()
-        big, rest = first & self._big_groups(), first
-        while big:
-            low = big & -big
-            big ^= low
-            b0 = low.bit_length() - 1
-            after = dfa.next_state(state, dfa.class_list[b0])
-            run = self.runs(dfa.state_terms[after])
-            if _useful(run):
-                rest ^= low
-                safe, others = self._split_group(b0, after, run)
-                ends = dfa.walk_tokens(table, others, state)
-                allowed += [safe, others[ends != DEAD]]
-                successors.add(after)
-                successors.update(self._sample_successors(after, run[0] & run[1]))
-                successors.update(np.unique(ends[ends != DEAD]).tolist())
-        ids, ends = dfa.narrow(table, state, rest)
-        successors.update(np.unique(ends).tolist())
-        return np.concatenate([ids, *allowed]), None, successors
-
-    def _big_groups(self) -> int:
-        """First bytes whose token groups are too big to walk whole (bit b = byte b)."""
-        if self._big_first is None:
-            sizes = self.table.group_sizes
-            self._big_first = sum(1 << int(b) for b in np.flatnonzero(sizes > _SCALAR_MAX))
-        return self._big_first
+        """``_narrow`` in C: every first-two-byte group, big ones too, is walked by
+        ``NativeDFA.narrow`` in lexicographic order, each token resuming from the bytes it
+        shares with the one before (cheaper there than cutting big groups by safe runs)."""
+        ids, ends = dfa.narrow(self.table, state, first)
+        return ids, None, set(np.unique(ends).tolist())
 
     def _walk_pairs(self, pairs: list[tuple[int, int]]) -> tuple[list[int], set[int]]:
         """Walk a few tokens, grouped by their first two bytes and then by their third (each

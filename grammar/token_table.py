@@ -10,7 +10,7 @@ from __future__ import annotations
 import codecs
 import functools
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -50,6 +50,18 @@ class ByteSets:
         for w in range(1, 4):
             result |= (self.words[w] & mask_words[w]) != 0
         return result
+
+
+class LexOrder(NamedTuple):
+    """Usable tokens in lexicographic order within their first-two-byte groups, for the native
+    walks: they read each token's bytes in sequence and resume from what it shares with the
+    one before."""
+
+    ids: np.ndarray  # int64 [N]: the ids, in that order
+    shared: np.ndarray  # int32 [N]: bytes each shares with the one before it (0 for the first)
+    position: np.ndarray  # int64 [V]: each id's place in the order (-1 if not usable)
+    buffer: np.ndarray  # uint8: their bytes, in that order
+    offsets: np.ndarray  # int64 [N + 1]: token k is buffer[offsets[k]:offsets[k + 1]]
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,7 @@ class TokenTable:
         )
         table.utf8_from  # noqa: B018 - computed with the table, not on a first mask
         table.byte_buffer  # noqa: B018 - likewise (the native token walk reads it)
+        table.lex_by_pair  # noqa: B018
         return table
 
     @functools.cached_property
@@ -131,6 +144,34 @@ class TokenTable:
         offsets = np.zeros(len(data) + 1, dtype=np.int64)
         np.cumsum([len(b) for b in data], out=offsets[1:])
         return np.frombuffer(b"".join(data) or b"\0", dtype=np.uint8), offsets
+
+    @functools.cached_property
+    def lex_by_pair(self) -> LexOrder:
+        """``ids_by_pair`` reordered lexicographically within each pair group (the same
+        ``pair_starts`` slices), with their bytes in that order (see ``LexOrder``)."""
+        ids = self.ids_by_pair.tolist()
+        data, out = self.token_bytes, []
+        for key in range(256 * 257):
+            lo, hi = int(self.pair_starts[key]), int(self.pair_starts[key + 1])
+            if hi - lo > 1:
+                out.extend(sorted(ids[lo:hi], key=lambda i: data[i] or b""))
+            else:
+                out.extend(ids[lo:hi])
+        shared = np.zeros(len(out), dtype=np.int32)
+        for k in range(1, len(out)):
+            a, b = data[out[k - 1]] or b"", data[out[k]] or b""
+            n, limit = 0, min(len(a), len(b))
+            while n < limit and a[n] == b[n]:
+                n += 1
+            shared[k] = n
+        order = np.array(out, dtype=np.int64)
+        position = np.full(self.vocab_size, -1, dtype=np.int64)
+        position[order] = np.arange(order.size)
+        chunks = [data[i] or b"" for i in out]
+        offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
+        np.cumsum([len(c) for c in chunks], out=offsets[1:])
+        buffer = np.frombuffer(b"".join(chunks) or b"\0", dtype=np.uint8)
+        return LexOrder(order, shared, position, buffer, offsets)
 
     @functools.cached_property
     def usable_first_mask(self) -> int:

@@ -820,17 +820,59 @@ Dfa *rg_dfa_import(Store *st, const int32_t *class_of, const int32_t *reps, int3
     return d;
 }
 
+#define MAX_RESUME 1024
+
+/* A walk of tokens in lexicographic order: stack[p] is the state after the last token's first
+ * p bytes, for p <= valid (and p >= floor, the bytes every token of the run shares); that
+ * token was rejected at byte dead_at (INT64_MAX: it was not). */
+typedef struct {
+    int32_t stack[MAX_RESUME + 1];
+    int64_t valid, dead_at, floor;
+} Resume;
+
+static void resume_init(Resume *r, int32_t state, int64_t floor) {
+    r->stack[floor] = state;
+    r->valid = r->floor = floor;
+    r->dead_at = INT64_MAX;
+}
+
+/* The state after `bytes` for a token sharing its first `common` bytes with the last one
+ * walked (DEAD if rejected, also within those shared bytes). */
+static int32_t resume_walk(Dfa *d, Resume *r, int64_t common, const uint8_t *bytes, int64_t len) {
+    if (r->dead_at < common) return DEAD; /* rejected within the bytes it shares */
+    int64_t p = common < r->valid ? common : r->valid;
+    int32_t s = r->stack[p];
+    if (len > MAX_RESUME) { /* no room to remember: walk it plainly */
+        for (; p < len && s != DEAD; p++) s = dfa_next(d, s, d->class_of[bytes[p]]);
+        r->valid = r->floor;
+        r->dead_at = INT64_MAX;
+        return s;
+    }
+    for (; p < len; p++) {
+        s = dfa_next(d, s, d->class_of[bytes[p]]);
+        if (s == DEAD) break;
+        r->stack[p + 1] = s;
+    }
+    r->valid = p < len ? p : len;
+    r->dead_at = p < len ? p : INT64_MAX;
+    return s;
+}
+
 /* A narrow state's allowed tokens, grouped by their first two bytes (`pair_starts`, as
- * TokenTable keys them: b0 * 257 + b1, b1 = 256 for the one-byte token; `ids_by_pair` holds
- * each group's ids). For every first byte b0 in `firsts`: the state after it, then every group
- * whose second byte is live there, each token walked from its second byte. Writes the allowed
- * ids and their end states (room for every usable token); returns how many (or minus the error
- * code). */
+ * TokenTable keys them: b0 * 257 + b1, b1 = 256 for the one-byte token; `ids` holds each
+ * group's ids in lexicographic order, `shared[k]` how many bytes id k shares with id k - 1).
+ * For every first byte b0 in `firsts`: the state after it, then every group whose
+ * second byte is live there. Each token resumes from the state after the bytes it shares with
+ * the one before, and a token whose shared bytes were already rejected is skipped, so a group
+ * costs its trie's nodes, not its bytes; token k's bytes are buf[offsets[k] : offsets[k + 1]],
+ * in the order of `ids`. Writes the allowed ids and their end states (room for
+ * every usable token); returns how many (or minus the error code). */
 int64_t rg_dfa_narrow(Dfa *d, int32_t state, const uint64_t *firsts, const int64_t *pair_starts,
-                      const int64_t *ids_by_pair, const uint8_t *buf, const int64_t *offsets,
-                      int64_t *out_ids, int32_t *out_states, double deadline) {
+                      const int64_t *ids, const int32_t *shared, const uint8_t *buf,
+                      const int64_t *offsets, int64_t *out_ids, int32_t *out_states, double deadline) {
     Store *st = d->st;
     begin(st, deadline);
+    Resume r;
     int64_t count = 0;
     for (int b0 = 0; b0 < 256; b0++) {
         if (!mask_has((const Mask *)firsts, b0)) continue;
@@ -843,25 +885,49 @@ int64_t rg_dfa_narrow(Dfa *d, int32_t state, const uint64_t *firsts, const int64
             if (lo == hi) continue;
             if (b1 == 256) { /* the one-byte token */
                 for (int64_t k = lo; k < hi; k++) {
-                    out_ids[count] = ids_by_pair[k];
+                    out_ids[count] = ids[k];
                     out_states[count++] = after;
                 }
                 continue;
             }
             if (!mask_has(&st->first[d->terms[after]], b1)) continue; /* re-read: the store grows */
-            int32_t second = dfa_next(d, after, d->class_of[b1]);
-            if (st->err) return -st->err;
+            resume_init(&r, dfa_next(d, after, d->class_of[b1]), 2);
             for (int64_t k = lo; k < hi; k++) {
-                int64_t id = ids_by_pair[k];
-                int32_t s = second;
-                for (int64_t p = offsets[id] + 2; p < offsets[id + 1] && s != DEAD; p++)
-                    s = dfa_next(d, s, d->class_of[buf[p]]);
+                int64_t common = k == lo ? 2 : shared[k]; /* within a group: at least 2 */
+                int32_t s = resume_walk(d, &r, common, buf + offsets[k], offsets[k + 1] - offsets[k]);
                 if (st->err) return -st->err;
                 if (s != DEAD) {
-                    out_ids[count] = id;
+                    out_ids[count] = ids[k];
                     out_states[count++] = s;
                 }
             }
+        }
+    }
+    return count;
+}
+
+/* The walk of rg_dfa_walk_tokens from one state, for the tokens at the `selected` positions of
+ * the lexicographic order `ids` (`shared` as for rg_dfa_narrow): each token resumes from the
+ * bytes it shares with the last one walked, and is skipped when those were rejected. Writes
+ * the allowed ids and their end states; returns how many (or minus the error code). Token k's
+ * bytes are buf[offsets[k] : offsets[k + 1]], in the order of `ids`. */
+int64_t rg_dfa_walk_lex(Dfa *d, int32_t state, int64_t n, const uint8_t *selected, const int64_t *ids,
+                        const int32_t *shared, const uint8_t *buf, const int64_t *offsets,
+                        int64_t *out_ids, int32_t *out_states, double deadline) {
+    Store *st = d->st;
+    begin(st, deadline);
+    Resume r;
+    resume_init(&r, state, 0);
+    int64_t count = 0, common = 0;
+    for (int64_t k = 0; k < n; k++) {
+        if (shared[k] < common) common = shared[k]; /* shared with the last token walked */
+        if (!selected[k]) continue;
+        int32_t s = resume_walk(d, &r, common, buf + offsets[k], offsets[k + 1] - offsets[k]);
+        common = INT64_MAX;
+        if (st->err) return -st->err;
+        if (s != DEAD) {
+            out_ids[count] = ids[k];
+            out_states[count++] = s;
         }
     }
     return count;
