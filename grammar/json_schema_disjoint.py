@@ -16,13 +16,16 @@ from decimal import Decimal
 from .json_schema_ir import (
     AnyValue,
     Array,
+    Boolean,
     Const,
     Never,
     Node,
+    Null,
     Number,
     Object,
     String,
     Union,
+    nesting,
 )
 from .json_schema_numbers import Bound
 from .json_schema_values import JSON, json_equal, json_type
@@ -151,9 +154,10 @@ def _objects_disjoint(a: Object, b: Object) -> bool:
 
 
 def subsumes(a: Node, b: Node) -> bool:
-    """True only if every value `b` admits, `a` admits too, free-form values counted as
-    unbounded: dropping `b` from an anyOf then loses at most values nested deeper than
-    the bound (narrower, never wider). Never used for oneOf."""
+    """True only if every value `b` admits, `a` admits too, with free-form values bounded as
+    written: a free-form value covers `b` only if `b` nests no deeper than its bound, so
+    dropping `b` from an anyOf loses nothing (a typed branch under an open one, such as
+    MCP's results under ``Result``, keeps its deep values). Never used for oneOf."""
     if a is b or (isinstance(b, Never)):
         return True
     if isinstance(b, Union):
@@ -161,12 +165,37 @@ def subsumes(a: Node, b: Node) -> bool:
     if isinstance(a, Union):
         return any(subsumes(o, b) for o in a.options)
     if isinstance(a, AnyValue):
-        return True
+        return max_nesting(b) <= a.depth
     if isinstance(b, AnyValue):
         return False
     if isinstance(a, Object) and isinstance(b, Object):
         return _object_subsumes(a, b)
     return False
+
+
+def max_nesting(node: Node, seen: int = 0) -> float:
+    """How deep `node`'s values nest containers (infinite when unknown or recursive)."""
+    if seen > 64:
+        return float("inf")
+    if isinstance(node, AnyValue):
+        return node.depth
+    if isinstance(node, Union):
+        return max((max_nesting(o, seen + 1) for o in node.options), default=0)
+    if isinstance(node, Array):
+        inner = [*node.prefix, *([node.items] if node.items is not None else [])]
+        return 1 + max((max_nesting(o, seen + 1) for o in inner), default=0)
+    if isinstance(node, Object):
+        if node.classes:
+            return float("inf")
+        inner = [p.node for p in node.properties]
+        if node.additional is not None:
+            inner.append(node.additional)
+        return 1 + max((max_nesting(o, seen + 1) for o in inner), default=0)
+    if isinstance(node, Const):
+        return max((nesting(v) for v in node.values), default=0)
+    if isinstance(node, Never | Null | Boolean | Number | String):
+        return 0
+    return float("inf")
 
 
 def _object_subsumes(a: Object, b: Object) -> bool:

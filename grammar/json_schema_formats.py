@@ -12,8 +12,10 @@ through the same translator as `pattern`. Narrowings, all deliberate:
   a port <= 65535, ``file:///path``, or an opaque ``scheme:path`` for ``urn``/``mailto``/
   ``tel`` and schemes with a digit or ``+.-`` (never special URL schemes like ``http``).
 * ipv6: RFC 4291 text forms without zone index.
+* uri-template: RFC 6570 up to level 4 with ASCII literals (no ``ucschar``/``iprivate``
+  characters outside expressions).
 
-Formats that JSON Schema defines but this module lacks (``regex``, ``iri``, ``uri-template``
+Formats that JSON Schema defines but this module lacks (``regex``, ``iri``, ``uri-reference``
 ...) are refused; formats JSON Schema does not define are annotations and are ignored.
 """
 
@@ -79,6 +81,11 @@ DURATION = (
     f"|{_DURATION_TIME}|[0-9]+W)"
 )
 
+_TEMPLATE_LITERAL = f"(?:[!#$&()*+,\\-./0-9:;=?@A-Z\\[\\]_a-z~]|{_PCT})"
+_VARCHAR = f"(?:[A-Za-z0-9_]|{_PCT})"
+_VARSPEC = f"{_VARCHAR}(?:\\.?{_VARCHAR})*(?::[1-9][0-9]{{0,3}}|\\*)?"
+URI_TEMPLATE = f"(?:{_TEMPLATE_LITERAL}|\\{{[+#./;?&=,!@|]?{_VARSPEC}(?:,{_VARSPEC})*\\}})*"
+
 FORMATS: dict[str, str] = {
     "date": DATE,
     "time": TIME,
@@ -89,6 +96,7 @@ FORMATS: dict[str, str] = {
     "email": EMAIL,
     "uuid": UUID,
     "uri": URI,
+    "uri-template": URI_TEMPLATE,
     "json-pointer": _JSON_POINTER,
     "relative-json-pointer": f"(?:0|[1-9][0-9]*)(?:#|{_JSON_POINTER})",
     "duration": DURATION,
@@ -100,7 +108,6 @@ UNSUPPORTED_FORMATS = frozenset(
         "iri",
         "iri-reference",
         "uri-reference",
-        "uri-template",
         "idn-email",
         "idn-hostname",
         "color",

@@ -242,6 +242,11 @@ FORMAT_CASES = [
         ["https://example.com/a?b=c#d", "urn:isbn:0451450523", "file:///tmp/x"],
         ["not a uri", "http://", "example.com"],
     ),
+    (
+        "uri-template",  # RFC 6570 (MCP's resource templates)
+        ["file:///{path}", "http://x.org/{+base}{/seg*}{?q,lang}", "{var:30}", "plain"],
+        ["{", "{x,}", "a b", "{x:0}", "{x:12345}", "%zz", "{a b}"],
+    ),
 ]
 
 
@@ -252,6 +257,19 @@ def test_formats(fmt: str, good: list[str], bad: list[str]) -> None:
         assert regex.fullmatch(json.dumps(value)), value
     for value in bad:
         assert not regex.fullmatch(json.dumps(value)), value
+
+
+def test_a_typed_branch_under_an_open_one_keeps_its_deep_values() -> None:
+    """anyOf of an open object (free-form values, nested at most max_depth) and a typed one:
+    the typed branch is kept, so values nested deeper than the bound stay accepted there."""
+    typed = {
+        "type": "object",
+        "properties": {"a": {"type": "object", "properties": {"b": {"type": "array"}}}},
+        "required": ["a"],
+    }
+    schema = {"anyOf": [{"type": "object", "additionalProperties": True}, typed]}
+    check_instances(schema, [{"a": {"b": [[1], {"c": [2]}]}}, {"a": {"b": []}}, {"z": 1}])
+    assert accepts(schema, '{"a":{"b":[[1],[[2]]]}}', max_depth=2)
 
 
 def test_unknown_format_is_an_annotation() -> None:
