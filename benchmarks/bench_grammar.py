@@ -8,6 +8,8 @@ the way our front end writes it — ``canonical_json`` — so all engines see th
 timing one bitmask fill per token. Engines, side by side in the same run:
 
 - ``radixgen``: ``GrammarCompiler.compile_json_schema`` (our front end + back end).
+- ``radixgen[python-lexer]``: the same with the Python lexer (``native_lexer=False``), the
+  reference the C lexer replaces.
 - ``radixgen[strict]``: the same with ``strict=True`` (no undeclared properties: smaller
   automata, the policy outlines-core and xgrammar apply by default).
 - ``radixgen[oc-regex]``: our back end on outlines-core's regex for the schema.
@@ -40,6 +42,7 @@ import torch
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench"
 ENGINES = (
     "radixgen",
+    "radixgen[python-lexer]",
     "radixgen[strict]",
     "radixgen[oc-regex]",
     "outlines-core",
@@ -52,10 +55,12 @@ ENGINES = (
 
 
 class RadixgenEngine:
-    def __init__(self, tok: Any, vocab: Any, *, oc_regex: bool, strict: bool = False) -> None:
+    def __init__(
+        self, tok: Any, vocab: Any, *, oc_regex: bool, strict: bool = False, native: bool = True
+    ) -> None:
         from radixgen.grammar.compiler import GrammarCompiler
 
-        self.compiler = GrammarCompiler(vocab, timeout_s=60.0, max_workers=1)
+        self.compiler = GrammarCompiler(vocab, timeout_s=60.0, max_workers=1, native_lexer=native)
         self.oc_regex = oc_regex
         self.strict = strict
         self.bitmask = torch.zeros(1, vocab.num_words, dtype=torch.int32)
@@ -185,7 +190,11 @@ class LlguidanceEngine:
 def make_engine(name: str, tok: Any, vocab: Any) -> Any:
     if name.startswith("radixgen"):
         return RadixgenEngine(
-            tok, vocab, oc_regex=name.endswith("[oc-regex]"), strict=name.endswith("[strict]")
+            tok,
+            vocab,
+            oc_regex=name.endswith("[oc-regex]"),
+            strict=name.endswith("[strict]"),
+            native=not name.endswith("[python-lexer]"),
         )
     return {
         "outlines-core": OutlinesEngine,
@@ -261,8 +270,11 @@ class Worker:
 # --------------------------------------------------------------------------- data and report
 
 
-def load_cases(data: Path, per_corpus: int, tok: Any) -> list[tuple[str, dict, list[list[int]]]]:
-    """(id, schema, token ids of each valid instance) for the first N schemas per corpus."""
+def load_cases(
+    data: Path, per_corpus: int, tok: Any
+) -> list[tuple[str, dict, list[list[int]], str]]:
+    """(id, schema, token ids of each valid instance, corpus) for the first N schemas per
+    corpus."""
     try:
         from radixgen.grammar.json_schema import canonical_json
     except ImportError:  # front end not there: compact JSON in instance order
@@ -281,7 +293,9 @@ def load_cases(data: Path, per_corpus: int, tok: Any) -> list[tuple[str, dict, l
                             texts.append(
                                 json.dumps(test["data"], separators=(",", ":"), ensure_ascii=False)
                             )
-                cases.append((case["id"], case["schema"], [tok.encode(t) for t in texts]))
+                cases.append(
+                    (case["id"], case["schema"], [tok.encode(t) for t in texts], path.stem)
+                )
     return cases
 
 
@@ -299,7 +313,8 @@ def summarize(name: str, results: list[dict[str, Any]]) -> str:
     return (
         f"{name:<20} {percentile(compiled, 50) * ms:8.1f} {percentile(compiled, 90) * ms:8.1f} "
         f"{percentile(compiled, 99) * ms:9.1f} {percentile(masks, 50) * us:8.1f} {percentile(masks, 99) * us:9.1f} "
-        f"{statistics.fmean(masks) * us if masks else float('nan'):8.1f} {passed:5d}/{len(results):<4d} {errors:5d} {timeouts:5d}"
+        f"{statistics.fmean(masks) * us if masks else float('nan'):8.1f} "
+        f"{max(masks, default=float('nan')) * us:9.0f} {passed:5d}/{len(results):<4d} {errors:5d} {timeouts:5d}"
     )
 
 
@@ -333,23 +348,42 @@ def main() -> None:
 
     TokenTable.of(vocab)  # built once, inherited by the forked workers
     cases = load_cases(args.data, args.per_corpus, tok)
-    num_tokens = sum(len(ids) + 1 for _, _, inst in cases for ids in inst)
+    num_tokens = sum(len(ids) + 1 for _, _, inst, _ in cases for ids in inst)
     print(
         f"{len(cases)} schemas ({args.per_corpus} per corpus), {num_tokens} tokens of valid instances, vocab {vocab.vocab_size}"
     )
-    header = f"{'engine':<20} {'comp p50':>8} {'comp p90':>8} {'comp p99':>9} {'mask p50':>8} {'mask p99':>9} {'mask avg':>8} {'pass':>10} {'error':>5} {'t/out':>5}"
-    lines = [header, f"{'':<20} {'ms':>8} {'ms':>8} {'ms':>9} {'us':>8} {'us':>9} {'us':>8}"]
+    header = f"{'engine':<20} {'comp p50':>8} {'comp p90':>8} {'comp p99':>9} {'mask p50':>8} {'mask p99':>9} {'mask avg':>8} {'mask max':>9} {'pass':>10} {'error':>5} {'t/out':>5}"
+    lines = [
+        header,
+        f"{'':<20} {'ms':>8} {'ms':>8} {'ms':>9} {'us':>8} {'us':>9} {'us':>8} {'us':>9}",
+    ]
+    corpora = sorted({corpus for *_, corpus in cases})
+    passing: dict[str, list[str]] = {}
     for name in args.engines.split(","):
         worker = Worker(name, tok, vocab)
         if worker.setup_error:
             lines.append(f"{name:<20} unavailable: {worker.setup_error}")
             continue
         start = time.perf_counter()
-        results = [worker.run(schema, instances, args.timeout) for _, schema, instances in cases]
+        results = [worker.run(schema, instances, args.timeout) for _, schema, instances, _ in cases]
         worker.close()
         lines.append(summarize(name, results))
+        passing[name] = [
+            str(
+                sum(
+                    1
+                    for r, c in zip(results, cases)
+                    if c[3] == corpus and r.get("ok") and "compile_s" in r
+                )
+            )
+            for corpus in corpora
+        ]
         print(f"  {name}: {time.perf_counter() - start:.1f} s", flush=True)
     print("\n".join(lines))
+    print("\nschemas passing, per corpus:")
+    print(f"{'engine':<20} " + " ".join(f"{c[:14]:>14}" for c in corpora))
+    for name, counts in passing.items():
+        print(f"{name:<20} " + " ".join(f"{n:>14}" for n in counts))
     if args.e2e:
         end_to_end()
 

@@ -409,6 +409,7 @@ class NativeDFA(DFAQueries):
         state = self.__dict__.copy()
         for key in ("lock", "_ptr", "state_terms", "accepting"):
             del state[key]
+        state.pop("_walk_buffers", None)
         state["exported"] = (table, terms)
         return state
 
@@ -483,48 +484,65 @@ class NativeDFA(DFAQueries):
             ends = self.walk_tokens(table, ids, state)
             keep = ends != DEAD
             return ids[keep], ends[keep]
-        selected = np.zeros(lex.ids.size, np.uint8)
+        buffers = self._buffers(table)
+        selected = buffers.selected
         selected[places] = 1
-        out_ids, ends = np.empty(ids.size, np.int64), np.empty(ids.size, np.int32)
-        count = self._call(
-            self.store._lib.rg_dfa_walk_lex(
-                self._ptr,
-                state,
-                lex.ids.size,
-                selected.ctypes.data,
-                lex.ids.ctypes.data,
-                lex.shared.ctypes.data,
-                lex.buffer.ctypes.data,
-                lex.offsets.ctypes.data,
-                out_ids.ctypes.data,
-                ends.ctypes.data,
-                self.store._deadline(),
+        try:
+            count = self._call(
+                self.store._lib.rg_dfa_walk_lex(
+                    self._ptr,
+                    state,
+                    lex.ids.size,
+                    buffers.selected_ptr,
+                    *buffers.lex_ptrs,
+                    *buffers.out_ptrs,
+                    self.store._deadline(),
+                )
             )
-        )
-        return out_ids[:count], ends[:count]
+        finally:
+            selected[places] = 0
+        return buffers.out_ids[:count].copy(), buffers.out_states[:count].copy()
 
     def narrow(self, table: TokenTable, state: int, firsts: int) -> tuple[np.ndarray, np.ndarray]:
         """(allowed ids, their end states) among the tokens whose first byte is in ``firsts``
         (bit b = byte b), found through their first-two-byte groups (``rg_dfa_narrow``)."""
-        size = table.ids_by_pair.size
-        ids, ends = np.empty(size, np.int64), np.empty(size, np.int32)
-        lex = table.lex_by_pair
+        buffers = self._buffers(table)
         count = self._call(
             self.store._lib.rg_dfa_narrow(
                 self._ptr,
                 state,
                 firsts.to_bytes(32, "little"),
-                table.pair_starts.ctypes.data,
-                lex.ids.ctypes.data,
-                lex.shared.ctypes.data,
-                lex.buffer.ctypes.data,
-                lex.offsets.ctypes.data,
-                ids.ctypes.data,
-                ends.ctypes.data,
+                buffers.pair_starts_ptr,
+                *buffers.lex_ptrs,
+                *buffers.out_ptrs,
                 self.store._deadline(),
             )
         )
-        return ids[:count], ends[:count]
+        return buffers.out_ids[:count].copy(), buffers.out_states[:count].copy()
+
+    def _buffers(self, table: TokenTable) -> _WalkBuffers:
+        """This DFA's output buffers and the table's arrays as pointers (made once per table;
+        the walks run under ``lock``, so one set per DFA is enough)."""
+        buffers = self.__dict__.get("_walk_buffers")
+        if buffers is None or buffers.table is not table:
+            buffers = _WalkBuffers(table)
+            self.__dict__["_walk_buffers"] = buffers
+        return buffers
+
+
+class _WalkBuffers:
+    """What the lexicographic walks pass to C, as raw pointers: the table's arrays (kept alive
+    by ``table``) and reusable outputs."""
+
+    def __init__(self, table: TokenTable) -> None:
+        lex, size = table.lex_by_pair, table.ids_by_pair.size
+        self.table = table
+        self.out_ids, self.out_states = np.empty(size, np.int64), np.empty(size, np.int32)
+        self.selected = np.zeros(lex.ids.size, np.uint8)
+        self.selected_ptr = self.selected.ctypes.data
+        self.pair_starts_ptr = table.pair_starts.ctypes.data
+        self.lex_ptrs = tuple(a.ctypes.data for a in (lex.ids, lex.shared, lex.buffer, lex.offsets))
+        self.out_ptrs = (self.out_ids.ctypes.data, self.out_states.ctypes.data)
 
 
 DFA = LazyDFA | NativeDFA  # what a compiled regex grammar steps

@@ -179,3 +179,38 @@ def test_masks_equal_the_python_lexer_on_every_corpus(corpora, tokenizer):
             assert results[0] == results[1], (name, case.case_id)
             compared += results[0][0] == "walked"
     assert compared >= 40
+
+
+def test_the_lexicographic_order_the_native_walks_read():
+    from radixgen.grammar.token_table import TokenTable
+
+    table = TokenTable.of(synthetic_vocab())
+    lex = table.lex_by_pair
+    assert sorted(lex.ids.tolist()) == sorted(table.ids_by_pair.tolist())
+    data = table.token_bytes
+    for key in np.flatnonzero(np.diff(table.pair_starts)).tolist():  # same pair slices
+        lo, hi = table.pair_starts[key], table.pair_starts[key + 1]
+        group = [data[i] for i in lex.ids[lo:hi].tolist()]
+        assert group == sorted(group)
+        assert set(lex.ids[lo:hi].tolist()) == set(table.ids_by_pair[lo:hi].tolist())
+    for k, token in enumerate(lex.ids.tolist()):
+        assert lex.buffer[lex.offsets[k] : lex.offsets[k + 1]].tobytes() == data[token]
+        assert lex.position[token] == k
+        if k:
+            a, b = data[lex.ids[k - 1]], data[token]
+            common = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            assert lex.shared[k] == common
+
+
+def test_the_c_source_ships_with_the_package():
+    tomllib = pytest.importorskip("tomllib")
+    from pathlib import Path
+
+    pyproject = Path(__file__).parents[2] / "pyproject.toml"
+    patterns = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"][
+        "radixgen.grammar"
+    ]
+    grammar_dir = Path(native_lexer.__file__).parent
+    shipped = {path.name for pattern in patterns for path in grammar_dir.glob(pattern)}
+    assert set(native_lexer.SOURCES) == {p.name for p in (grammar_dir / "csrc").iterdir()}
+    assert set(native_lexer.SOURCES) <= shipped
