@@ -401,7 +401,7 @@ E2E_SCHEMA = {
 }
 
 
-def end_to_end(batches: tuple[int, ...] = (1, 16), new_tokens: int = 64, repeats: int = 2) -> None:
+def end_to_end(batches: tuple[int, ...] = (1, 16), new_tokens: int = 64, repeats: int = 5) -> None:
     """Decode tokens/s, constrained vs unconstrained, jump-forward on vs off, same run.
 
     A constrained request stops where its JSON ends, so a fixed-length unconstrained run would

@@ -13,13 +13,16 @@ tokenizer's vocabulary) are disallowed; bits beyond the logits' width are ignore
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import sys
 from collections.abc import Sequence
 
 import torch
 
-from ._dispatch import use_triton
+from . import _cbuild
+from ._cbuild import I64, PTR
+from ._dispatch import use_native, use_triton
 from ._triton import lazy_jit
 
 try:
@@ -159,6 +162,68 @@ def apply_token_bitmask_inplace_triton(
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# C (CPU): one pass over the listed rows, in place (no copies of the selected rows).
+# ---------------------------------------------------------------------------------------------
+
+_C_SIGNATURES: dict[str, _cbuild.Signature] = {
+    "apply_token_bitmask_f32": (None, [PTR, I64, PTR, I64, PTR, I64, I64, I64])
+}
+
+
+def apply_token_bitmask_c(
+    lib: ctypes.CDLL, logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor
+) -> None:
+    """The C kernel on float32 CPU ``logits`` [B, V] and int32 ``bitmask`` [B, W] (unit last
+    strides), for the int64 row ids ``rows``."""
+    lib.apply_token_bitmask_f32(
+        logits.data_ptr(),
+        logits.stride(0),
+        bitmask.data_ptr(),
+        bitmask.stride(0),
+        rows.data_ptr(),
+        rows.numel(),
+        logits.shape[1],
+        bitmask.shape[1],
+    )
+
+
+def _probe_c(lib: ctypes.CDLL) -> bool:
+    """The C kernel must match the reference: partial words, all-zero and all-one words, a
+    vocabulary wider than the bitmask, and a subset of rows."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 100, generator=g)
+    bitmask = torch.randint(-(2**31), 2**31 - 1, (4, 3), dtype=torch.int32, generator=g)
+    bitmask[1, 0], bitmask[2, 1] = 0, -1
+    want, got = logits.clone(), logits.clone()
+    rows = torch.tensor([0, 2, 1], dtype=torch.int64)
+    apply_token_bitmask_inplace_ref(want, bitmask, rows)
+    apply_token_bitmask_c(lib, got, bitmask, rows)
+    return torch.equal(want, got)
+
+
+def native_apply_token_bitmask(
+    logits: torch.Tensor, bitmask: torch.Tensor, rows: torch.Tensor | None
+) -> bool:
+    """Mask with the C kernel where it applies (float32 CPU tensors, unit last strides); False
+    when it declines (then the caller runs the reference)."""
+    if (
+        logits.device.type != "cpu"
+        or logits.dtype != torch.float32
+        or bitmask.device.type != "cpu"
+        or logits.stride(-1) != 1
+        or bitmask.stride(-1) != 1
+    ):
+        return False
+    lib = _cbuild.bind("apply_token_bitmask", _C_SIGNATURES, _probe_c)
+    if lib is None:
+        return False
+    if rows is None:
+        rows = torch.arange(logits.shape[0], dtype=torch.int64)
+    apply_token_bitmask_c(lib, logits, bitmask, rows.to(torch.int64).contiguous())
+    return True
+
+
 def apply_token_bitmask_inplace(
     logits: torch.Tensor,
     bitmask: torch.Tensor,
@@ -171,12 +236,15 @@ def apply_token_bitmask_inplace(
     ``bitmask`` ``[B, W]`` (or ``[W]``) int32 is row-aligned with it. With ``indices`` only those
     rows are masked (row ``i`` of logits uses row ``i`` of bitmask) and the others are untouched,
     as in XGrammar's function of the same name. Indices must be distinct.
+
+    Triton on CUDA; on the CPU, float32 logits take the C kernel under ``auto`` (when it built
+    and passed its probe), else the reference.
     """
     logits_2d, bitmask_2d = _check_shapes(logits, bitmask)
     rows = _check_indices(indices, logits_2d.shape[0], logits.device)
     if use_triton(backend, logits, bitmask):
         apply_token_bitmask_inplace_triton(logits_2d, bitmask_2d, rows)
-    else:
+    elif not (use_native(backend) and native_apply_token_bitmask(logits_2d, bitmask_2d, rows)):
         apply_token_bitmask_inplace_ref(logits_2d, bitmask_2d, rows)
 
 

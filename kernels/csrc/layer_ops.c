@@ -125,3 +125,28 @@ int rotary_store_f32(const float *qkv, int64_t stride_t, const int64_t *position
     }
     return 0;
 }
+
+/* Grammar masks (bitmask.py): for each listed row, logits[row, t] = -inf for every token t whose
+ * bit in that row's bitmask words is 0, and for every t >= 32 * num_words. In place; rows are
+ * distinct. All-ones words are skipped, all-zero words written whole. */
+void apply_token_bitmask_f32(float *logits, int64_t stride_l, const int32_t *bitmask, int64_t stride_b,
+                             const int64_t *rows, int64_t num_rows, int64_t vocab, int64_t num_words) {
+    const float neg = -__builtin_inff();
+    for (int64_t i = 0; i < num_rows; i++) {
+        float *row = logits + rows[i] * stride_l;
+        const uint32_t *words = (const uint32_t *)(bitmask + rows[i] * stride_b);
+        int64_t covered = 32 * num_words < vocab ? 32 * num_words : vocab;
+        for (int64_t w = 0; 32 * w < covered; w++) {
+            uint32_t bits = words[w];
+            if (bits == 0xffffffffu) continue;
+            int64_t base = 32 * w, end = base + 32 < covered ? base + 32 : covered;
+            if (bits == 0) {
+                for (int64_t t = base; t < end; t++) row[t] = neg;
+                continue;
+            }
+            for (int64_t t = base; t < end; t++)
+                if (!((bits >> (t - base)) & 1)) row[t] = neg;
+        }
+        for (int64_t t = covered; t < vocab; t++) row[t] = neg;
+    }
+}

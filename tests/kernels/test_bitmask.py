@@ -1,4 +1,5 @@
-"""Token bitmask: the reference against an obvious implementation, Triton against the reference."""
+"""Token bitmask: the reference against an obvious implementation, Triton and the C kernel
+against the reference."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from radixgen.kernels.bitmask import (
     allocate_token_bitmask,
     apply_token_bitmask_inplace,
     bitmask_to_bool,
+    native_apply_token_bitmask,
 )
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -33,6 +35,21 @@ def naive_apply(logits: torch.Tensor, bitmask: torch.Tensor, rows: list[int]) ->
             if not allowed:
                 out[row, token] = float("-inf")
     return out
+
+
+@pytest.mark.parametrize("vocab_size,bitmask_vocab", SHAPES)
+@pytest.mark.parametrize("indices", [None, [3, 0]])
+def test_c_kernel_matches_reference(vocab_size, bitmask_vocab, indices):
+    logits = torch.randn(4, vocab_size)
+    bitmask = random_bitmask(4, bitmask_vocab, torch.device("cpu"))
+    bitmask[1, : bitmask.shape[1] // 2] = 0  # whole words off
+    bitmask[2, : bitmask.shape[1] // 2] = -1  # whole words on
+    expected, got = logits.clone(), logits.clone()
+    apply_token_bitmask_inplace(expected, bitmask, indices, backend="torch")
+    rows = None if indices is None else torch.tensor(indices)
+    if not native_apply_token_bitmask(got, bitmask, rows):
+        pytest.skip("the C kernels did not build here")
+    assert torch.equal(got, expected)
 
 
 def test_allocate_allows_everything():
