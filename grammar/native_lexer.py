@@ -157,6 +157,42 @@ class _Lookup:
         return self._get(i)
 
 
+class _Terms:
+    """What Python reads of a C store's terms, fetched once per term: (kind, nullable, args
+    as ``TermStore`` writes them, first bytes). Holds the pointer, not the store, so that the
+    store's views make no reference cycle and its C memory goes with its last reference."""
+
+    def __init__(self, lib: ctypes.CDLL, ptr: int) -> None:
+        self.lib, self.ptr = lib, ptr
+        self.info: dict[int, tuple[int, bool, Any, int]] = {}
+        self._out = (ctypes.c_int64 * 6)()
+        self._first = (ctypes.c_uint64 * 4)()
+
+    def get(self, t: int) -> tuple[int, bool, Any, int]:
+        info = self.info.get(t)
+        if info is None:
+            self.lib.rg_term(self.ptr, t, self._out, self._first)
+            kind, nullable, _, a, b, c = self._out
+            first = int.from_bytes(bytes(self._first), "little")
+            args: Any = None
+            if kind == K_SET:
+                args = first
+            elif kind == K_CAT:
+                args = (a, b)
+            elif kind == K_ALT:
+                members = ctypes.cast(
+                    self.lib.rg_members(self.ptr, t), ctypes.POINTER(ctypes.c_int32)
+                )
+                args = tuple(members[:c])
+            elif kind == K_REP:
+                args = (a, b, None if c < 0 else c)
+            elif kind == K_TAG:
+                args = a
+            info = (kind, bool(nullable), args, first)
+            self.info[t] = info
+        return info
+
+
 class NativeTermStore:
     """``TermStore``'s interface over a C store (see the module doc). Not thread-safe."""
 
@@ -166,15 +202,17 @@ class NativeTermStore:
         self._lib = _lib()
         self.clip_bound = clip_bound
         self.budget = budget or Budget()
-        self._ptr = self._lib.rg_store_new(clip_bound, self.budget.max_terms)
-        if not self._ptr:
+        self._bind(self._lib.rg_store_new(clip_bound, self.budget.max_terms))
+
+    def _bind(self, ptr: int | None) -> None:
+        if not ptr:
             raise MemoryError("native lexer: out of memory")
-        self._info: dict[int, tuple[int, bool, Any, int]] = {}  # kind, nullable, args, first
-        self._out = (ctypes.c_int64 * 6)()
-        self._first = (ctypes.c_uint64 * 4)()
-        self.kinds = _Lookup(lambda t: self._term(t)[0])
-        self.nullable = _Lookup(lambda t: self._term(t)[1])
-        self.args = _Lookup(lambda t: self._term(t)[2])
+        self._ptr = ptr
+        terms = _Terms(self._lib, ptr)
+        self._term = terms.get
+        self.kinds = _Lookup(lambda t: terms.get(t)[0])
+        self.nullable = _Lookup(lambda t: terms.get(t)[1])
+        self.args = _Lookup(lambda t: terms.get(t)[2])
 
     def __del__(self) -> None:
         ptr, self._ptr = getattr(self, "_ptr", 0), 0
@@ -204,30 +242,6 @@ class NativeTermStore:
         if code == ERR_DEPTH:
             return GrammarError("grammar: regex nested too deeply")
         return GrammarTooLarge("grammar: out of memory")
-
-    def _term(self, t: int) -> tuple[int, bool, Any, int]:
-        info = self._info.get(t)
-        if info is None:
-            self._lib.rg_term(self._ptr, t, self._out, self._first)
-            kind, nullable, _, a, b, c = self._out
-            first = int.from_bytes(bytes(self._first), "little")
-            args: Any = None
-            if kind == K_SET:
-                args = first
-            elif kind == K_CAT:
-                args = (a, b)
-            elif kind == K_ALT:
-                members = ctypes.cast(
-                    self._lib.rg_members(self._ptr, t), ctypes.POINTER(ctypes.c_int32)
-                )
-                args = tuple(members[:c])
-            elif kind == K_REP:
-                args = (a, b, None if c < 0 else c)
-            elif kind == K_TAG:
-                args = a
-            info = (kind, bool(nullable), args, first)
-            self._info[t] = info
-        return info
 
     # ------------------------------------------------------------------ constructors
 
@@ -330,24 +344,23 @@ class NativeTermStore:
         }
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(clip_bound=state["clip_bound"], budget=state["budget"])  # type: ignore[misc]
-        self._lib.rg_store_free(self._ptr)
+        self._lib = _lib()
+        self.clip_bound, self.budget = state["clip_bound"], state["budget"]
         arrays = state["arrays"]
         pool = arrays["pool"] if arrays["pool"].size else np.zeros(1, np.int32)
-        self._ptr = self._lib.rg_store_import(
+        kept = [  # contiguous copies where needed, alive through the call
+            np.ascontiguousarray(arrays[k]) for k in ("kind", "flags", "a", "b", "c", "first")
+        ]
+        ptr = self._lib.rg_store_import(
             self.clip_bound,
             self.budget.max_terms,
             int(state["has_tags"]),
             arrays["kind"].size,
             arrays["pool"].size,
-            *(
-                np.ascontiguousarray(arrays[k]).ctypes.data
-                for k in ("kind", "flags", "a", "b", "c", "first")
-            ),
+            *(a.ctypes.data for a in kept),
             pool.ctypes.data,
         )
-        if not self._ptr:
-            raise MemoryError("native lexer: out of memory")
+        self._bind(ptr)
 
 
 class NativeDFA(DFAQueries):
@@ -376,7 +389,7 @@ class NativeDFA(DFAQueries):
                 self.max_states,
             )
         else:
-            table, terms = exported
+            table, terms = (np.ascontiguousarray(a) for a in exported)  # alive through the call
             ptr = lib.rg_dfa_import(
                 self.store._ptr,
                 classes.ctypes.data,
@@ -384,8 +397,8 @@ class NativeDFA(DFAQueries):
                 self.num_classes,
                 self.max_states,
                 terms.size,
-                np.ascontiguousarray(table).ctypes.data,
-                np.ascontiguousarray(terms).ctypes.data,
+                table.ctypes.data,
+                terms.ctypes.data,
             )
         if not ptr:
             raise MemoryError("native lexer: out of memory")

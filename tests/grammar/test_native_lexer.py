@@ -214,3 +214,21 @@ def test_the_c_source_ships_with_the_package():
     shipped = {path.name for pattern in patterns for path in grammar_dir.glob(pattern)}
     assert set(native_lexer.SOURCES) == {p.name for p in (grammar_dir / "csrc").iterdir()}
     assert set(native_lexer.SOURCES) <= shipped
+
+
+def test_a_store_is_freed_with_its_last_reference():
+    """No reference cycle: the C memory goes when the grammar does, not at the next collection."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        store = NativeTermStore(clip_bound=17)
+        dfa = NativeDFA(store, regex_to_term(PATTERNS[0], store), max_states=1000)
+        assert dfa.walk(dfa.start, b'{"name":"x') != DEAD and store.kinds[2] is not None
+        copy = pickle.loads(pickle.dumps(dfa))
+        refs = [weakref.ref(x) for x in (store, dfa, copy, copy.store)]
+        del store, dfa, copy
+        assert [r() for r in refs] == [None] * 4
+    finally:
+        gc.enable()
