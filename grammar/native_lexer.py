@@ -263,17 +263,14 @@ class NativeTermStore:
                 return None
         return term
 
-    def literal(self, data: bytes) -> int:
-        return self.seq([self.byteset(1 << b) for b in data])
+    # built from byteset / cat, as TermStore builds them
+    literal = TermStore.literal
+    seq = TermStore.seq
+    ref = TermStore.ref
+    single_bytes = TermStore.single_bytes  # reads kinds / args
 
     def cat(self, a: int, b: int) -> int:
         return self._check(self._lib.rg_cat(self._ptr, a, b, self._deadline()))
-
-    def seq(self, items: list[int]) -> int:
-        term = EPS
-        for item in reversed(items):
-            term = self.cat(item, term)
-        return term
 
     def alt(self, items: Any) -> int:
         ids = np.fromiter(items, dtype=np.int32)
@@ -285,11 +282,6 @@ class NativeTermStore:
 
     def tag(self, r: int) -> int:
         return self._check(self._lib.rg_tag(self._ptr, r, self._deadline()))
-
-    def ref(self, name: str) -> int:
-        raise GrammarError(
-            f"regex: rule calls such as (?&{name}) are not supported", source="regex"
-        )
 
     # ------------------------------------------------------------------ operations
 
@@ -305,16 +297,6 @@ class NativeTermStore:
 
     def first_bytes(self, t: int) -> int:
         return self._term(t)[3]
-
-    def single_bytes(self, t: int) -> int:
-        kind, _, args, _ = self._term(t)
-        if kind == K_SET:
-            return int(args)
-        if kind == K_ALT:
-            return next((self._term(u)[2] for u in args if self._term(u)[0] == K_SET), 0)
-        if kind == K_TAG:
-            return self.single_bytes(args)
-        return 0
 
     def byte_sets(self) -> set[int]:
         ids = np.empty(len(self), dtype=np.int32)
@@ -449,10 +431,6 @@ class NativeDFA(DFAQueries):
 
     def next_state(self, s: int, cls: int) -> int:
         return self._call(self.store._lib.rg_dfa_next(self._ptr, s, cls, self.store._deadline()))
-
-    def expand(self, flat: np.ndarray) -> None:
-        for index in np.unique(flat).tolist():
-            self.next_state(*divmod(index, self.num_classes))
 
     def walk(self, s: int, data: bytes) -> int:
         return self._call(

@@ -140,10 +140,7 @@ class TokenTable:
         """Every token's bytes in one buffer (uint8) and where each starts (int64 [V + 1]):
         token j is ``buffer[offsets[j]:offsets[j + 1]]`` (empty for special tokens), as the
         native token walk reads them."""
-        data = [b or b"" for b in self.token_bytes]
-        offsets = np.zeros(len(data) + 1, dtype=np.int64)
-        np.cumsum([len(b) for b in data], out=offsets[1:])
-        return np.frombuffer(b"".join(data) or b"\0", dtype=np.uint8), offsets
+        return _joined([b or b"" for b in self.token_bytes])
 
     @functools.cached_property
     def lex_by_pair(self) -> LexOrder:
@@ -167,10 +164,7 @@ class TokenTable:
         order = np.array(out, dtype=np.int64)
         position = np.full(self.vocab_size, -1, dtype=np.int64)
         position[order] = np.arange(order.size)
-        chunks = [data[i] or b"" for i in out]
-        offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
-        np.cumsum([len(c) for c in chunks], out=offsets[1:])
-        buffer = np.frombuffer(b"".join(chunks) or b"\0", dtype=np.uint8)
+        buffer, offsets = _joined([data[i] or b"" for i in out])
         return LexOrder(order, shared, position, buffer, offsets)
 
     @functools.cached_property
@@ -347,6 +341,13 @@ class TokenTable:
 
 _ALL_BYTES = (1 << 256) - 1
 _NON_ASCII_BYTES = _ALL_BYTES ^ ((1 << 128) - 1)
+
+
+def _joined(chunks: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``chunks`` in one uint8 buffer, and where each starts (int64 [len + 1])."""
+    offsets = np.zeros(len(chunks) + 1, dtype=np.int64)
+    np.cumsum([len(c) for c in chunks], out=offsets[1:])
+    return np.frombuffer(b"".join(chunks) or b"\0", dtype=np.uint8), offsets
 
 
 def _utf8_prefix(data: bytes) -> bool:
