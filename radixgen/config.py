@@ -69,6 +69,8 @@ def _rope_scaling(config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 SCHEDULE_POLICIES = ("auto", "lpm", "fcfs", "dfs-weight")
+SPECULATIVE_ALGORITHMS = ("ngram",)  # = speculative.SPECULATIVE_ALGORITHMS
+DEFAULT_NUM_TOKENS = 4  # = speculative.DEFAULT_NUM_TOKENS (docs/speculative.md: measured)
 GRAMMAR_BACKENDS = ("radixgen", "xgrammar", "llguidance", "outlines")  # = grammar.backends'
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -135,6 +137,16 @@ class EngineConfig:
         choices=GRAMMAR_BACKENDS,
     )
     num_threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
+    speculative_algorithm: str | None = option(
+        None,
+        "speculative decoding: ngram drafts from the request's own prompt and output (prompt "
+        "lookup) and verifies them in one forward; outputs are unchanged (default: off)",
+        choices=SPECULATIVE_ALGORITHMS,
+    )
+    speculative_num_tokens: int | None = option(
+        None,
+        f"most draft tokens verified per request and step (default: {DEFAULT_NUM_TOKENS})",
+    )
 
     def validate(self) -> EngineConfig:
         """Raise ``ValueError`` naming the field for a bad value; returns self for chaining."""
@@ -163,6 +175,18 @@ class EngineConfig:
         if self.kv_memory_fraction is not None and not 0 < self.kv_memory_fraction < 1:
             raise ValueError(
                 f"kv_memory_fraction: expected a number between 0 and 1, got {self.kv_memory_fraction}"
+            )
+        if (
+            self.speculative_algorithm is not None
+            and self.speculative_algorithm not in SPECULATIVE_ALGORITHMS
+        ):
+            raise ValueError(
+                f"speculative_algorithm: expected {_one_of(SPECULATIVE_ALGORITHMS)}, "
+                f"got {self.speculative_algorithm!r}"
+            )
+        if self.speculative_num_tokens is not None and not 1 <= self.speculative_num_tokens <= 64:
+            raise ValueError(
+                f"speculative_num_tokens: expected 1 to 64, got {self.speculative_num_tokens}"
             )
         if self.max_running_requests < 1:
             raise ValueError(

@@ -112,6 +112,58 @@ class Constraints:
                     reqs[i].error = DEAD_END
         return bitmask.to(self.device, non_blocking=True), rows
 
+    def grammar_prefix(self, req: Req, draft: list[int]) -> list[int]:
+        """The longest prefix of ``draft`` that ``req``'s grammar accepts from its state (the
+        matcher is left where it was)."""
+        matcher = req.matcher
+        if matcher is None:
+            return draft
+        kept = 0
+        try:
+            for token_id in draft:
+                if not matcher.accept_token(token_id):
+                    break
+                kept += 1
+        except GrammarError:  # a limit reached while drafting: the plain step reports it
+            pass
+        matcher.rollback(kept)
+        return draft[:kept]
+
+    def draft_bitmask(
+        self, reqs: list[Req], drafts: list[list[int]]
+    ) -> tuple[torch.Tensor | None, list[int]]:
+        """Bitmask rows for verifying drafts: request ``i`` gets ``len(drafts[i]) + 1`` rows in
+        order, row ``j`` its grammar's mask after the first ``j`` draft tokens (which
+        ``grammar_prefix`` accepted). Returns the bitmask and the rows that are filled."""
+        if all(r.matcher is None for r in reqs):
+            return None, []
+        num_rows = sum(len(d) + 1 for d in drafts)
+        bitmask = allocate_token_bitmask(num_rows, self.vocab_size)
+        rows: list[int] = []
+        start = 0
+        for req, draft in zip(reqs, drafts):
+            matcher = req.matcher
+            if matcher is not None and req.error is None:
+                stepped = 0
+                try:
+                    for j in range(len(draft) + 1):
+                        matcher.fill_bitmask(bitmask, start + j)
+                        rows.append(start + j)
+                        if j < len(draft):
+                            if not matcher.accept_token(draft[j]):
+                                raise AssertionError(f"draft token {draft[j]} left the grammar")
+                            stepped += 1
+                except GrammarError as exc:
+                    req.error = f"grammar: {exc}"
+                except Exception as exc:
+                    req.error = f"internal error in the grammar: {type(exc).__name__}: {exc}"
+                else:
+                    if not bool(bitmask[start].any()):
+                        req.error = DEAD_END
+                matcher.rollback(stepped)
+            start += len(draft) + 1
+        return bitmask.to(self.device, non_blocking=True), rows
+
     def accept(self, req: Req, token_id: int) -> list[int]:
         """Advance ``req``'s matcher by ``token_id``; return grammar-forced tokens to jump over."""
         matcher = req.matcher

@@ -35,7 +35,7 @@ from .mem_cache.kv_manager import KVManager
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator
 from .mem_cache.prefix_cache import PrefixCache
 from .mem_cache.radix_cache import RadixCache
-from .model_runner import ModelRunner
+from .model_runner import MAX_DECODE_QUERIES, ModelRunner
 from .models.hub import resolve_model
 from .models.llama import StepInterrupted
 from .models.loader import load_model
@@ -48,6 +48,7 @@ from .sampling_params import SamplingParams
 from .scheduler.scheduler import Scheduler
 from .scheduler.step_budget import attention_horizon, work
 from .scoring import ScoreJob, ScoreOutput, Scorer, ScoreRow
+from .speculative import DEFAULT_NUM_TOKENS, SpecStats, Speculator
 from .tokenizer import load_tokenizer
 
 if TYPE_CHECKING:
@@ -96,6 +97,15 @@ class Engine:
             self.device,
             jump_forward=self.config.jump_forward,
             backend=self.config.grammar_backend,
+        )
+        self.speculator = (
+            Speculator(
+                self.config.speculative_num_tokens or DEFAULT_NUM_TOKENS,
+                self.tokenizer.eos_token_ids,
+                self.context_len,
+            )
+            if self.config.speculative_algorithm
+            else None
         )
         self.stats_counters = EngineStats()
         self.output_processor = OutputProcessor(
@@ -193,12 +203,21 @@ class Engine:
         """One iteration: schedule, forward, sample, post-process, emit (engine thread only).
         The oldest score job's next chunk joins the forward. Returns whether anything ran."""
         started = time.perf_counter()
+        if self.speculator is not None:
+            self.speculator.propose(self.scheduler.running.values(), self.constraints)
         batch = self.scheduler.schedule(scoring=bool(self._score_jobs))
         job, score_rows = self._plan_scoring()
         if not batch and not score_rows:
             return False
-        sampling = [r.computed_len + r.extend_len == r.seq_len for r in batch]
-        wanted = [_last_position(r) if s else range(0) for r, s in zip(batch, sampling)]
+        wanted = [_sampled_positions(r) for r in batch]
+        # a step of decode and draft rows only teaches the speculator what a row costs
+        decode_rows = (
+            sum(r.extend_len for r in batch)
+            if self.speculator is not None
+            and not score_rows
+            and all(r.extend_len <= MAX_DECODE_QUERIES for r in batch)
+            else 0
+        )
         horizon = self.scheduler.budget.horizon
         score_units = sum(work(r.extend_len, r.computed_len, horizon) for r in score_rows)
         try:
@@ -209,20 +228,95 @@ class Engine:
             if job is not None:
                 self._fail_scoring(job, exc)
             raise
-        num_sampled = sum(sampling)
+        num_sampled = sum(map(len, wanted))
         if job is not None:
             self._complete_scoring(job, score_rows, logits[num_sampled:])
-        to_sample = [r.req for r, s in zip(batch, sampling) if s]
-        bitmask, masked_rows = self.constraints.bitmask(to_sample)
-        next_ids, logprobs = self.sampler.sample(
-            logits[:num_sampled], to_sample, bitmask, masked_rows
-        )
-        self.scheduler.advance(batch)
-        for req, token_id, logprob in zip(to_sample, next_ids, logprobs):
-            self._post_process(req, token_id, logprob)
+        verified = [r for r in batch if r.num_draft]
+        if verified:
+            self._verify(batch, wanted, logits[:num_sampled])
+        else:
+            to_sample = [r.req for r, w in zip(batch, wanted) if w]
+            bitmask, masked_rows = self.constraints.bitmask(to_sample)
+            next_ids, logprobs = self.sampler.sample(
+                logits[:num_sampled], to_sample, bitmask, masked_rows
+            )
+            self.scheduler.advance(batch)
+            for req, token_id, logprob in zip(to_sample, next_ids, logprobs):
+                self._post_process(req, token_id, logprob)
         self.stats_counters.steps += 1
+        if decode_rows and self.speculator is not None:
+            self.speculator.observe(decode_rows, (time.perf_counter() - started) * 1000)
         self.scheduler.observe((time.perf_counter() - started) * 1000, extra_units=score_units)
         return True
+
+    def _verify(self, batch: list[RunningReq], wanted: list[range], logits: torch.Tensor) -> None:
+        """Sample a step that verifies drafts (speculative decoding): plain rows draw one token,
+        rows with a draft keep what ``Sampler.verify`` keeps of it; then post-process each."""
+        plain = [(r, w.start) for r, w in zip(batch, wanted) if w and not r.num_draft]
+        spec = [(r, w) for r, w in zip(batch, wanted) if r.num_draft]
+        offsets, at = [], 0  # the logits' rows are the wanted positions, row after row
+        for w in wanted:
+            offsets.append(at)
+            at += len(w)
+        index = {id(r): o for r, o in zip(batch, offsets)}
+        plain_reqs = [r.req for r, _ in plain]
+        plain_ids: list[int] = []
+        plain_lps: list[TokenLogprob | None] = []
+        if plain:
+            rows = torch.tensor([index[id(r)] for r, _ in plain], device=logits.device)
+            bitmask, masked_rows = self.constraints.bitmask(plain_reqs)
+            plain_ids, plain_lps = self.sampler.sample(
+                logits[rows], plain_reqs, bitmask, masked_rows
+            )
+        spec_reqs = [r.req for r, _ in spec]
+        drafts = [list(r.req.draft_ids) for r, _ in spec]
+        rows = torch.cat([torch.arange(index[id(r)], index[id(r)] + len(w)) for r, w in spec]).to(
+            logits.device
+        )
+        bitmask, masked_rows = self.constraints.draft_bitmask(spec_reqs, drafts)
+        kept = self.sampler.verify(logits[rows], spec_reqs, drafts, bitmask, masked_rows)
+        self.scheduler.advance(batch)
+        for req, token_id, logprob in zip(plain_reqs, plain_ids, plain_lps):
+            self._post_process(req, token_id, logprob)
+        assert self.speculator is not None
+        for (running, _), draft, (tokens, lps) in zip(spec, drafts, kept):
+            self.speculator.record(running.req, len(draft), len(tokens) - 1)
+            self._post_process_verified(running, draft, tokens, lps)
+
+    def _post_process_verified(
+        self,
+        running: RunningReq,
+        draft: list[int],
+        tokens: list[int],
+        logprobs: list[TokenLogprob | None],
+    ) -> None:
+        """Take a verified row's tokens (until one finishes it or jump-forward appends forced
+        text), keep the KV of the draft tokens its output now holds, free the rest, emit."""
+        req = running.req
+        start = req.seq_len  # the first draft token's position
+        req.draft_ids = []
+        try:
+            reason = None
+            for token_id, logprob in zip(tokens, logprobs):
+                before = len(req.output_ids)
+                reason = self.output_processor.process(req, token_id, logprob)
+                if reason is not None or req.error is not None:
+                    break
+                if len(req.output_ids) != before + 1:  # jump-forward: the rest of the draft goes
+                    break
+            new = req.output_ids[start - len(req.prompt_ids) :]
+            same = next((j for j, (a, b) in enumerate(zip(new, draft)) if a != b), len(new))
+            self.kv.truncate(running.kv, start + min(same, len(draft)))
+        except Exception as exc:
+            self.kv.truncate(running.kv, start)  # the KV before the draft is right in any case
+            if req.status is not ReqStatus.FINISHED:
+                self._fail(req, f"internal error in this request: {type(exc).__name__}: {exc}")
+            return
+        try:
+            self._emit(req, reason)
+        except Exception as exc:
+            if req.status is not ReqStatus.FINISHED:
+                self._fail(req, f"internal error in this request: {type(exc).__name__}: {exc}")
 
     def _plan_scoring(self) -> tuple[ScoreJob | None, list[ScoreRow]]:
         """The oldest score job and its next chunk, within what the schedule left of the
@@ -510,6 +604,8 @@ class Engine:
             "retractions": self.scheduler.num_retractions,
             "radix_cache": not self.config.disable_radix_cache,
             "score_jobs": len(self._score_jobs),
+            "speculative_algorithm": self.config.speculative_algorithm,
+            **(self.speculator.stats if self.speculator else SpecStats()).as_dict(),
             **self.scheduler.budget.as_dict(),
         }
 
@@ -617,9 +713,14 @@ def _pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return value
 
 
-def _last_position(row: RunningReq) -> range:
+def _sampled_positions(row: RunningReq) -> range:
+    """The positions whose logits a row samples from this step: its last (when the step reaches
+    the end of its tokens), or its last token's and its draft's (speculative decoding)."""
     end = row.computed_len + row.extend_len
-    return range(end - 1, end)
+    drafted = row.num_draft
+    if end != row.seq_len + drafted:
+        return range(0)
+    return range(end - 1 - drafted, end)
 
 
 def _pick_max_step_ms(value: float | None, device: torch.device) -> float:

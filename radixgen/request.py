@@ -107,6 +107,8 @@ class Req:
     # set when the request must end with an error (its grammar or its sampling failed)
     error: str | None = None
     pending_logprobs: list[TokenLogprob] = field(default_factory=list)
+    # speculative decoding: tokens proposed after ``fill_ids`` for this step to verify
+    draft_ids: list[int] = field(default_factory=list)
     num_retractions: int = 0
     arrival_time: float = field(default_factory=time.monotonic)
     first_token_time: float | None = None
@@ -161,5 +163,14 @@ class RunningReq(OnKVRow):
     def seq_len(self) -> int:
         return self.req.seq_len
 
+    @property
+    def num_draft(self) -> int:
+        return len(self.req.draft_ids)
+
     def token_ids(self, start: int, end: int) -> list[int]:
-        return self.req.token_ids(start, end)
+        """Tokens ``start .. end`` of ``fill_ids`` followed by the step's draft."""
+        req = self.req
+        seq_len = req.seq_len
+        if end <= seq_len:
+            return req.token_ids(start, end)
+        return req.token_ids(start, seq_len) + req.draft_ids[: end - seq_len]

@@ -52,6 +52,65 @@ class Sampler:
             next_ids = [self._draw_alone(logits[i : i + 1], req) for i, req in enumerate(reqs)]
         return next_ids, self._logprobs(logprobs, next_ids, reqs)
 
+    def verify(
+        self,
+        logits: torch.Tensor,  # [sum(len(d) + 1), V] float32: each request's positions in order
+        reqs: list[Req],
+        drafts: list[list[int]],
+        bitmask: torch.Tensor | None = None,  # rows as ``logits``'s (``Constraints.draft_bitmask``)
+        masked_rows: list[int] | None = None,
+    ) -> list[tuple[list[int], list[TokenLogprob | None]]]:
+        """Speculative decoding's verification: for each request, the draft tokens kept and the
+        target's token after them (1 to ``len(draft) + 1`` tokens) with their logprobs.
+
+        Position ``j`` of a request predicts the token after its ``j``-th draft token. Greedy
+        rows keep the draft while it equals the argmax. Sampled rows keep draft token ``d`` with
+        probability ``p(d)`` under the position's processed distribution and otherwise draw from
+        ``p`` without ``d`` (renormalized): with a one-token-per-position draft this is the
+        rejection rule of speculative sampling, so each emitted token is distributed exactly as
+        a plain draw. Requests with penalties or min_new_tokens pending are never verified
+        (``Speculator.eligible``). Mutates ``logits``."""
+        row_reqs = [req for req, draft in zip(reqs, drafts) for _ in range(len(draft) + 1)]
+        self._apply_logit_bias(logits, row_reqs)
+        if bitmask is not None and masked_rows:
+            apply_token_bitmask_inplace(logits, bitmask, indices=masked_rows)
+        logprobs = (
+            torch.log_softmax(logits, dim=-1) if any(r.params.logprobs for r in reqs) else None
+        )
+        greedy_ids = logits.argmax(dim=-1).tolist()
+        out: list[tuple[list[int], list[TokenLogprob | None]]] = []
+        start = 0
+        for req, draft in zip(reqs, drafts):
+            rows = slice(start, start + len(draft) + 1)
+            try:
+                if req.params.is_greedy:
+                    tokens = _keep_greedy(greedy_ids[rows], draft)
+                else:
+                    probs = self._filtered_probs(logits[rows], [req] * (len(draft) + 1))
+                    tokens = self._keep_sampled(probs, draft, req)
+            except Exception as exc:
+                _fail_row(req, exc)
+                tokens = [0]
+            lps = self._logprobs(
+                None if logprobs is None else logprobs[rows], tokens, [req] * len(tokens)
+            )
+            out.append((tokens, lps))
+            start += len(draft) + 1
+        return out
+
+    def _keep_sampled(self, probs: torch.Tensor, draft: list[int], req: Req) -> list[int]:
+        generator = req.generator or self.generator
+        uniforms = torch.rand(len(draft), generator=generator, device=self.device).tolist()
+        kept = probs[torch.arange(len(draft), device=self.device), draft].tolist() if draft else []
+        for j, (token_id, p, u) in enumerate(zip(draft, kept, uniforms)):
+            if u >= p:  # rejected: draw from the rest of the distribution
+                rest = probs[j].clone()
+                rest[token_id] = 0.0
+                drawn = torch.multinomial(rest, 1, generator=generator).item()
+                return [*draft[:j], int(drawn)]
+        bonus = torch.multinomial(probs[len(draft)], 1, generator=generator).item()
+        return [*draft, int(bonus)]
+
     def _draw_alone(self, logits: torch.Tensor, req: Req) -> int:
         try:
             return self._draw(logits, [req])[0]
@@ -185,6 +244,14 @@ class Sampler:
                 top = list(zip(ids.tolist(), values.tolist()))
             out.append(TokenLogprob(token_id, logprobs[row, token_id].item(), top))
         return out
+
+
+def _keep_greedy(argmax_ids: list[int], draft: list[int]) -> list[int]:
+    """The draft up to its first token that is not the argmax, then the argmax there."""
+    for j, token_id in enumerate(draft):
+        if argmax_ids[j] != token_id:
+            return [*draft[:j], argmax_ids[j]]
+    return [*draft, argmax_ids[len(draft)]]
 
 
 def _fail_row(req: Req, exc: Exception) -> None:

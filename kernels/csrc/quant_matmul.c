@@ -403,7 +403,7 @@ static void quantize_acts(const float *x, int64_t stride_x, int64_t rows, int64_
 /* A tile of y: OT consecutive weight rows against RT activation rows, accumulators in
  * registers (OT, RT and fmt are constants at every call, see TILE). */
 #define OUT_TILE 4
-#define ROW_TILE 2
+#define ROW_TILE 4 /* 1 or 2 rows with OUT_TILE outputs; 3 or 4 with half of them, twice */
 
 #if defined(QM_AVX2)
 static inline float hsum_ps(__m256 v) {
@@ -543,11 +543,17 @@ dot_tile(const int fmt, const Q8Job *j, const uint8_t *w0, const int OT, int64_t
  * registers); partial tiles one (output, row) pair at a time. FN(fmt, job, w0, OT, r0, RT, out). */
 #define TILE_CASE(FN, F)                                                                           \
     case F:                                                                                        \
-        if (nout == OUT_TILE && nrows == ROW_TILE)                                                 \
-            FN(F, j, w0, OUT_TILE, r0, ROW_TILE, out);                                             \
+        if (nout == OUT_TILE && nrows == 2)                                                        \
+            FN(F, j, w0, OUT_TILE, r0, 2, out);                                                    \
         else if (nout == OUT_TILE && nrows == 1)                                                   \
             FN(F, j, w0, OUT_TILE, r0, 1, out);                                                    \
-        else                                                                                       \
+        else if (nout == OUT_TILE && nrows == 3) {                                                 \
+            FN(F, j, w0, OUT_TILE / 2, r0, 3, out);                                                \
+            FN(F, j, w0 + OUT_TILE / 2 * j->row_bytes, OUT_TILE / 2, r0, 3, out + OUT_TILE / 2);   \
+        } else if (nout == OUT_TILE && nrows == 4) {                                               \
+            FN(F, j, w0, OUT_TILE / 2, r0, 4, out);                                                \
+            FN(F, j, w0 + OUT_TILE / 2 * j->row_bytes, OUT_TILE / 2, r0, 4, out + OUT_TILE / 2);   \
+        } else                                                                                     \
             for (int o = 0; o < nout; o++)                                                         \
                 for (int r = 0; r < nrows; r++) {                                                  \
                     float one[OUT_TILE][ROW_TILE];                                                 \
@@ -731,7 +737,7 @@ static int matmul_packed_f32(int fmt, const uint8_t *w, int64_t row_bytes, int64
  * L1-resident) and multiplied with the activations 4 rows at a time: 16 vector accumulators over
  * k (per 8 values of k, 8 loads and 16 FMAs make 128 products), summed across lanes at the end.
  * Any format (dequant_row), either layout. */
-#define GEMM_MIN_ROWS 6
+#define GEMM_MIN_ROWS 10
 #define GEMM_T 4
 
 typedef struct {

@@ -184,6 +184,23 @@ class KVManager:
         self.cache.unlock(row.node)
         row.node, row.num_tree_owned = node, len(ids)
 
+    def truncate(self, row: KVRow, num_tokens: int) -> None:
+        """Keep the KV of the row's first ``num_tokens`` computed tokens and free the private
+        slots after them (speculative decoding: the draft tokens that were not kept). Between
+        steps only (``extend_len == 0``)."""
+        assert row.extend_len == 0, "truncate: the row's step was not computed"
+        if not row.num_tree_owned <= num_tokens <= row.computed_len:
+            raise ValueError(
+                f"truncate: expected {row.num_tree_owned} to {row.computed_len} tokens, "
+                f"got {num_tokens}"
+            )
+        if num_tokens < row.computed_len:
+            table = self.req_to_token_pool.table
+            self.allocator.free(
+                table[row.pool_row, num_tokens : row.computed_len].to("cpu", torch.int64)
+            )
+            row.computed_len = num_tokens
+
     def slots(self, row: KVRow) -> torch.Tensor:
         """The slots of the row's computed tokens (int64 CPU copy; ownership per the diagram)."""
         table = self.req_to_token_pool.table

@@ -111,8 +111,9 @@ class Scheduler:
         extend_lens: dict[Req, int] = {}
         for running in sorted(self.running.values(), key=lambda r: r.req.arrival_time):
             remaining = running.seq_len - running.computed_len
-            if remaining == 1:
-                extend_lens[running.req] = 1
+            if remaining == 1 or running.num_draft:
+                # its last token (and jump-forward text), then its draft
+                extend_lens[running.req] = remaining + running.num_draft
             else:
                 extend_lens[running.req] = allowance.take(
                     self.budget, running.computed_len, remaining
@@ -121,6 +122,11 @@ class Scheduler:
             rows = list(self.running.values())
             if self.kv.reserve([r.kv for r in rows], [extend_lens[r.req] for r in rows]):
                 return
+            if any(r.num_draft for r in rows):  # drafts go before anyone is retracted
+                for r in rows:
+                    extend_lens[r.req] -= r.num_draft
+                    r.req.draft_ids = []
+                continue
             self.retract(self._retract_victim())
 
     def _retract_victim(self) -> Req:
@@ -131,7 +137,7 @@ class Scheduler:
     def _admit(self, allowance: _Allowance) -> None:
         admitted: list[Req] = []
         # prompts computed this step (running chunks and this round's admissions) reach the tree after it
-        computing = [r.req for r in self.running.values() if r.extend_len > 1]
+        computing = [r.req for r in self.running.values() if r.extend_len > 1 and not r.num_draft]
         for req in order_waiting(self.waiting, self.policy, self.kv.cache):
             if not allowance.open or not self._admission_open():
                 break
@@ -188,7 +194,8 @@ class Scheduler:
         """Mark the step's tokens as computed; publish prefill chunks to the cache so that
         requests admitted later match them (call before appending the sampled tokens)."""
         for running in batch:
-            if running.kv.advance() > 1 and self.shares_prefixes:
+            drafted = running.num_draft  # a verified row: the engine truncates it, then it goes on
+            if running.kv.advance() > 1 and self.shares_prefixes and not drafted:
                 self.kv.publish(running.kv, running.req.fill_ids)
 
     # ------------------------------------------------------------------ leaving
@@ -207,6 +214,7 @@ class Scheduler:
 
     def retract(self, req: Req) -> None:
         """Send a running request back to the waiting queue; its KV goes to the cache (evictable)."""
+        req.draft_ids = []
         self.release(req)
         if self.shares_prefixes:
             self.kv.evict(req.seq_len)

@@ -115,6 +115,33 @@ def render_metrics(engine: Any, server: ServerMetrics, in_flight: int) -> str:
         "requests retracted when decode ran out of memory",
         stats["retractions"],
     )
+    w.metric(
+        "spec_verify_steps_total",
+        "counter",
+        "request rows that verified a speculative draft (one target pass each)",
+        stats["spec_verify_rows"],
+    )
+    w.metric(
+        "spec_draft_tokens_total", "counter", "draft tokens verified", stats["spec_draft_tokens"]
+    )
+    w.metric(
+        "spec_accepted_tokens_total",
+        "counter",
+        "draft tokens kept",
+        stats["spec_accepted_tokens"],
+    )
+    w.metric(
+        "spec_acceptance_rate",
+        "gauge",
+        "draft tokens kept / draft tokens verified",
+        stats["spec_acceptance_rate"],
+    )
+    w.metric(
+        "spec_tokens_per_step",
+        "gauge",
+        "tokens a verifying row emitted per target pass",
+        stats["spec_tokens_per_step"],
+    )
     w.histogram("time_to_first_token_seconds", "arrival to first generated token", counters.ttft)
     w.histogram("time_per_output_token_seconds", "mean time between output tokens", counters.tpot)
     w.histogram("e2e_request_latency_seconds", "arrival to finish", counters.e2e)

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 from radixgen.outputs import EngineStats
 from radixgen.server.metrics import ServerMetrics, render_metrics
+from radixgen.speculative import SpecStats
 
 
 def _engine() -> SimpleNamespace:
@@ -20,6 +21,7 @@ def _engine() -> SimpleNamespace:
         "free_tokens": 4000,
         "tokens_in_tree": 96,
         "retractions": 0,
+        **SpecStats(verify_rows=4, draft_tokens=10, accepted_tokens=6).as_dict(),
     }
     return SimpleNamespace(stats=lambda: stats, stats_counters=counters)
 
@@ -45,6 +47,9 @@ def test_gauges_counters_and_histograms():
     assert samples['radixgen_time_to_first_token_seconds_bucket{le="+Inf"}'] == 2
     assert samples["radixgen_time_to_first_token_seconds_count"] == 2
     assert samples['radixgen_grammar_compile_seconds_bucket{le="0.005"}'] == 1
+    assert samples["radixgen_spec_accepted_tokens_total"] == 6
+    assert samples["radixgen_spec_acceptance_rate"] == 0.6
+    assert samples["radixgen_spec_tokens_per_step"] == 2.5
 
 
 def test_every_metric_has_help_and_type():
