@@ -13,6 +13,7 @@ each side is kept. Greedy outputs must be identical on and off (checked, reporte
 
     python benchmarks/bench_spec.py [--workloads json chat code] [--batches 1 8]
         [--requests 8] [--new-tokens 128] [--repeats 2] [--num-tokens K] [--json-out F]
+        [--quantization none --algorithm draft --draft-model M]  # a draft model instead
 """
 
 from __future__ import annotations
@@ -162,14 +163,19 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--num-tokens", type=int, default=None, help="--speculative-num-tokens")
     ap.add_argument("--model", default=None)
+    ap.add_argument("--quantization", default=None, help="the target's --quantization")
+    ap.add_argument("--algorithm", default="ngram", choices=["ngram", "draft"])
+    ap.add_argument("--draft-model", default=None, help="--speculative-draft-model (draft)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
 
-    off = Engine(model=args.model)
+    off = Engine(model=args.model, quantization=args.quantization)
     on = Engine(
         model=args.model,
-        speculative_algorithm="ngram",
+        quantization=args.quantization,
+        speculative_algorithm=args.algorithm,
         speculative_num_tokens=args.num_tokens,
+        speculative_draft_model=args.draft_model,
     )
     rng = random.Random(0)
     workloads = {

@@ -69,7 +69,7 @@ def _rope_scaling(config: dict[str, Any]) -> dict[str, Any] | None:
 
 
 SCHEDULE_POLICIES = ("auto", "lpm", "fcfs", "dfs-weight")
-SPECULATIVE_ALGORITHMS = ("ngram",)  # = speculative.SPECULATIVE_ALGORITHMS
+SPECULATIVE_ALGORITHMS = ("ngram", "draft")  # = speculative.SPECULATIVE_ALGORITHMS
 DEFAULT_NUM_TOKENS = 4  # = speculative.DEFAULT_NUM_TOKENS (docs/speculative.md: measured)
 GRAMMAR_BACKENDS = ("radixgen", "xgrammar", "llguidance", "outlines")  # = grammar.backends'
 
@@ -139,9 +139,15 @@ class EngineConfig:
     num_threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
     speculative_algorithm: str | None = option(
         None,
-        "speculative decoding: ngram drafts from the request's own prompt and output (prompt "
-        "lookup) and verifies them in one forward; outputs are unchanged (default: off)",
+        "speculative decoding: drafts tokens and verifies them in one forward, outputs "
+        "unchanged; ngram drafts from the request's own prompt and output (prompt lookup), "
+        "draft from --speculative-draft-model (default: off)",
         choices=SPECULATIVE_ALGORITHMS,
+    )
+    speculative_draft_model: str | None = option(
+        None,
+        "the draft model of --speculative-algorithm draft: a folder, .gguf or alias with the "
+        "target's tokenizer (kept in its own blocks, its own KV pool)",
     )
     speculative_num_tokens: int | None = option(
         None,
@@ -183,6 +189,11 @@ class EngineConfig:
             raise ValueError(
                 f"speculative_algorithm: expected {_one_of(SPECULATIVE_ALGORITHMS)}, "
                 f"got {self.speculative_algorithm!r}"
+            )
+        if (self.speculative_algorithm == "draft") != (self.speculative_draft_model is not None):
+            raise ValueError(
+                "speculative_draft_model: expected a model exactly when speculative_algorithm "
+                f"is draft (got speculative_algorithm={self.speculative_algorithm!r})"
             )
         if self.speculative_num_tokens is not None and not 1 <= self.speculative_num_tokens <= 64:
             raise ValueError(

@@ -23,6 +23,7 @@ import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
@@ -30,6 +31,7 @@ import torch
 from .config import EngineConfig
 from .constrained import Constraints
 from .detokenizer import IncrementalDetokenizer, StopStringMatcher
+from .draft_model import DraftModel
 from .mem_cache.chunk_cache import ChunkCache
 from .mem_cache.kv_manager import KVManager
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator
@@ -103,6 +105,7 @@ class Engine:
                 self.config.speculative_num_tokens or DEFAULT_NUM_TOKENS,
                 self.tokenizer.eos_token_ids,
                 self.context_len,
+                self._load_draft_model(),
             )
             if self.config.speculative_algorithm
             else None
@@ -139,6 +142,31 @@ class Engine:
             self.kv_pool_sizing,
             self.context_len,
             f"{self.max_step_ms:g} ms" if self.max_step_ms > 0 else "off (tokens only)",
+        )
+
+    def _load_draft_model(self) -> DraftModel | None:
+        """The ``speculative_draft_model`` (``--speculative-algorithm draft``), checked to
+        tokenize as the target does; None for prompt lookup."""
+        if self.config.speculative_draft_model is None:
+            return None
+        path = resolve_model(self.config.speculative_draft_model)
+        tokenizer = load_tokenizer(path)
+        probe = 'Speculative decoding: {"key": [1, 2.5, null]} -> ok? été 東京 🙂'
+        if tokenizer.encode(probe) != self.tokenizer.encode(probe) or set(
+            tokenizer.eos_token_ids
+        ) != set(self.tokenizer.eos_token_ids):
+            raise ValueError(
+                f"speculative_draft_model: {path.name} does not tokenize as {Path(self.model_path).name}"
+                " (a draft model needs the target's tokenizer)"
+            )
+        model = load_model(path, self.dtype, self.device)
+        logger.info("draft model %s (%s layers)", path.name, model.config.num_layers)
+        return DraftModel(
+            model,
+            self.max_total_tokens,
+            self.config.max_running_requests,
+            self.context_len,
+            self.model.config.vocab_size,
         )
 
     @property
@@ -633,6 +661,9 @@ class Engine:
     def check_integrity(self) -> None:
         """Assert every KV slot is owned exactly once (free list, tree, or a running request)."""
         self.call(self.kv.check_integrity)
+        draft = self.speculator.draft_model if self.speculator else None
+        if draft is not None:
+            self.call(draft.check_integrity)
 
     def shutdown(self) -> None:
         """Abort what is in flight and stop the engine thread."""

@@ -32,11 +32,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .config import DEFAULT_NUM_TOKENS, SPECULATIVE_ALGORITHMS
 from .model_runner import MAX_DECODE_QUERIES
 from .request import Req, RunningReq
+
+if TYPE_CHECKING:
+    from .draft_model import DraftModel
 
 __all__ = ["DEFAULT_NUM_TOKENS", "SPECULATIVE_ALGORITHMS", "NgramIndex", "Speculator"]
 MIN_NGRAM = 1  # shortest suffix looked up (its drafts are trusted by their own record)
@@ -45,8 +48,9 @@ MAX_NGRAM = 5
 # matched: 1, 2, 3 or more tokens, and (last) for a draft right after jump-forward text, where
 # the suffix is the grammar's structure rather than content (the buckets acceptance is
 # recorded in)
-INITIAL_ACCEPTANCE = (0.3, 0.5, 0.6, 0.3)
-AFTER_FORCED = len(INITIAL_ACCEPTANCE) - 1
+# (and last) for a draft model's draft
+INITIAL_ACCEPTANCE = (0.3, 0.5, 0.6, 0.3, 0.6)
+AFTER_FORCED, FROM_MODEL = 3, 4
 INITIAL_CONTINUATION = 0.8  # the chance a draft token after a kept one is kept
 PRIOR_WEIGHT = 2.0  # a request's own record outweighs the prior after this many tokens
 PRIOR_RATE = 0.05  # how fast the prior follows the verified drafts of all requests
@@ -207,8 +211,15 @@ class Speculator:
     fades; a batch that is already wide stops drafting where rows cost as much as they bring.
     """
 
-    def __init__(self, num_tokens: int, eos_token_ids: Iterable[int], context_len: int) -> None:
+    def __init__(
+        self,
+        num_tokens: int,
+        eos_token_ids: Iterable[int],
+        context_len: int,
+        draft_model: DraftModel | None = None,
+    ) -> None:
         self.num_tokens = num_tokens
+        self.draft_model = draft_model  # None: prompt lookup
         self.eos_token_ids = frozenset(eos_token_ids)
         self.context_len = context_len
         self.stats = SpecStats()
@@ -226,6 +237,7 @@ class Speculator:
         its grammar rejects, and to what the step's budget buys."""
         live: set[Req] = set()
         proposals: list[tuple[Req, _ReqState, list[int]]] = []
+        from_model: list[tuple[Req, _ReqState, int]] = []
         num_rows = 0
         for row in rows:
             req = row.req
@@ -247,6 +259,9 @@ class Speculator:
             )
             if room <= 0:
                 continue
+            if self.draft_model is not None:
+                from_model.append((req, state, room))
+                continue
             state.index.sync(req)
             draft, match_len = state.index.propose(room)
             cut = next((i for i, t in enumerate(draft) if t in self.eos_token_ids), len(draft))
@@ -255,6 +270,15 @@ class Speculator:
                 proposals.append((req, state, draft[:cut]))
         for req in [r for r in self._states if r not in live]:
             del self._states[req]
+        if self.draft_model is not None:
+            self.draft_model.forget(live)
+            drafts = self.draft_model.propose([(req, room) for req, _, room in from_model])
+            for req, state, _ in from_model:
+                draft = drafts.get(req, [])
+                cut = next((i for i, t in enumerate(draft) if t in self.eos_token_ids), len(draft))
+                if cut:
+                    state.last = FROM_MODEL
+                    proposals.append((req, state, draft[:cut]))
         chosen = (
             self._budget(proposals, num_rows)
             if self.budgeted

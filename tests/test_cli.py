@@ -37,6 +37,9 @@ ENGINE_FLAGS = {
     "--disable-jump-forward",
     "--grammar-backend",
     "--num-threads",
+    "--speculative-algorithm",  # issue #20
+    "--speculative-num-tokens",
+    "--speculative-draft-model",
 }
 SAMPLING_FLAGS = {"--max-new-tokens", "--temperature", "--top-p", "--top-k", "--seed", "--stop"}
 SERVER_FLAGS = {

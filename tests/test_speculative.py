@@ -293,3 +293,36 @@ def test_speculative_options_are_checked(tiny_model_folder):
         Engine(str(tiny_model_folder), speculative_algorithm="eagle")
     with pytest.raises(ValueError, match="speculative_num_tokens"):
         Engine(str(tiny_model_folder), speculative_algorithm="ngram", speculative_num_tokens=0)
+
+
+# ---------------------------------------------------------------------------- a draft model
+def test_draft_model_outputs_equal_without_speculation(tiny_model_folder, tiny_plain):
+    """The target as its own draft model: drafts are mostly kept, outputs unchanged, both KV
+    pools exact after aborts and finishes."""
+    eng = Engine(
+        str(tiny_model_folder),
+        max_total_tokens=4096,
+        speculative_algorithm="draft",
+        speculative_draft_model=str(tiny_model_folder),
+    )
+    try:
+        params = SamplingParams(max_new_tokens=40, temperature=0.0, ignore_eos=True)
+        spec = eng.generate(REPEATED + ["Hello there"], params)
+        plain = tiny_plain.generate(REPEATED + ["Hello there"], params)
+        assert [o.token_ids for o in spec] == [o.token_ids for o in plain]
+        stats = eng.stats()
+        assert stats["spec_accepted_tokens"] > 0
+        assert stats["spec_acceptance_rate"] > 0.9  # the same weights: near-certain agreement
+        rid = eng.add_request(REPEATED[1], SamplingParams(max_new_tokens=500, ignore_eos=True))
+        eng.abort(rid)
+        eng.generate(REPEATED[:1], params)
+        eng.check_integrity()  # the target's pool and the draft model's
+    finally:
+        eng.shutdown()
+
+
+def test_draft_model_needs_the_targets_tokenizer(tiny_model_folder, default_model_path):
+    with pytest.raises(ValueError, match="speculative_draft_model"):
+        Engine(str(tiny_model_folder), speculative_algorithm="draft")
+    with pytest.raises(ValueError, match="speculative_draft_model"):
+        Engine(str(tiny_model_folder), speculative_draft_model=str(tiny_model_folder))
