@@ -106,6 +106,8 @@ step "bench_kernels.py" 120 env PYTHONPATH="$KERNELS_PATH" \
 step "radixgen generate (e2e)" 150 env PYTHONPATH="$PACKAGE_PATH" \
     "$PY" -c "$no_cwd; import runpy; sys.argv[0] = 'radixgen'; runpy.run_module('radixgen', run_name='__main__')" \
     generate "The capital of France is"
+step "bench_spec.py (speculative decoding, code, batch 1 and 8)" 150 env PYTHONPATH="$PACKAGE_PATH" \
+    "$PY" benchmarks/bench_spec.py --workloads code --requests 4 --new-tokens 64 --repeats 1
 
 echo
 echo "=== summary"
