@@ -56,6 +56,9 @@ PRIOR_WEIGHT = 2.0  # a request's own record outweighs the prior after this many
 PRIOR_RATE = 0.05  # how fast the prior follows the verified drafts of all requests
 IDLE_DECAY = 0.9  # per step: a request's record fades, so one that stopped drafting tries again
 COST_DECAY = 0.98  # per measured step, in the step-cost fit
+# a draft token must promise this much more than it costs (the fit and the records are noisy,
+# and a verifying step has costs that are not rows: its masks, its sampling)
+MARGIN = 1.25
 # a row with this many tokens still to compute (its last sampled token and the jump-forward
 # text after it) may draft after them: forced text counts as a free draft
 MAX_PENDING = MAX_DECODE_QUERIES // 2
@@ -304,7 +307,7 @@ class Speculator:
         tokens, cost = float(num_rows), a + b * num_rows
         taken = [0] * len(proposals)
         for gain, i in candidates:
-            if gain * cost <= b * tokens:
+            if gain * cost <= MARGIN * b * tokens:
                 break
             taken[i] += 1
             tokens += gain
