@@ -144,6 +144,18 @@ class QuantizedTensor:
             self.data[index].contiguous(), self.fmt, self.in_features, self.packed
         )
 
+    def columns(self, start: int, stop: int) -> QuantizedTensor:
+        """Inputs ``start:stop`` of every row, still in blocks (GGUF layout; both ends on block
+        boundaries, else a ValueError): a row-parallel shard of tensor parallelism."""
+        _, elements, nbytes = FORMATS[self.fmt]
+        if self.packed or start % elements or stop % elements:
+            raise ValueError(
+                f"quantized weight: columns {start}:{stop} are not on {self.fmt}'s blocks of "
+                f"{elements}" + (" (packed layout)" if self.packed else "")
+            )
+        data = self.data[:, start // elements * nbytes : stop // elements * nbytes]
+        return QuantizedTensor(data.contiguous(), self.fmt, stop - start)
+
     def dequantize(self) -> torch.Tensor:
         """float32 ``[out, in]``: the C kernel when it built, else the reference (GGUF layout)."""
         if self.data.device.type == "cpu" and (use_native("auto") or self.packed):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -153,7 +154,13 @@ def _serve(args: argparse.Namespace) -> int:
     # Imported here for start-up time like the engine (the server imports torch through it).
     from .server.app import serve
 
-    serve(from_args(EngineConfig, args), from_args(ServerSettings, args), args.log_level)
+    config = from_args(EngineConfig, args)
+    if config.tp_size > 1 and (config.node_rank or int(os.environ.get("RANK", "0"))):
+        # another host's ranks (--node-rank) or a torchrun rank other than 0: no HTTP here
+        from .tp_worker import serve_node
+
+        return serve_node(config.validate())
+    serve(config, from_args(ServerSettings, args), args.log_level)
     return 0
 
 

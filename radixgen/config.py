@@ -154,6 +154,21 @@ class EngineConfig:
         f"most draft tokens verified per request and step (default: {DEFAULT_NUM_TOKENS})",
     )
 
+    tp_size: int = option(
+        1,
+        "tensor parallelism: ranks splitting every layer's heads, MLP and vocab (one process per "
+        "device; gloo on CPU, NCCL on CUDA); started here, by torchrun, or on --nnodes hosts",
+        aliases=("--tp",),
+    )
+    nnodes: int = option(1, "hosts the --tp-size ranks span (each runs radixgen serve)")
+    node_rank: int = option(
+        0, "this host's place among --nnodes (0 serves HTTP; the others only run ranks)"
+    )
+    dist_init_addr: str | None = option(
+        None,
+        "HOST:PORT where the ranks meet (needed with --nnodes > 1; default: a free local port)",
+    )
+
     def validate(self) -> EngineConfig:
         """Raise ``ValueError`` naming the field for a bad value; returns self for chaining."""
         if self.max_total_tokens is not None and self.max_total_tokens < 16:
@@ -199,6 +214,16 @@ class EngineConfig:
             raise ValueError(
                 f"speculative_num_tokens: expected 1 to 64, got {self.speculative_num_tokens}"
             )
+        if self.tp_size < 1:
+            raise ValueError(f"tp_size: expected >= 1, got {self.tp_size}")
+        if self.nnodes < 1 or self.tp_size % self.nnodes:
+            raise ValueError(
+                f"nnodes: expected a divisor of tp_size ({self.tp_size}), got {self.nnodes}"
+            )
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ValueError(f"node_rank: expected 0 to {self.nnodes - 1}, got {self.node_rank}")
+        if self.nnodes > 1 and not self.dist_init_addr:
+            raise ValueError("dist_init_addr: expected HOST:PORT of node 0 when nnodes > 1")
         if self.max_running_requests < 1:
             raise ValueError(
                 f"max_running_requests: expected >= 1, got {self.max_running_requests}"

@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 
+from . import distributed
 from .config import EngineConfig
 from .constrained import Constraints
 from .detokenizer import IncrementalDetokenizer, StopStringMatcher
+from .distributed import TensorParallel, TensorParallelError, check_tp_size, threads_per_rank
 from .draft_model import DraftModel
 from .mem_cache.chunk_cache import ChunkCache
 from .mem_cache.kv_manager import KVManager
@@ -40,7 +42,7 @@ from .mem_cache.radix_cache import RadixCache
 from .model_runner import MAX_DECODE_QUERIES, ModelRunner
 from .models.hub import resolve_model
 from .models.llama import StepInterrupted
-from .models.loader import load_model
+from .models.loader import load_model, model_config
 from .output_processor import OutputProcessor, error_delta, make_delta
 from .outputs import EngineStats
 from .prompts import prompt_ids
@@ -78,18 +80,42 @@ class Engine:
         if unknown:
             raise ValueError(f"Engine: unknown option(s) {', '.join(unknown)}")
         self.config = EngineConfig(model=model, **options).validate()
-        self.device = _pick_device(self.config.device)
-        self.dtype = _pick_dtype(self.config.dtype, self.device)
-        if self.config.num_threads:
-            torch.set_num_threads(self.config.num_threads)
+        self.device = pick_device(self.config.device)
         started = time.monotonic()
         path = resolve_model(self.config.model)
         self.model_path = str(path)
+        # Called (from any thread) with the reason once the engine cannot go on (a tensor-
+        # parallel rank died); the server sets it to exit the process.
+        self.on_fatal: Callable[[str], None] | None = None
+        self.dead: str | None = None
+        self.tp: TensorParallel | None = None
+        self.num_threads = self.config.num_threads
+        if self.config.tp_size > 1:
+            if self.config.node_rank:
+                raise ValueError(
+                    "node_rank: the engine is rank 0, on node 0 (another node runs "
+                    "`radixgen serve --node-rank N`, which only hosts ranks)"
+                )
+            check_tp_size(model_config(path), self.config.tp_size)
+            self.tp = distributed.start(self.config, self.device)
+            self.device = self.tp.device
+            if self.device.type == "cpu":
+                self.num_threads = threads_per_rank(self.config, self.tp.local_size)
+        self.dtype = pick_dtype(self.config.dtype, self.device)
+        if self.num_threads:
+            torch.set_num_threads(self.num_threads)
         self.tokenizer = load_tokenizer(path)
         self.model = load_model(
-            path, self.dtype, self.device, self.config.quantization, self.config.quant_activations
+            path,
+            self.dtype,
+            self.device,
+            self.config.quantization,
+            self.config.quant_activations,
+            tp=self.tp,
         )
         self._build_memory()
+        if self.tp is not None:
+            self.tp.watch(self._rank_exited)
         self.sampler = Sampler(
             self.model.config.vocab_size, self.device, self.tokenizer.eos_token_ids
         )
@@ -118,6 +144,7 @@ class Engine:
         self._reqs: dict[str, Req] = {}
         self._score_jobs: deque[ScoreJob] = deque()
         self._stopping = False
+        self._shut_down = False
         # What is loaded lives as long as the engine: keep it out of the collector's full
         # scans, which otherwise cost ~200 ms in the middle of a decode step.
         gc.collect()
@@ -184,9 +211,8 @@ class Engine:
         self.context_len = min(
             self.config.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings
         )
-        per_token = KVPool.bytes_per_token(
-            cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, self.dtype
-        )
+        kv_heads = self.model.heads.num_kv_heads  # this rank's, under tensor parallelism
+        per_token = KVPool.bytes_per_token(cfg.num_layers, kv_heads, cfg.head_dim, self.dtype)
         if self.config.max_total_tokens:
             self.max_total_tokens = self.config.max_total_tokens
             self.kv_pool_sizing = "--max-total-tokens"
@@ -195,10 +221,12 @@ class Engine:
                 per_token, self.device, self.config.kv_memory_fraction
             )
         self.kv_pool_bytes = per_token * self.max_total_tokens
+        if self.tp is not None:  # every rank's pool has as many slots
+            self.tp.broadcast_ints([self.max_total_tokens])
         self.kv_pool = KVPool(
             self.max_total_tokens,
             cfg.num_layers,
-            cfg.num_kv_heads,
+            kv_heads,
             cfg.head_dim,
             self.dtype,
             self.device,
@@ -388,8 +416,8 @@ class Engine:
                 self._fail(req, f"internal error in this request: {type(exc).__name__}: {exc}")
 
     def _loop(self) -> None:
-        if self.config.num_threads:  # OpenMP thread counts are per calling thread: set it here too
-            torch.set_num_threads(self.config.num_threads)
+        if self.num_threads:  # OpenMP thread counts are per calling thread: set it here too
+            torch.set_num_threads(self.num_threads)
         busy = False
         while not self._stopping:
             self._drain_inbox(block=not busy)
@@ -400,11 +428,31 @@ class Engine:
                 busy = self.step()
             except StepInterrupted:
                 busy = True  # abort_all asked: its command is in the inbox, drained next
+            except TensorParallelError as exc:
+                self._stop_dead(str(exc))
             except Exception:
                 # a bug must not kill the thread silently: fail what runs, keep serving
                 logger.error("engine step failed:\n%s", traceback.format_exc())
                 for req in list(self.scheduler.running) + list(self.scheduler.waiting):
                     self._fail(req, "internal error in the engine step")
+
+    def _rank_exited(self, message: str) -> None:
+        """A spawned rank died (watcher thread): stop the engine from its own thread."""
+        self._inbox.put(lambda: self._stop_dead(message))
+
+    def _stop_dead(self, message: str) -> None:
+        """The group cannot run another step: fail everything, stop the loop, tell the owner."""
+        if self.dead is not None:
+            return
+        self.dead = message
+        logger.critical("%s: the engine cannot go on without every rank; stopping", message)
+        for req in list(self.scheduler.running) + list(self.scheduler.waiting):
+            self._fail(req, f"the engine stopped: {message}")
+        for job in list(self._score_jobs):
+            self._fail_scoring(job, RuntimeError(f"score: the engine stopped: {message}"))
+        self._stopping = True
+        if self.on_fatal is not None:
+            self.on_fatal(message)
 
     def _drain_inbox(self, block: bool) -> None:
         try:
@@ -451,8 +499,10 @@ class Engine:
         """Validate and queue a request; deltas go to ``sink`` (called on the engine thread).
 
         Raises ``ValueError`` for bad input (empty or too long prompt, bad params, bad grammar spec
-        that fails fast). Returns the request id.
+        that fails fast), ``RuntimeError`` once the engine has stopped. Returns the request id.
         """
+        if self.dead is not None:
+            raise RuntimeError(f"the engine stopped: {self.dead}")
         params = (params or SamplingParams()).validate(self.model.config.vocab_size)
         prompt_ids = self._prompt_ids(prompt)
         rid = rid or uuid.uuid4().hex
@@ -666,9 +716,10 @@ class Engine:
             self.call(draft.check_integrity)
 
     def shutdown(self) -> None:
-        """Abort what is in flight and stop the engine thread."""
-        if self._stopping:
+        """Abort what is in flight and stop the engine thread (and the other ranks)."""
+        if self._shut_down:
             return
+        self._shut_down = True
 
         def stop() -> None:
             self.model.interrupt.clear()
@@ -678,9 +729,12 @@ class Engine:
                 self._fail_scoring(job, RuntimeError("score: aborted (the engine shut down)"))
             self._stopping = True
 
-        self._inbox.put(stop)
-        self.model.interrupt.set()  # a step in progress ends at its next layer boundary
+        if not self._stopping:
+            self._inbox.put(stop)
+            self.model.interrupt.set()  # a step in progress ends at its next layer boundary
         self._thread.join(timeout=30)
+        if self.tp is not None:
+            self.tp.close(send_stop=not self._thread.is_alive())
         self.constraints.shutdown()
         atexit.unregister(self._at_exit)
 
@@ -730,13 +784,13 @@ def _try(fn: Callable[[], Any]) -> tuple[bool, Any]:
         return False, exc
 
 
-def _pick_device(device: str) -> torch.device:
+def pick_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
 
 
-def _pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
+def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     value = getattr(torch, dtype)

@@ -9,7 +9,7 @@ import torch
 from .forward_batch import ForwardBatch
 from .kernels import DecodePlan, plan_decode
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool
-from .models.llama import LlamaModel
+from .models.llama import LlamaModel, StepInterrupted
 from .request import ExtendRow
 
 # A row of at most this many new tokens runs as that many decode queries (the decode attention
@@ -36,9 +36,15 @@ class ModelRunner:
         """Run one step for ``reqs`` (decode rows, i.e. ``extend_len == 1``, first): each row's
         new slots must already be in ``req_to_token[pool_row, computed_len : computed_len +
         extend_len]``. Returns float32 logits of the given positions of each row (each within
-        its new tokens): ``[sum(len), V]`` in row order. Only leading 1-token rows take the
-        decode path; a later one is a short extend."""
-        return self.model.forward(self.prepare(reqs, positions))
+        its new tokens): ``[sum(len), V]`` in row order. Under tensor parallelism the batch
+        goes to every rank first (an interruption asked for ends the step before it starts)."""
+        batch = self.prepare(reqs, positions)
+        tp = self.model.tp
+        if tp is not None:
+            if self.model.interrupt.is_set():
+                raise StepInterrupted
+            tp.send_step(batch)
+        return self.model.forward(batch)
 
     def prepare(
         self, reqs: Sequence[ExtendRow], positions: Sequence[Sequence[int]]
@@ -101,17 +107,23 @@ class ModelRunner:
     ) -> DecodePlan | None:
         """The step's decode attention plan, made once for every layer (``kernels.plan_decode``
         decides the path); ``None`` without decode rows. ``rows``/``seq_lens`` on the CPU."""
-        if not rows.numel():
-            return None
-        pool = self.kv_pool
-        return plan_decode(
-            table,
-            rows,
-            seq_lens,
-            pool.k_buffers[0],
-            pool.v_buffers[0],
-            q_dtype=self.model.dtype,
-        )
+        return plan_decode_for(self.model, self.kv_pool, table, rows, seq_lens)
+
+
+def plan_decode_for(
+    model: LlamaModel,
+    pool: KVPool,
+    table: torch.Tensor,
+    rows: torch.Tensor,
+    seq_lens: torch.Tensor,
+) -> DecodePlan | None:
+    """The decode attention plan of ``rows`` (CPU) of ``table`` over ``pool``; ``None`` without
+    decode rows (a tensor-parallel worker makes its own from the step it receives)."""
+    if not rows.numel():
+        return None
+    return plan_decode(
+        table, rows, seq_lens, pool.k_buffers[0], pool.v_buffers[0], q_dtype=model.dtype
+    )
 
 
 def standalone_logits(model: LlamaModel, ids: Sequence[int]) -> torch.Tensor:

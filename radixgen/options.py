@@ -45,6 +45,7 @@ class Option:
     parse: Callable[[str], Any] | None = None
     group: str | None = None  # a name callers select a subset by (``add_options(group=...)``)
     nargs: str | None = None  # a list flag taking its values at once (``--x a b``), not repeated
+    aliases: tuple[str, ...] = ()  # more flags for the same field (``--tp`` of ``--tp-size``)
 
     def flag_for(self, name: str) -> str:
         """The flag of field ``name``: ``flag``, or ``--`` + the name with dashes."""
@@ -67,9 +68,10 @@ def option(
     parse: Callable[[str], Any] | None = None,
     group: str | None = None,
     nargs: str | None = None,
+    aliases: tuple[str, ...] = (),
 ) -> T:
     """A dataclass field with ``default`` that is also a command-line flag."""
-    spec = Option(help, flag, choices, metavar, parse, group, nargs)
+    spec = Option(help, flag, choices, metavar, parse, group, nargs, aliases)
     return dataclasses.field(default=default, metadata={_KEY: spec})
 
 
@@ -102,7 +104,7 @@ def add_options(
         extra = (notes or {}).get(f.name)
         help_text = f"{spec.help}; {extra}" if extra else spec.help
         argument = _argument(f, spec, hints[f.name], help_text)
-        parser.add_argument(spec.flag_for(f.name), dest=f.name, **argument)
+        parser.add_argument(spec.flag_for(f.name), *spec.aliases, dest=f.name, **argument)
 
 
 def _argument(f: dataclasses.Field[Any], spec: Option, hint: Any, help_text: str) -> dict[str, Any]:

@@ -39,6 +39,11 @@ ENGINE_FLAGS = {
     "--num-threads",
     "--speculative-algorithm",  # issue #20
     "--speculative-num-tokens",
+    "--tp-size",
+    "--tp",
+    "--nnodes",
+    "--node-rank",
+    "--dist-init-addr",
     "--speculative-draft-model",
 }
 SAMPLING_FLAGS = {"--max-new-tokens", "--temperature", "--top-p", "--top-k", "--seed", "--stop"}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import ModelConfig
+from ..distributed import TensorParallel
 from ..forward_batch import ForwardBatch
 from ..kernels import (
     HeadShape,
@@ -64,8 +65,10 @@ class LlamaModel:
         weights: ModelWeights,
         device: torch.device,
         quant_activations: str = "f32",  # of a head in blocks (see kernels.quant)
+        tp: TensorParallel | None = None,  # the group when ``weights`` are one rank's shard
     ) -> None:
         self.config = config
+        self.tp = tp
         self.weights = weights
         self.device = device
         max_pos = config.max_position_embeddings
@@ -73,7 +76,11 @@ class LlamaModel:
             config.head_dim, max_pos, config.rope_theta, config.rope_scaling
         ).to(device)  # [max_pos, D]
         self.sm_scale = config.head_dim**-0.5
-        self.heads = HeadShape(config.num_heads, config.num_kv_heads, config.head_dim)
+        if tp is None or tp.plan is None:
+            self.heads = HeadShape(config.num_heads, config.num_kv_heads, config.head_dim)
+        else:  # this rank's heads
+            plan = tp.plan
+            self.heads = HeadShape(len(plan.q_heads), len(plan.kv_heads), config.head_dim)
         head = weights.lm_head  # the embedding when tied
         if isinstance(head, QuantizedTensor):
             self.lm_head: Linear = QuantizedLinear(head, act=quant_activations)
@@ -92,18 +99,33 @@ class LlamaModel:
     def forward(self, batch: ForwardBatch) -> torch.Tensor:
         """Logits ``[len(batch.logits_indices), V]`` in float32; writes the new tokens' K/V.
         Raises ``StepInterrupted`` between layers once ``interrupt`` is set (the KV written so
-        far belongs to slots the caller frees)."""
+        far belongs to slots the caller frees); not under tensor parallelism, whose ranks must
+        all run every layer. With ``tp``, a worker rank gets its vocab slice of the logits."""
         w = self.weights
-        hidden = embedding(batch.input_ids, w.embed)  # [N, H]
+        tp = self.tp
+        hidden = self._embed(batch.input_ids)  # [N, H]
         residual = None
         ops = self.layer_ops(batch)
         for layer_id, layer in enumerate(w.layers):
-            if self.interrupt.is_set():
+            if tp is None and self.interrupt.is_set():
                 raise StepInterrupted
             hidden, residual = self._layer(ops, layer_id, layer, hidden, residual, batch)
         hidden, _ = ops.add_rms_norm(hidden, w.norm, self.config.rms_norm_eps, residual)
         hidden = hidden[batch.logits_indices]  # [M, H]
-        return self.lm_head(hidden).float()  # [M, V]
+        logits = self.lm_head(hidden).float()  # [M, V] (a rank's [M, V_r])
+        return logits if tp is None else tp.gather_logits(logits)
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The embedding rows of ``ids`` ``[N, H]``; a vocab-parallel rank looks up the ids in
+        its range, zeros the others, and the ranks' rows are summed."""
+        if self.tp is None or self.tp.plan is None:
+            return embedding(ids, self.weights.embed)
+        vocab = self.tp.plan.vocab
+        local = ids - vocab.start
+        inside = (local >= 0) & (local < len(vocab))
+        rows = embedding(local.clamp(0, len(vocab) - 1), self.weights.embed)
+        rows = rows * inside.unsqueeze(1).to(rows.dtype)
+        return self.tp.all_reduce(rows.to(self.dtype))
 
     def layer_ops(self, batch: ForwardBatch) -> LayerOps:
         """The layer ops for this forward, settled once (not per call): the unchecked C kernels
@@ -143,8 +165,13 @@ class LlamaModel:
         )  # [N, Hq, D]; the new k/v are in the pool
         out = self._attend(q, k_buffer, v_buffer, batch)  # [N, Hq, D]
         hidden = layer.o_proj(out.reshape(q.shape[0], self.heads.num_q_heads * self.heads.head_dim))
+        if self.tp is not None:  # row-parallel: the ranks' partial sums
+            hidden = self.tp.all_reduce(hidden)
         hidden, residual = ops.add_rms_norm(hidden, layer.post_norm, eps, residual)
-        return layer.down(ops.silu_mul(layer.gate_up(hidden))), residual  # [N, 2I] -> [N, I]
+        hidden = layer.down(ops.silu_mul(layer.gate_up(hidden)))  # [N, 2I] -> [N, I] -> [N, H]
+        if self.tp is not None:
+            hidden = self.tp.all_reduce(hidden)
+        return hidden, residual
 
     def _attend(
         self, q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, batch: ForwardBatch

@@ -16,12 +16,14 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeAlias
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from ..config import QUANTIZATIONS, ModelConfig
+from ..distributed import TensorParallel, plan_shard, shard_getter
 from ..kernels import (
     Linear,
     PackedLinear,
@@ -44,7 +46,7 @@ SUPPORTED_HF_ARCHS = {
 }
 SUPPORTED_GGUF_ARCHS = {"llama", "qwen2", "qwen3"}
 
-Weight = torch.Tensor | QuantizedTensor
+Weight: TypeAlias = torch.Tensor | QuantizedTensor
 Getter = Callable[[str], "Weight | None"]  # HF tensor name -> tensor (None if absent)
 
 logger = logging.getLogger(__name__)
@@ -56,14 +58,15 @@ def load_model(
     device: torch.device,
     quantization: str | None = None,
     quant_activations: str = "f32",
+    tp: TensorParallel | None = None,
 ) -> LlamaModel:
     """Load the model at ``path`` (a ``.gguf`` file or an HF folder) onto ``device`` in ``dtype``.
 
     ``quantization``: None keeps a GGUF's own block formats (float checkpoints stay float);
     ``"none"`` dequantizes everything to ``dtype``; a format of ``QUANTIZATIONS`` rounds every
     matrix to it. ``quant_activations`` (``"f32"`` or ``"q8"``): how the quantized matmuls take
-    their activations (``kernels.quant``). A ValueError when quantized weights cannot run on
-    ``device``/``dtype``.
+    their activations (``kernels.quant``). ``tp``: load this rank's shard only (``distributed``).
+    A ValueError when quantized weights cannot run on ``device``/``dtype``.
     """
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ValueError(
@@ -79,11 +82,26 @@ def load_model(
     else:
         config, get = _safetensors_source(path)
     target = None if quantization in (None, "none") else quantization
+    if tp is not None:
+        tp.plan = plan_shard(config, tp.rank, tp.size)
+        get = shard_getter(get, config, tp.plan)
     weights = _assemble(config, get, dtype, device, target, quant_activations)
-    model = LlamaModel(config, weights, device, quant_activations)
+    model = LlamaModel(config, weights, device, quant_activations, tp)
     if quantization is None and why_not is not None and path.suffix == ".gguf":
         logger.info("GGUF weights dequantized to %s: quantized weights %s", dtype, why_not)
     return model
+
+
+def model_config(path: str | Path) -> ModelConfig:
+    """The shape of the model at ``path`` (a ``.gguf`` file or an HF folder), without its
+    weights."""
+    path = Path(path)
+    if path.suffix == ".gguf":
+        return gguf_config(path)
+    config_path = path / "config.json"
+    if not config_path.is_file():
+        raise ValueError(f"model: {path} has no config.json")
+    return ModelConfig.from_hf(json.loads(config_path.read_text()))
 
 
 def _quantized_unsupported(dtype: torch.dtype, device: torch.device) -> str | None:

@@ -22,7 +22,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import secrets
+import threading
+import time
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -196,6 +199,7 @@ def serve(config: EngineConfig, settings: ServerSettings, log_level: str = "info
     """``radixgen serve``: load the model ``config`` describes, then serve until SIGINT/SIGTERM."""
     logger.info("loading model %s", config.model or "(default)")
     engine = Engine(**dataclasses.asdict(config))
+    engine.on_fatal = _exit_soon
     engine.constraints.start_compiler()  # its worker processes start while uvicorn does
     try:
         app = create_app(engine, settings, model_arg=config.model)
@@ -214,3 +218,19 @@ def serve(config: EngineConfig, settings: ServerSettings, log_level: str = "info
         uvicorn_config, app.state.client, app.state.drain, settings.shutdown_timeout
     )
     server.run()
+
+
+FATAL_EXIT_DELAY_S = 1.0  # the failed requests' responses go out meanwhile
+
+
+def _exit_soon(reason: str) -> None:
+    """The engine cannot go on (a tensor-parallel rank died): exit with status 1 shortly, so
+    the process does not linger answering 503 (a supervisor restarts it)."""
+    logger.critical("the engine stopped (%s); the server exits", reason)
+
+    def exit_now() -> None:
+        time.sleep(FATAL_EXIT_DELAY_S)
+        logging.shutdown()
+        os._exit(1)
+
+    threading.Thread(target=exit_now, name="radixgen-fatal-exit", daemon=True).start()
