@@ -266,7 +266,9 @@ class TensorParallel:
         if payload is not None:
             self._run(lambda: dist.broadcast(payload, src=0))
 
-    def recv_step(self, pool: KVPool, plan_decode: Callable[..., object]) -> ForwardBatch | None:
+    def recv_step(
+        self, pool: KVPool, plan_decode: Callable[..., DecodePlan | None]
+    ) -> ForwardBatch | None:
         """A worker: the next step's batch over its own ``pool``, or None when rank 0 stops."""
         command, n, b, m, num_decode, u, width, _ = self.broadcast_ints([0] * _HEADER)
         if command == _STOP:

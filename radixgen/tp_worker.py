@@ -27,6 +27,7 @@ from .distributed import (
     threads_per_rank,
 )
 from .engine import pick_device, pick_dtype
+from .kernels import DecodePlan
 from .mem_cache.memory_pool import KVPool
 from .model_runner import plan_decode_for
 from .models.hub import resolve_model
@@ -106,7 +107,9 @@ def run_worker(config: EngineConfig, plan: LaunchPlan, rank: int) -> int:
             num_slots,
         )
 
-        def decode_plan(table: torch.Tensor, rows: torch.Tensor, seq: torch.Tensor) -> object:
+        def decode_plan(
+            table: torch.Tensor, rows: torch.Tensor, seq: torch.Tensor
+        ) -> DecodePlan | None:
             return plan_decode_for(model, pool, table, rows, seq)
 
         with torch.inference_mode():
