@@ -48,7 +48,7 @@ import torch.nn.functional as F
 
 from .config import EngineConfig, ModelConfig
 from .forward_batch import ForwardBatch
-from .kernels import QuantizedTensor
+from .kernels import DecodePlan, QuantizedTensor
 
 if TYPE_CHECKING:
     from .mem_cache.memory_pool import KVPool
