@@ -1,4 +1,4 @@
-"""Command line: ``radixgen serve | generate | chat | pull``.
+"""Command line: ``radixgen serve | router | generate | chat | pull``.
 
 The engine, server and sampling flags are generated from ``EngineConfig``, ``ServerSettings`` and
 ``SamplingParams`` (``radixgen.options``): their names, defaults, choices and help live with those
@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 from .config import EngineConfig
 from .models.hub import ALIASES, DEFAULT_MODEL, pull
 from .options import add_options, from_args
+from .router.replicas import LOG_TAG_ENV, exit_with_parent
+from .router.settings import RouterSettings
 from .sampling_params import SamplingParams
 from .server.settings import ServerSettings
 
@@ -46,6 +48,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _engine_args(serve)
     add_options(serve.add_argument_group("server"), ServerSettings)
+
+    router = sub.add_parser(
+        "router",
+        parents=[common],
+        help="route requests to several radixgen serve hosts (cache-aware)",
+    )
+    add_options(router, RouterSettings)
 
     gen = sub.add_parser(
         "generate", parents=[common], help="complete one prompt and print the result"
@@ -81,10 +90,18 @@ def _engine_args(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    tag = os.environ.get(LOG_TAG_ENV, "")  # "[dp 1] " in a data-parallel replica
     logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=args.log_level.upper(),
+        format=f"%(asctime)s {tag}%(levelname)s %(name)s: %(message)s",
     )
-    commands = {"serve": _serve, "generate": _generate, "chat": _chat, "pull": _pull}
+    commands = {
+        "serve": _serve,
+        "router": _router,
+        "generate": _generate,
+        "chat": _chat,
+        "pull": _pull,
+    }
     try:
         return commands[args.command](args)
     except (ValueError, RuntimeError) as exc:
@@ -150,11 +167,24 @@ def _print_through(deltas: Iterable[Delta]) -> Iterator[str]:
         yield delta.text
 
 
+def _router(args: argparse.Namespace) -> int:
+    from .router.replicas import serve_router
+
+    serve_router(from_args(RouterSettings, args), args.log_level)
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     # Imported here for start-up time like the engine (the server imports torch through it).
     from .server.app import serve
 
     config = from_args(EngineConfig, args)
+    exit_with_parent()  # a data-parallel replica goes when its router does
+    if config.dp_size > 1:
+        from .router.replicas import serve_replicas
+
+        serve_replicas(config.validate(), from_args(ServerSettings, args), args.log_level)
+        return 0
     if config.tp_size > 1 and (config.node_rank or int(os.environ.get("RANK", "0"))):
         # another host's ranks (--node-rank) or a torchrun rank other than 0: no HTTP here
         from .tp_worker import serve_node

@@ -154,6 +154,12 @@ class EngineConfig:
         f"most draft tokens verified per request and step (default: {DEFAULT_NUM_TOKENS})",
     )
 
+    dp_size: int = option(
+        1,
+        "data parallelism: replicas of the whole server (one process each) behind one "
+        "cache-aware router (radixgen serve only)",
+        aliases=("--dp",),
+    )
     tp_size: int = option(
         1,
         "tensor parallelism: ranks splitting every layer's heads, MLP and vocab (one process per "
@@ -214,6 +220,8 @@ class EngineConfig:
             raise ValueError(
                 f"speculative_num_tokens: expected 1 to 64, got {self.speculative_num_tokens}"
             )
+        if self.dp_size < 1:
+            raise ValueError(f"dp_size: expected >= 1, got {self.dp_size}")
         if self.tp_size < 1:
             raise ValueError(f"tp_size: expected >= 1, got {self.tp_size}")
         if self.nnodes < 1 or self.tp_size % self.nnodes:

@@ -90,6 +90,11 @@ class Engine:
         self.dead: str | None = None
         self.tp: TensorParallel | None = None
         self.num_threads = self.config.num_threads
+        if self.config.dp_size > 1:
+            raise ValueError(
+                "dp_size: one Engine is one replica; data-parallel replicas run behind "
+                "`radixgen serve --dp N` (or `radixgen router` over several servers)"
+            )
         if self.config.tp_size > 1:
             if self.config.node_rank:
                 raise ValueError(

@@ -165,6 +165,27 @@ def option_values(cls: type, args: argparse.Namespace) -> dict[str, Any]:
     return {f.name: getattr(args, f.name) for f, _ in option_fields(cls) if hasattr(args, f.name)}
 
 
+def to_argv(obj: Any, skip: tuple[str, ...] = ()) -> list[str]:
+    """The flags that give back ``obj``'s option fields through :func:`from_args` (those that
+    differ from their defaults, except ``skip``): how a process passes its options on."""
+    argv: list[str] = []
+    for f, spec in option_fields(type(obj)):
+        value = getattr(obj, f.name)
+        if f.name in skip or value == f.default:
+            continue
+        flag = spec.flag_for(f.name)
+        if isinstance(value, bool):
+            argv.append(flag)  # a switch (or, for a True default, its clearing flag)
+        elif isinstance(value, list):
+            if spec.nargs is not None:
+                argv += [flag, *map(str, value)]
+            else:
+                argv += [item for v in value for item in (flag, str(v))]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
 def from_args(cls: type[T], args: argparse.Namespace, **fields: Any) -> T:
     """An instance of dataclass ``cls`` from parsed flags; ``fields`` set the others."""
     return cls(**option_values(cls, args), **fields)

@@ -39,6 +39,8 @@ ENGINE_FLAGS = {
     "--num-threads",
     "--speculative-algorithm",  # issue #20
     "--speculative-num-tokens",
+    "--dp-size",  # issue #19
+    "--dp",
     "--tp-size",
     "--tp",
     "--nnodes",
@@ -59,6 +61,17 @@ SERVER_FLAGS = {
     "--body-timeout",
     "--keep-alive-timeout",
     "--max-connections",
+    "--router-policy",
+}
+ROUTER_FLAGS = {
+    "--worker-urls",
+    "--policy",
+    "--host",
+    "--port",
+    "--cache-threshold",
+    "--balance-abs-threshold",
+    "--balance-rel-threshold",
+    "--health-interval",
 }
 
 
@@ -75,6 +88,7 @@ SERVER_FLAGS = {
         ),
         ("chat", ENGINE_FLAGS | SAMPLING_FLAGS | {"--system", "--log-level"}),
         ("pull", {"--log-level"}),
+        ("router", ROUTER_FLAGS | {"--log-level"}),
     ],
 )
 def test_flag_names_are_the_public_contract(command: str, flags: set[str]) -> None:

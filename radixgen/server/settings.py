@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..options import option
+from ..router.policy import POLICIES
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,12 @@ class ServerSettings:
         "first (default: the model file or folder name)",
         metavar="NAME",
         nargs="+",
+    )
+    router_policy: str = option(
+        "cache_aware",
+        "with --dp N: how the router picks a replica (cache_aware: the one holding the longest "
+        "prefix of the prompt, else the least loaded; round_robin; shortest_queue)",
+        choices=POLICIES,
     )
     max_queued_requests: int = option(256, "waiting requests before 429")
     max_body_bytes: int = option(8 << 20, "request body limit (413 above)")
