@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from live_server import (
+    SERVER_API_KEY,
+    SERVER_BODY_LIMIT,
+    _free_port,
+    _wait_healthy,
+)
 
 # Triton reads TRITON_INTERPRET when triton.language is first imported, and test modules of
 # any folder may import radixgen.kernels (hence triton) while pytest collects: set it here,
@@ -21,9 +25,6 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SERVER_API_KEY = "test-key"
-SERVER_BODY_LIMIT = 262_144  # --max-body-bytes of the test server
-SERVER_STARTUP_TIMEOUT_S = 240
 SHARED_DATA = Path(os.environ.get("RADIXGEN_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 
@@ -105,30 +106,6 @@ def hf_gguf_tokenizer(default_model_path):
 def shared_data() -> Path:
     """../shared/data (JSON-schema corpora, GSM8K, MT-bench); tests skip when it is absent."""
     return SHARED_DATA
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
-    import httpx
-
-    deadline = time.monotonic() + SERVER_STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"radixgen serve exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    pytest.fail(
-        f"radixgen serve not healthy after {SERVER_STARTUP_TIMEOUT_S}s:\n{log.read_text()[-4000:]}"
-    )
 
 
 def _default_model_server(tmp_path_factory: pytest.TempPathFactory, name: str, *extra: str):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import SERVER_API_KEY, _free_port, _wait_healthy
+from live_server import SERVER_API_KEY, _free_port, _wait_healthy
 
 from radixgen.cli import build_parser
 from radixgen.config import EngineConfig

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from conftest import _free_port, _wait_healthy
+from live_server import _free_port, _wait_healthy
 from radixgen.kernels import quantize
 from test_engine import PROMPTS  # the parity prompts
 from test_radix_engine import GREEDY, shared_prefix_prompts

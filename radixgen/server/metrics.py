@@ -14,7 +14,7 @@ from typing import Any
 from ..outputs import Histogram
 
 COMPILE_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-PREFIX = "radixgen_"
+PREFIX = "radixgen:"  # vLLM and SGLang name theirs vllm:..., sglang:...
 
 
 def _histogram(buckets: tuple[float, ...]) -> Histogram:
@@ -106,6 +106,13 @@ def render_metrics(engine: Any, server: ServerMetrics, in_flight: int) -> str:
     )
     w.metric("kv_tokens_total", "gauge", "KV pool size in tokens", stats["max_total_tokens"])
     w.metric("kv_tokens_free", "gauge", "free KV slots", stats["free_tokens"])
+    total = stats["max_total_tokens"]
+    w.metric(
+        "token_usage",
+        "gauge",
+        "share of the KV pool holding tokens, radix tree included (an autoscaling signal)",
+        round(1 - stats["free_tokens"] / total, 6) if total else 0.0,
+    )
     w.metric(
         "kv_tokens_in_tree", "gauge", "KV slots held by the radix tree", stats["tokens_in_tree"]
     )

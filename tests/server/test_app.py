@@ -40,19 +40,19 @@ def test_metrics(server_url, http):
     http.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2})
     text = httpx.get(f"{server_url}/metrics").text  # open without a key
     for name in (
-        "radixgen_num_requests_running",
-        "radixgen_num_requests_waiting",
-        "radixgen_prompt_tokens_total",
-        "radixgen_generation_tokens_total",
-        "radixgen_cache_hit_rate",
-        "radixgen_time_to_first_token_seconds_bucket",
-        "radixgen_time_per_output_token_seconds_count",
-        "radixgen_e2e_request_latency_seconds_sum",
-        "radixgen_grammar_compile_seconds_count",
+        "radixgen:num_requests_running",
+        "radixgen:num_requests_waiting",
+        "radixgen:prompt_tokens_total",
+        "radixgen:generation_tokens_total",
+        "radixgen:cache_hit_rate",
+        "radixgen:time_to_first_token_seconds_bucket",
+        "radixgen:time_per_output_token_seconds_count",
+        "radixgen:e2e_request_latency_seconds_sum",
+        "radixgen:grammar_compile_seconds_count",
     ):
         assert f"\n{name}" in text, name
     finished = [
-        line for line in text.splitlines() if line.startswith("radixgen_requests_finished_total")
+        line for line in text.splitlines() if line.startswith("radixgen:requests_finished_total")
     ]
     assert int(finished[0].split()[1]) >= 1
 
@@ -61,7 +61,7 @@ def _aborted(http) -> int:
     text = http.get("/metrics").text
     return int(
         next(
-            line for line in text.splitlines() if line.startswith("radixgen_requests_aborted_total")
+            line for line in text.splitlines() if line.startswith("radixgen:requests_aborted_total")
         ).split()[1]
     )
 

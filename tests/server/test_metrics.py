@@ -38,18 +38,18 @@ def test_gauges_counters_and_histograms():
     server = ServerMetrics(rejected=4)
     server.grammar_compile.observe(0.003)
     samples = _samples(render_metrics(_engine(), server, in_flight=3))
-    assert samples["radixgen_num_requests_running"] == 1
-    assert samples["radixgen_num_requests_waiting"] == 2
-    assert samples["radixgen_prompt_tokens_total"] == 100
-    assert samples["radixgen_cache_hit_rate"] == 0.4
-    assert samples["radixgen_requests_rejected_total"] == 4
-    assert samples['radixgen_time_to_first_token_seconds_bucket{le="0.25"}'] == 1
-    assert samples['radixgen_time_to_first_token_seconds_bucket{le="+Inf"}'] == 2
-    assert samples["radixgen_time_to_first_token_seconds_count"] == 2
-    assert samples['radixgen_grammar_compile_seconds_bucket{le="0.005"}'] == 1
-    assert samples["radixgen_spec_accepted_tokens_total"] == 6
-    assert samples["radixgen_spec_acceptance_rate"] == 0.6
-    assert samples["radixgen_spec_tokens_per_step"] == 2.5
+    assert samples["radixgen:num_requests_running"] == 1
+    assert samples["radixgen:num_requests_waiting"] == 2
+    assert samples["radixgen:prompt_tokens_total"] == 100
+    assert samples["radixgen:cache_hit_rate"] == 0.4
+    assert samples["radixgen:requests_rejected_total"] == 4
+    assert samples['radixgen:time_to_first_token_seconds_bucket{le="0.25"}'] == 1
+    assert samples['radixgen:time_to_first_token_seconds_bucket{le="+Inf"}'] == 2
+    assert samples["radixgen:time_to_first_token_seconds_count"] == 2
+    assert samples['radixgen:grammar_compile_seconds_bucket{le="0.005"}'] == 1
+    assert samples["radixgen:spec_accepted_tokens_total"] == 6
+    assert samples["radixgen:spec_acceptance_rate"] == 0.6
+    assert samples["radixgen:spec_tokens_per_step"] == 2.5
 
 
 def test_every_metric_has_help_and_type():

@@ -152,9 +152,9 @@ def _sse(server: TinyServer, path: str, body: dict, started: threading.Event) ->
 
 def _in_flight(server: TinyServer) -> int:
     for line in httpx.get(f"{server.url}/metrics").text.splitlines():
-        if line.startswith("radixgen_requests_in_flight "):
+        if line.startswith("radixgen:requests_in_flight "):
             return int(float(line.split()[-1]))
-    raise AssertionError("no radixgen_requests_in_flight in /metrics")
+    raise AssertionError("no radixgen:requests_in_flight in /metrics")
 
 
 def _requests(model: str) -> dict[str, tuple[str, dict]]:
