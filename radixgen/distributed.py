@@ -397,7 +397,13 @@ def join_group(plan: LaunchPlan, rank: int, device: torch.device) -> None:
 
 def start(config: EngineConfig, device: torch.device) -> TensorParallel:
     """Rank 0 (the engine's process): spawn this node's other ranks (unless ``torchrun`` did)
-    and join the group with them."""
+    and join the group with them. One tensor-parallel engine per process (ValueError for a
+    second while the first runs): the group is the process's default one."""
+    if dist.is_initialized():
+        raise ValueError(
+            "tp_size: this process already runs a tensor-parallel engine (one per process); "
+            "shut it down first"
+        )
     plan = launch_plan(config)
     processes = []
     if not plan.torchrun:

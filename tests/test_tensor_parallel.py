@@ -21,7 +21,7 @@ import torch
 from live_server import _free_port, _wait_healthy
 from radixgen.kernels import quantize
 from test_engine import PROMPTS  # the parity prompts
-from test_radix_engine import GREEDY, shared_prefix_prompts
+from test_radix_engine import GREEDY, shared_prefix_prompts, three_turn_chat
 
 from radixgen import Engine, SamplingParams
 from radixgen.config import ModelConfig
@@ -116,6 +116,21 @@ def test_tp2_radix_cache_reuse_gives_the_same_tokens(engines, tokenizer):
     assert [o.token_ids for o in first + rest] == expected
     assert all(o.cached_tokens > 100 for o in rest)  # the system prompt came from the cache
     two.check_integrity()
+
+
+def test_tp2_three_turn_chat_equal_and_reused(engines):
+    one, two = engines
+    one.flush_cache()
+    two.flush_cache()
+    single, split = three_turn_chat(one), three_turn_chat(two)
+    assert [ids for ids, _ in split] == [ids for ids, _ in single]
+    assert [hits for _, hits in split] == [hits for _, hits in single]
+    assert split[2][1] > split[1][1] > 0
+
+
+def test_a_second_tensor_parallel_engine_in_one_process_is_refused(engines, default_model_path):
+    with pytest.raises(ValueError, match="tp_size: this process already runs"):
+        Engine(str(default_model_path), tp_size=2, num_threads=1)
 
 
 def test_tp2_sampled_requests_and_grammars_run(engines):
