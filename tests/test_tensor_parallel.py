@@ -184,3 +184,60 @@ def _rank_pids(pid: int) -> list[int]:
     return [
         int(c) for c in children if b"radixgen.tp_worker" in Path(f"/proc/{c}/cmdline").read_bytes()
     ]
+
+
+# ------------------------------------------------------------------ other launchers
+def _serve(args: list[str], log: Path, prefix: list[str] | None = None) -> subprocess.Popen:
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            (prefix or [sys.executable, "-m", "radixgen"]) + ["serve", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _greedy_text(url: str) -> str:
+    body = {
+        "text": "The capital of France is",
+        "sampling_params": {"max_new_tokens": 8, "temperature": 0},
+    }
+    response = httpx.post(f"{url}/generate", json=body, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.json()["text"]
+
+
+@pytest.fixture(scope="module")
+def tp1_text(engines):
+    one, _ = engines
+    params = SamplingParams(max_new_tokens=8, temperature=0)
+    return one.generate("The capital of France is", params)[0].text
+
+
+@pytest.mark.parametrize("launcher", ["nnodes", "torchrun"])
+def test_tp2_across_two_nodes_and_under_torchrun(launcher, tmp_path, default_model_path, tp1_text):
+    port, rendezvous = _free_port(), _free_port()
+    common = ["--model", str(default_model_path), "--tp", "2", "--num-threads", "1"]
+    common += ["--max-total-tokens", "4096"]
+    procs = []
+    if launcher == "nnodes":
+        nodes = ["--nnodes", "2", "--dist-init-addr", f"127.0.0.1:{rendezvous}"]
+        procs.append(_serve([*common, *nodes, "--node-rank", "1"], tmp_path / "node1.log"))
+        procs.append(_serve([*common, *nodes, "--port", str(port)], tmp_path / "node0.log"))
+    else:
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+        torchrun += ["--master-port", str(rendezvous), "-m", "radixgen"]
+        procs.append(_serve([*common, "--port", str(port)], tmp_path / "node0.log", torchrun))
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}", procs[-1], tmp_path / "node0.log")
+        assert _greedy_text(f"http://127.0.0.1:{port}") == tp1_text
+    finally:
+        procs[-1].send_signal(signal.SIGTERM)  # node 0 (or torchrun) stops; rank 1 follows
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    if launcher == "nnodes":
+        assert procs[0].returncode == 0, (tmp_path / "node1.log").read_text()[-3000:]
+        assert "rank 1 stopped" in (tmp_path / "node1.log").read_text()
