@@ -38,6 +38,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
@@ -58,6 +59,7 @@ logger = logging.getLogger(__name__)
 Weight: TypeAlias = torch.Tensor | QuantizedTensor
 _STOP, _STEP = 0, 1
 _HEADER = 8  # int64s: command, tokens, rows, logits, decode rows, table rows, table width, 0
+_JOIN_TIMEOUT_S = 900.0  # a worker waits this long for rank 0's rendezvous port
 # How long a collective may wait: idle workers wait in the next step's broadcast. A dead peer is
 # reported at once through its closed connection, not by this timeout.
 _OP_TIMEOUT = datetime.timedelta(days=7)
@@ -386,6 +388,8 @@ def join_group(plan: LaunchPlan, rank: int, device: torch.device) -> None:
     backend = "nccl" if device.type == "cuda" else "gloo"
     if device.type == "cuda":
         torch.cuda.set_device(device)
+    if rank:
+        _wait_for_rank0(plan)
     dist.init_process_group(
         backend,
         init_method=plan.init_method,
@@ -393,6 +397,28 @@ def join_group(plan: LaunchPlan, rank: int, device: torch.device) -> None:
         rank=-1 if plan.torchrun else rank,
         world_size=-1 if plan.torchrun else plan.size,
     )
+
+
+def _wait_for_rank0(plan: LaunchPlan) -> None:
+    """Poll rank 0's rendezvous port from Python before joining: torch's store client retries
+    its connection holding the GIL, so a worker whose rank 0 died first would otherwise wait
+    there forever, its watchdog thread frozen. TensorParallelError after ``_JOIN_TIMEOUT_S``."""
+    if plan.torchrun:
+        host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    else:
+        host, _, port_text = plan.init_method.removeprefix("tcp://").rpartition(":")
+        port = int(port_text)
+    deadline = time.monotonic() + _JOIN_TIMEOUT_S
+    while True:
+        try:
+            with socket.create_connection((host.strip("[]"), port), timeout=1.0):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise TensorParallelError(
+                    f"tensor parallel: rank 0 did not open {host}:{port} in {_JOIN_TIMEOUT_S:g} s"
+                ) from None
+            time.sleep(0.1)
 
 
 def start(config: EngineConfig, device: torch.device) -> TensorParallel:
