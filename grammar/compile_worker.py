@@ -2,6 +2,13 @@
 
 Reads the vocabulary and the compiler's settings, then compiles each request it reads and
 answers with the grammar, or its ``GrammarError``, and its peak memory.
+
+The front ends recurse once per nesting level of the spec (about six Python frames per
+level of a JSON Schema object), so Python's default limit of 1,000 frames would refuse
+objects nested ~160 deep. Nothing but compiles runs in this process, so it raises the limit
+to ``RECURSION_LIMIT`` and compiles on a thread whose stack (``STACK_BYTES``, reserved, not
+committed) holds that many frames: a 300-deep schema compiles, and a deeper one still ends
+as ``GrammarError("nested too deeply")``, never as a crash.
 """
 
 from __future__ import annotations
@@ -9,14 +16,26 @@ from __future__ import annotations
 import os
 import resource
 import sys
+import threading
 from typing import Any
 
 from .compiler import GrammarCompiler
 from .errors import GrammarError
-from .workers import receive, send
+from .workers import JsonSpec, receive, send
+
+RECURSION_LIMIT = 50_000
+STACK_BYTES = 1 << 30
 
 
 def main() -> None:
+    sys.setrecursionlimit(RECURSION_LIMIT)
+    threading.stack_size(STACK_BYTES)
+    worker = threading.Thread(target=_serve, name="grammar-compile")
+    worker.start()
+    worker.join()
+
+
+def _serve() -> None:
     os.nice(10)  # the engine's decode steps come first when the cores are all busy
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but replies on the pipe
@@ -32,6 +51,8 @@ def main() -> None:
             return
         reply: tuple[str, Any]
         try:
+            if isinstance(spec, JsonSpec):
+                spec = spec.load()
             reply = ("ok", compiler._build(kind, key, spec, options))
         except GrammarError as err:
             reply = ("error", err)

@@ -219,6 +219,8 @@ class GrammarCompiler:
             raise GrammarError(
                 f"{kind}: spec is not JSON-serializable ({err})", source=kind
             ) from None
+        except RecursionError:
+            raise GrammarError(f"{kind}: nested too deeply to compile", source=kind) from None
         return (kind, text, self.vocab.fingerprint), spec
 
     def _forget_unexpected(self, key: tuple[str, str, str], future: Future) -> None:

@@ -11,11 +11,14 @@ the request fails within budget + 1 s whatever the front end does; a worker whos
 peaked past ``max_rss_mb`` is replaced after its task, so memory returns to where it was.
 
 The pipe carries length-prefixed pickles: the vocabulary and settings once, then
-``(kind, key, spec, options)`` requests and ``(status, value, peak RSS MB)`` replies.
+``(kind, key, spec, options)`` requests and ``(status, value, peak RSS MB)`` replies. A spec
+made of JSON values travels as its JSON text (``JsonSpec``): pickling a schema nested a few
+hundred levels deep would pass this process's recursion limit, and the worker's is higher.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import pickle
 import select
@@ -31,6 +34,25 @@ from .vocabulary import Vocabulary
 logger = logging.getLogger(__name__)
 WORKER_MODULE = "radixgen.grammar.compile_worker"
 _HEADER = struct.Struct("<Q")
+
+
+class JsonSpec(str):
+    """A spec of JSON values written as JSON text, for the pipe (``load`` reads it back)."""
+
+    def load(self) -> Any:
+        return json.loads(self)
+
+
+def to_wire(kind: str, spec: Any) -> Any:
+    """``spec`` as the pipe carries it: containers as ``JsonSpec`` text."""
+    if not isinstance(spec, dict | list):
+        return spec
+    try:
+        return JsonSpec(json.dumps(spec, ensure_ascii=False, allow_nan=False))
+    except RecursionError:
+        raise GrammarError(f"{kind}: nested too deeply to compile", source=kind) from None
+    except (TypeError, ValueError):  # not JSON (NaN, a set...): the worker gets it pickled
+        return spec
 
 
 def send(stream: IO[bytes], value: Any) -> None:
@@ -98,7 +120,7 @@ class CompileWorkers:
                 worker = self._idle.pop()
             try:
                 status, value, rss_mb = worker.call(
-                    (kind, key, spec, options), self.timeout_s + 1.0
+                    (kind, key, to_wire(kind, spec), options), self.timeout_s + 1.0
                 )
             except _WorkerLost as lost:
                 worker.kill()

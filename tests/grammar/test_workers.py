@@ -47,6 +47,29 @@ def test_schema_too_large_for_a_regex_comes_back_as_rules(isolated):
     assert grammar.canonical_json({"p7": 1, "p2": 3}) == '{"p2":3,"p7":1}'
 
 
+def _nested(depth: int, leaf: dict) -> dict:
+    schema = leaf
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+        schema["additionalProperties"] = False
+    return schema
+
+
+def test_a_schema_nested_300_deep_compiles_in_a_worker(tokenizer, isolated):
+    """The worker's recursion limit and stack hold what this process's limit cannot."""
+    schema = _nested(300, {"type": "integer"})
+    with pytest.raises(GrammarError, match="nested too deeply"):  # in a thread: refused, cleanly
+        shared_compiler(tokenizer).compile_json_schema(schema)
+    grammar = isolated.compile_json_schema(schema)
+    for leaf, depth, valid in [("7", 300, True), ("7", 299, False), ('"x"', 300, False)]:
+        m = grammar.matcher()
+        ids = tokenizer.encode('{"a":' * depth + leaf + "}" * depth)
+        assert (all(m.accept_token(t) for t in ids) and m.can_finish()) is valid
+    with pytest.raises(GrammarError, match="nested too deeply"):  # far deeper: still an error
+        isolated.compile_json_schema(_nested(30_000, {"type": "integer"}))
+    assert isinstance(isolated.compile_regex("ok"), CompiledGrammar)
+
+
 def test_errors_come_back_and_the_worker_goes_on(isolated):
     with pytest.raises(GrammarError, match="regex: missing"):
         isolated.compile_regex("(ab")
