@@ -363,7 +363,9 @@ def _front_end(
         regex = json_schema.json_object_regex(**options)
         rare = json_schema.ESCAPE_GROUPS
         return regex, None, lambda store: regex_to_term(regex, store, tag=rare)
-    lowered = json_schema.compile_schema(spec, **options)
+    # max_depth None: recursive $refs stay recursive (the regex refuses them as too large,
+    # and the schema is compiled as rules)
+    lowered = json_schema.compile_schema(spec, **{"max_depth": None, **options})
     return (
         lowered.regex,
         lowered.canonical_json,

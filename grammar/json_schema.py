@@ -16,8 +16,12 @@ Policies:
   not listed follow), then extra properties. Without `additionalProperties` extras are
   allowed with any value, as JSON Schema says; `strict=True` disallows them instead
   (narrower, smaller automata).
-* Recursion: a `$ref` is expanded at most `max_depth` times on one path; free-form values
-  (`{}`, absent `items`, extra properties) nest containers at most `max_depth` deep.
+* Recursion: with `max_depth=None` a `$ref` to a schema it is inside is a back reference
+  (a cycle in the IR), which one regex cannot express: `compile_schema` raises
+  GrammarTooLarge for it and GrammarCompiler compiles such schemas as rules
+  (`json_schema_rules`). With a number, a `$ref` is expanded at most `max_depth` times on
+  one path (the regex-only functions here default to 2). Free-form values (`{}`, absent
+  `items`, extra properties) nest containers at most `max_depth` (None: 2) deep.
 * Strings: raw UTF-8 except the JSON escapes of '"', '\\' and control characters.
 * Numbers: integers as integers; other floats as plain decimals (no exponent); bounded
   numbers never use exponents.
@@ -28,14 +32,15 @@ Policies:
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 
 from .errors import GrammarError, GrammarTooLarge
-from .json_schema_build import SchemaBuilder
+from .json_schema_build import DEFAULT_MAX_DEPTH, SchemaBuilder
 from .json_schema_ir import FLEXIBLE_WS, MAX_REGEX_CHARS, EmitContext, Node
 from .json_schema_strings import ESCAPE_GROUPS
 
-DEFAULT_MAX_DEPTH = 2
+logger = logging.getLogger(__name__)
 WHITESPACE = {"compact": "", "flexible": FLEXIBLE_WS}
 
 
@@ -58,7 +63,7 @@ def compile_schema(
     schema: dict | bool | str,
     *,
     whitespace: str = "compact",
-    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_depth: int | None = DEFAULT_MAX_DEPTH,
     strict: bool = False,
 ) -> CompiledSchema:
     """Lower `schema` (a dict, a boolean or JSON text). Raises GrammarError."""
@@ -69,7 +74,7 @@ def compile_schema(
             raise GrammarError(f"json_schema: schema is not valid JSON ({exc})") from None
     if whitespace not in WHITESPACE:
         raise ValueError(f"whitespace must be one of {sorted(WHITESPACE)}, got {whitespace!r}")
-    if max_depth < 0:
+    if max_depth is not None and max_depth < 0:
         raise ValueError(f"max_depth must be >= 0, got {max_depth}")
     node, writer = build_schema_ir(schema, max_depth=max_depth, strict=strict)
     emit = EmitContext(ws=WHITESPACE[whitespace])
@@ -88,7 +93,7 @@ def compile_schema(
 def build_schema_ir(
     schema: object,
     *,
-    max_depth: int = DEFAULT_MAX_DEPTH,
+    max_depth: int | None = DEFAULT_MAX_DEPTH,
     strict: bool = False,
     assert_formats: bool = True,
 ) -> tuple[Node, EmitContext]:
@@ -99,7 +104,18 @@ def build_schema_ir(
     builder = SchemaBuilder(
         schema, max_depth=max_depth, strict=strict, assert_formats=assert_formats
     )
-    return builder.build(schema, "#", builder.resolver.base), builder.ctx
+    try:
+        return builder.build_root(), builder.ctx
+    except GrammarError as err:
+        if not builder.refs:
+            raise
+        # Recursion the back references cannot express exactly (a reference inside a
+        # `not`, a `uniqueItems`, a left-recursive union): unrolled, as with `max_depth`.
+        logger.debug("json_schema: %s; expanding $ref %d levels instead", err, DEFAULT_MAX_DEPTH)
+    builder = SchemaBuilder(
+        schema, max_depth=DEFAULT_MAX_DEPTH, strict=strict, assert_formats=assert_formats
+    )
+    return builder.build_root(), builder.ctx
 
 
 def schema_to_regex(

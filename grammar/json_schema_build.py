@@ -25,6 +25,7 @@ from .json_schema_ir import (
     EmitContext,
     Never,
     Node,
+    Ref,
     Union,
 )
 from .json_schema_resolve import (
@@ -83,13 +84,31 @@ KEYWORD_TYPES = {
     **{k: "number" for k in NUMBER_KEYWORDS},
 }
 MAX_NODES = 200_000
+DEFAULT_MAX_DEPTH = 2  # nesting of free-form values; expansions of a merged $ref
+# Keywords that assert something once `normalize` has run: a `$ref` beside none of them is
+# "the target, annotated".
+ASSERTING = frozenset(KEYWORD_TYPES) | {
+    "type",
+    "enum",
+    "allOf",
+    "_groups",
+    "_nots",
+    "_conds",
+    "$dynamicRef",
+    "$recursiveRef",
+}
 
 
 class SchemaBuilder:
     """Lowers one root schema. Not thread-safe; use one builder per compilation."""
 
     def __init__(
-        self, root: object, *, max_depth: int, strict: bool, assert_formats: bool = True
+        self,
+        root: object,
+        *,
+        max_depth: int | None,
+        strict: bool,
+        assert_formats: bool = True,
     ) -> None:
         self.draft = detect_draft(root)
         if self.draft == 3:
@@ -101,11 +120,16 @@ class SchemaBuilder:
             )
         self.assert_formats = assert_formats
         self.resolver = Resolver(root, self.draft)
-        self.max_depth, self.strict = max_depth, strict
+        self.recursive = max_depth is None
+        self.max_depth = DEFAULT_MAX_DEPTH if max_depth is None else max_depth
+        self.strict = strict
         self.ref_stack: list[str] = []
+        self.targets: dict[str, Node] = {}  # lowered $ref targets by URI (recursive mode)
+        self.refs: dict[str, Ref] = {}  # back references to targets still being lowered
         self.memo: dict[tuple, tuple[list, Node]] = {}
         self.num_nodes = 0
         self.num_condition_branches = 0
+        self._lowering: list[str] = []  # $ref targets being lowered, outermost first
         self.ctx = EmitContext()
         self.types = TypeLowering(self)
 
@@ -114,13 +138,62 @@ class SchemaBuilder:
 
     # ------------------------------------------------------------ flattening
 
+    def build_root(self) -> Node:
+        """The root schema's node; in recursive mode every back reference resolved."""
+        root, base = self.resolver.root, self.resolver.base
+        if not self.recursive:
+            return self.build(root, "#", base)
+        node = self.ref_target(base + "#", root, "#", base)
+        for ref in self.refs.values():
+            ref.target = self.targets[ref.key]
+        for ref in self.refs.values():
+            if _loops_without_container(ref):
+                raise GrammarError(
+                    keyword="$ref",
+                    pointer=ref.key,
+                    detail="a reference that refers to itself without an object or array between",
+                )
+        return node
+
     def build(self, schema: object, pointer: str, base: str) -> Node:
         return self.build_merged([(schema, pointer)], base, pointer)
+
+    def ref_target(self, key: str, target: object, pointer: str, base: str) -> Node:
+        """The node of `$ref` target `key`, lowered once; a `Ref` back to it while inside it."""
+        node = self.targets.get(key)
+        if node is not None:
+            return node
+        if key in self._lowering:
+            return self.refs.setdefault(key, Ref(key))
+        self._lowering.append(key)
+        outer, self.ref_stack = self.ref_stack, []  # the target means the same everywhere
+        try:
+            node = self.build(target, pointer, base)
+        finally:
+            self.ref_stack = outer
+            self._lowering.pop()
+        self.targets[key] = node
+        return node
+
+    def pure_ref(self, schema: object, pointer: str, base: str) -> Node | None:
+        """In recursive mode, the node of a schema that is a `$ref` and annotations only."""
+        if not isinstance(schema, dict) or "$ref" not in schema:
+            return None
+        s = normalize(schema, self.draft)
+        if "$ref" not in s or set(s) & ASSERTING:
+            return None
+        base = self.resolver.base_of(s, base)
+        target, target_pointer, target_base = self.resolver.lookup(s["$ref"], base, pointer)
+        return self.ref_target(target_base + target_pointer, target, target_pointer, target_base)
 
     def build_merged(self, parts: list[tuple[object, str]], base: str, pointer: str) -> Node:
         """The node for "valid under every (schema, pointer) part". Memoized: the result
         depends only on the parts and on how often each $ref is open on the path (pointers
         only name errors), so a recursive schema shares one subtree per recursion level."""
+        if self.recursive and len(parts) == 1:
+            node = self.pure_ref(parts[0][0], parts[0][1], base)
+            if node is not None:
+                return node
         key = (
             tuple(id(schema) for schema, _ in parts),
             base,
@@ -269,6 +342,25 @@ class SchemaBuilder:
         if not values:
             return Never()
         return Const(values, texts, list(candidates), float_is_integer=self.draft > 4)
+
+
+def _loops_without_container(ref: Ref) -> bool:
+    """Whether `ref` reaches itself through unions and references only (`{"anyOf":
+    [{"$ref": "#"}, ...]}`): writing a value there would never descend into it."""
+    stack: list[Node] = [ref.target] if ref.target is not None else []
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if node is ref:
+            return True
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Union):
+            stack += node.options
+        elif isinstance(node, Ref) and node.target is not None:
+            stack.append(node.target)
+    return False
 
 
 def _drop_excluded(values: list, rest: dict) -> tuple[list, dict]:

@@ -1,8 +1,10 @@
 """The schema IR: one node per JSON value shape, each knowing its regex and how the
 grammar writes a value of that shape.
 
-The builder (`json_schema_build`) lowers a JSON Schema into this tree; refs are already
-expanded (recursion cut at `max_depth`), allOf merged, enums filtered. A node's `regex`
+The builder (`json_schema_build`) lowers a JSON Schema into this graph; refs are already
+expanded, allOf merged, enums filtered. A recursive `$ref` is a `Ref` node pointing back at
+its target (a cycle: the regex path refuses it, the rules path calls the target's rule),
+unless `max_depth` asks for unrolling. A node's `regex`
 returns None for the empty language. `admits` decides whether the node's language holds a value, piece by piece: containers
 structurally, leaves with their own small regexes (the canonical writer uses it to pick a union
 branch without compiling the whole branch's regex; the conformance harness uses it with
@@ -63,6 +65,10 @@ class EmitContext:
             self.compiled_cache[key] = (node, None if regex is None else re.compile(regex))
         compiled = self.compiled_cache[key][1]
         return compiled is not None and compiled.fullmatch(text) is not None
+
+    def ref_regex(self, ref: Ref) -> str | None:
+        """A recursive reference: one regex cannot call itself."""
+        raise GrammarTooLarge(f"json_schema: {ref.key} refers to itself (compiled as rules)")
 
     def any_regex(self, depth: int) -> str:
         key = ("any", depth)
@@ -232,6 +238,37 @@ class Union(Node):
 
     def admits(self, value: object, ctx: EmitContext, depth_bound: bool = True) -> bool:
         return any(o.admits(value, ctx, depth_bound) for o in self.options)
+
+
+ALL_JSON_TYPES = frozenset({"null", "boolean", "integer", "number", "string", "array", "object"})
+
+
+@dataclass(eq=False)
+class Ref(Node):
+    """The node of `$ref` target `key` where that target is still being lowered (the
+    reference is inside it). `target` is set when the whole schema is lowered; every cycle
+    through a `Ref` passes through an object or array (the builder checks), so writing and
+    admitting a value recurse on a smaller value."""
+
+    key: str
+    target: Node | None = None
+
+    @property
+    def json_types(self) -> frozenset[str]:  # type: ignore[override]
+        # Unresolved (asked while lowering the target): every type, which makes the
+        # builder's type-based shortcuts (disjointness, value exclusion) conservative.
+        return ALL_JSON_TYPES if self.target is None else self.target.json_types
+
+    def regex(self, ctx: EmitContext) -> str | None:
+        return ctx.ref_regex(self)
+
+    def write(self, value: object, ctx: EmitContext) -> str:
+        assert self.target is not None
+        return self.target.write(value, ctx)
+
+    def admits(self, value: object, ctx: EmitContext, depth_bound: bool = True) -> bool:
+        assert self.target is not None
+        return self.target.admits(value, ctx, depth_bound)
 
 
 @dataclass(eq=False)

@@ -16,10 +16,20 @@ from __future__ import annotations
 from .errors import GrammarError
 from .json_schema import WHITESPACE, build_schema_ir
 from .json_schema_containers import ObjectShape
-from .json_schema_ir import MAX_REGEX_CHARS, AnyValue, Array, EmitContext, Node, Object, Union
+from .json_schema_ir import (
+    MAX_REGEX_CHARS,
+    AnyValue,
+    Array,
+    EmitContext,
+    Node,
+    Object,
+    Ref,
+    Union,
+)
 from .regex_builders import optional
 
 _LEAF_RULE_CHARS = 24  # a leaf regex longer than this is a rule of its own (shared by text)
+_NOTHING = r"[^\s\S]"  # a rule without strings (the engine drops rules that derive none)
 
 
 class RuleEmitContext(EmitContext):
@@ -29,6 +39,7 @@ class RuleEmitContext(EmitContext):
         super().__init__(ws=ws)
         self.rules: dict[str, str] = {}
         self._names: dict[str, str] = {}  # body -> its rule's call (equal bodies share one)
+        self._unwritten: list[tuple[str, Node]] = []  # (rule name, back reference target)
 
     def rule(self, body: str) -> str:
         call = self._names.get(body)
@@ -52,6 +63,34 @@ class RuleEmitContext(EmitContext):
                 body = self.rule(body)
             self.regex_cache[key] = (node, body)
         return self.regex_cache[key][1]
+
+    def ref_regex(self, ref: Ref) -> str | None:
+        """A back reference calls its target's rule. The rule is named now and written by
+        `finish` (writing it here could re-enter a node being written: the cycle)."""
+        target = ref.target
+        assert target is not None
+        key = id(target)
+        if key not in self.regex_cache:
+            name = f"r{len(self.rules)}"
+            self.rules[name] = _NOTHING  # reserved; `finish` writes the body
+            self.regex_cache[key] = (target, f"(?&{name})")
+            self._unwritten.append((name, target))
+        return self.regex_cache[key][1]
+
+    def finish(self) -> None:
+        """Write the rules of the back references' targets (which may name more)."""
+        while self._unwritten:
+            name, target = self._unwritten.pop()
+            done = self.regex_cache[id(target)][1]
+            if done != f"(?&{name})":  # also written where it was reached directly
+                body = done
+            else:
+                body = target.regex(self)
+                if body is not None and len(body) > MAX_REGEX_CHARS:
+                    raise GrammarError(
+                        f"json_schema: one part of the schema is too large ({len(body)} characters)"
+                    )
+            self.rules[name] = _NOTHING if body is None else body
 
     def any_regex(self, depth: int) -> str:
         key = ("any", depth)
@@ -81,12 +120,18 @@ class RuleEmitContext(EmitContext):
 
 
 def schema_rules(
-    schema: object, *, whitespace: str = "compact", max_depth: int = 2, strict: bool = False
+    schema: object,
+    *,
+    whitespace: str = "compact",
+    max_depth: int | None = None,
+    strict: bool = False,
 ) -> tuple[dict[str, str], Node, EmitContext]:
-    """(rule name -> regex body with ``root`` the start, the IR, its writer context)."""
+    """(rule name -> regex body with ``root`` the start, the IR, its writer context).
+    ``max_depth=None``: recursive ``$ref`` targets are rules that call themselves."""
     node, writer = build_schema_ir(schema, max_depth=max_depth, strict=strict)
     emit = RuleEmitContext(WHITESPACE[whitespace])
     root = emit.regex(node)
+    emit.finish()
     if root is None:
         raise GrammarError(
             "json_schema: the schema accepts no value (within the recursion bound)", pointer="#"

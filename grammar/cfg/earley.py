@@ -14,6 +14,13 @@ mask. Inside a JSON string every further character leads back to the same column
 columns form a lazily built automaton (``table`` holds its transitions for vectorized
 walks; 0 is the dead state). The automaton is bounded: past ``max_columns`` it starts over
 (``generation`` changes; columns still held by matchers re-register on use).
+
+Context-free twins: a column's *twin* holds the same items with every origin before the
+column replaced by one ``hole`` (a column nothing waits at). Inside a JSON string of a
+recursive grammar every nesting level has its own columns (their origins differ), but they
+all have one twin, so a token mask computed on the twin is shared by all of them. A twin
+column is ``open`` where a rule begun in the hole completes: the real column would have
+more items there (the parent's next step), which the twin cannot know (``masks.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +41,18 @@ Item = tuple[int, "Column | None"]  # origin None: this very column (no referenc
 class Column:
     """The Earley items after some input; immutable once built."""
 
-    __slots__ = ("accepting", "by_class", "generation", "items", "kernel", "live", "uid", "waiting")
+    __slots__ = (
+        "accepting",
+        "by_class",
+        "generation",
+        "items",
+        "kernel",
+        "live",
+        "open",
+        "twin",
+        "uid",
+        "waiting",
+    )
 
     def __init__(self, kernel: frozenset[Item]) -> None:
         self.kernel = kernel
@@ -43,6 +61,8 @@ class Column:
         self.by_class: dict[int, list[Item]] | None = None  # class -> scanned items, lazily
         self.accepting = False
         self.live = 0  # bit set of byte classes some item can scan
+        self.open = False  # a rule begun in the hole completes here (twin columns only)
+        self.twin: Column | None = None  # the context-free twin, once asked for
         self.uid = DEAD
         self.generation = -1
 
@@ -63,6 +83,7 @@ class EarleyAutomaton:
         self._class_array = np.array(rules.class_of_byte, dtype=np.int64)
         self.class_sizes: list[int] | None = None  # tokens per first-byte class (masks)
         self._expansions: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self.hole = Column(frozenset())  # the origin of twins' items; never registered
         self.start = Column(frozenset())
         self._close(self.start, [(rules.start[rules.root], None)])
         self._reset()
@@ -82,6 +103,8 @@ class EarleyAutomaton:
         self.generation += 1
         self.columns: list[Column | None] = [None]  # uid -> column; 0 is DEAD
         self.rows: list[list[int]] = [[DEAD] * self.num_classes]
+        self.opens: list[bool] = [False]  # uid -> column.open
+        self.open_flags = np.zeros(64, dtype=bool)  # the same, for vectorized walks
         self.table = np.full((64, self.num_classes), UNKNOWN, dtype=np.int32)
         self.table[DEAD] = DEAD
         self._interned: dict[frozenset[Item], Column] = {}
@@ -108,9 +131,14 @@ class EarleyAutomaton:
             grown = np.full((2 * uid, self.num_classes), UNKNOWN, dtype=np.int32)
             grown[:uid] = self.table
             self.table = grown
+            flags = np.zeros(2 * uid, dtype=bool)
+            flags[:uid] = self.open_flags[:uid]
+            self.open_flags = flags
         col.uid, col.generation = uid, self.generation
         self.columns.append(col)
         self.rows.append([UNKNOWN] * self.num_classes)
+        self.opens.append(col.open)
+        self.open_flags[uid] = col.open
         if col.kernel:
             self._interned.setdefault(col.kernel, col)
         return uid
@@ -119,6 +147,23 @@ class EarleyAutomaton:
         col = self.columns[uid]
         assert col is not None, "the dead state has no column"
         return col
+
+    def twin(self, col: Column) -> Column:
+        """``col``'s context-free twin (``col`` itself when no item begins before it)."""
+        twin = col.twin
+        if twin is None:
+            outer = frozenset((s, self.hole) for s, origin in col.items if origin is not None)
+            if not outer:
+                twin = col
+            else:
+                twin = self._interned.get(outer)
+                if twin is None:
+                    twin = Column(outer)
+                    self._close(twin, list(outer))  # its own `open` does not matter to
+                    # `col`: completions at `col` itself are among `col`'s items already
+            col.twin = twin
+        self.register(twin)
+        return twin
 
     # ------------------------------------------------------------------ stepping
 
@@ -238,6 +283,9 @@ class EarleyAutomaton:
         while stack:
             s, origin = stack.pop()
             assert origin is not None
+            if origin is self.hole:
+                col.open = True
+                continue
             rule = rule_of[s]
             if rule == root and origin is start:
                 is_accepting = True

@@ -14,6 +14,13 @@ class (bytes the grammar never tells apart): the class leads to one column, ``af
    position per step, longest first so the unfinished ones stay a prefix of the array;
    transitions not known yet are computed on the way (the Earley steps), and the last few
    tokens finish in a plain loop.
+
+With a ``shared`` cache the mask is computed on the column's context-free twin
+(``earley.py``), once for every column with that twin: the tokens it allows are allowed
+(the twin's items are the real column's, less what completing rules begun earlier would
+add), and the tokens that die after passing an ``open`` twin column (``",`` after a string
+whose rule began in the hole) are walked again from the real column. Those are few: the
+tokens that end a rule begun before the column.
 """
 
 from __future__ import annotations
@@ -29,11 +36,37 @@ _SCALAR_TAIL = 48  # the numpy walk hands its last few tokens to the plain loop
 _LOOP_MIN_GROUP = 256  # groups at least this big try the self-loop shortcut
 
 
-def column_mask(auto: EarleyAutomaton, table: TokenTable, col: Column) -> tuple[np.ndarray, int]:
-    """(packed int32 row [num_words] without EOS, number of tokens allowed)."""
+def column_mask(
+    auto: EarleyAutomaton,
+    table: TokenTable,
+    col: Column,
+    shared: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None,
+) -> tuple[np.ndarray, int]:
+    """(packed int32 row [num_words] without EOS, number of tokens allowed). ``shared``:
+    the twins' (allowed ids, ids to walk again) by (generation, uid), filled on the way."""
+    if shared is None:
+        ids = _allowed(auto, table, col, track=False)[0]
+        return table.pack(ids), int(ids.size)
+    twin = auto.twin(col)
+    key = (auto.generation, twin.uid)
+    entry = shared.get(key)
+    if entry is None:
+        entry = shared[key] = _allowed(auto, table, twin, track=twin is not col)
+    ids, again = entry
+    if again.size:
+        found = _walk(auto, table, auto.register(col), table.longest_first(again), False)[0]
+        ids = np.concatenate([ids, found])
+    return table.pack(ids), int(ids.size)
+
+
+def _allowed(
+    auto: EarleyAutomaton, table: TokenTable, col: Column, *, track: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ids allowed from ``col``, ids that died after an open column: ``track`` only)."""
+    none = np.zeros(0, dtype=np.int64)
     live = auto.live_bytes(col) & table.usable_first_mask
     if not live:
-        return np.zeros(table.num_words, dtype=np.int32), 0
+        return none, none
     uid = auto.register(col)
     class_bytes, sizes = auto.rules.class_bytes, _class_sizes(auto, table)
     by_after: dict[int, list[int]] = {}  # column after the first byte -> [bytes, tokens]
@@ -54,15 +87,15 @@ def column_mask(auto: EarleyAutomaton, table: TokenTable, col: Column) -> tuple[
         if size < _LOOP_MIN_GROUP:
             small |= group_bytes
             continue
-        safe, rest = _group(auto, table, after, group_bytes)
+        safe, rest = _group(auto, table, after, group_bytes, prune=not auto.opens[after])
         allowed.append(safe)
         walk.append(rest)
     if small:
         walk.append(np.flatnonzero(byte_flags(small)[table.first_byte]))
-    candidates = np.concatenate(walk) if walk else np.zeros(0, dtype=np.int64)
-    allowed.append(_walk(auto, table, uid, table.longest_first(candidates)))
-    ids = np.concatenate(allowed)
-    return table.pack(ids), int(ids.size)
+    candidates = np.concatenate(walk) if walk else none
+    found, again = _walk(auto, table, uid, table.longest_first(candidates), track)
+    allowed.append(found)
+    return np.concatenate(allowed), again
 
 
 def _class_sizes(auto: EarleyAutomaton, table: TokenTable) -> list[int]:
@@ -78,10 +111,11 @@ def _class_sizes(auto: EarleyAutomaton, table: TokenTable) -> list[int]:
 
 
 def _group(
-    auto: EarleyAutomaton, table: TokenTable, after: int, group_bytes: int
+    auto: EarleyAutomaton, table: TokenTable, after: int, group_bytes: int, *, prune: bool
 ) -> tuple[np.ndarray, np.ndarray]:
     """(ids allowed outright, ids to walk) among the tokens whose first byte is in
-    ``group_bytes`` (the bytes that lead to column ``after``)."""
+    ``group_bytes`` (the bytes that lead to column ``after``). ``prune``: drop those whose
+    second byte ``after`` cannot scan (not where ``after`` is open: the real column may)."""
     second_live = byte_flags(auto.live_bytes(auto.column(after)))
     if group_bytes & (group_bytes - 1) == 0:  # one byte: its pair groups
         b0 = group_bytes.bit_length() - 1
@@ -93,7 +127,7 @@ def _group(
     loop = _loop_bytes(auto, after)
     if loop:
         ok |= ~table.uses_bytes_outside(loop, start=1)[ids]
-    rest = ~ok & second_live[table.byte_cols[1][ids]]
+    rest = ~ok & second_live[table.byte_cols[1][ids]] if prune else ~ok
     return ids[ok], ids[rest]
 
 
@@ -111,11 +145,16 @@ def _loop_bytes(auto: EarleyAutomaton, uid: int) -> int:
     return out
 
 
-def _walk(auto: EarleyAutomaton, table: TokenTable, uid: int, ids: np.ndarray) -> np.ndarray:
-    """The ids (ordered longest first) whose bytes lead from ``uid`` to a live column."""
+def _walk(
+    auto: EarleyAutomaton, table: TokenTable, uid: int, ids: np.ndarray, track: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(the ids, ordered longest first, whose bytes lead from ``uid`` to a live column; with
+    ``track``, the ids that died after reaching an open column)."""
     class_of, num_classes = auto._class_array, auto.num_classes
     neg_lengths = -table.lengths[ids]  # ascending
     states = np.full(ids.size, uid, dtype=np.int64)
+    opened = np.zeros(ids.size, dtype=bool)  # reached an open column (``track``)
+    again: list[np.ndarray] = []
     token_bytes = cast("tuple[bytes, ...]", table.token_bytes)
     for k in range(table.max_len):
         active = int(np.searchsorted(neg_lengths, -k, side="left"))  # tokens longer than k
@@ -123,7 +162,12 @@ def _walk(auto: EarleyAutomaton, table: TokenTable, uid: int, ids: np.ndarray) -
             break
         if active <= _SCALAR_TAIL:
             rest = zip(states[:active].tolist(), ids[:active].tolist())
-            states[:active] = [auto.walk(s, token_bytes[i][k:]) for s, i in rest]
+            if not track:
+                states[:active] = [auto.walk(s, token_bytes[i][k:]) for s, i in rest]
+                break
+            ends = [_walk_tracked(auto, s, token_bytes[i][k:]) for s, i in rest]
+            states[:active] = [end for end, _ in ends]
+            opened[:active] |= [seen for _, seen in ends]
             break
         classes = class_of[table.byte_cols[k][ids[:active]]]
         flat = states[:active] * num_classes + classes
@@ -132,7 +176,30 @@ def _walk(auto: EarleyAutomaton, table: TokenTable, uid: int, ids: np.ndarray) -
             auto.expand(flat[nxt == UNKNOWN])
             nxt = auto.table.ravel()[flat]
         states[:active] = nxt
+        if track:
+            opened[:active] |= auto.open_flags[nxt]
         if np.count_nonzero(nxt) < active:  # drop dead tokens (order is kept)
             keep = states != DEAD
+            if track:
+                again.append(ids[~keep & opened])
+                opened = opened[keep]
             ids, states, neg_lengths = ids[keep], states[keep], neg_lengths[keep]
-    return ids[states != DEAD]
+    alive = states != DEAD
+    if track:
+        again.append(ids[~alive & opened])
+    found = ids[alive]
+    return found, np.concatenate(again) if again else np.zeros(0, dtype=np.int64)
+
+
+def _walk_tracked(auto: EarleyAutomaton, uid: int, data: bytes) -> tuple[int, bool]:
+    """(``auto.walk(uid, data)``, whether an open column was on the way)."""
+    rows, class_list, opens = auto.rows, auto.class_list, auto.opens
+    seen = False
+    for byte in data:
+        cls = class_list[byte]
+        t = rows[uid][cls]
+        uid = auto.next_uid(uid, cls) if t == UNKNOWN else t
+        if uid == DEAD:
+            break
+        seen = seen or opens[uid]
+    return uid, seen

@@ -60,6 +60,7 @@ class CfgGrammar:
         vocab: Vocabulary,
         max_masks: int = 4096,
         canonical: Callable[[Any], str] | None = None,
+        twins: bool = True,
     ) -> None:
         self.kind = kind
         self.key = key
@@ -69,6 +70,10 @@ class CfgGrammar:
         self.table = TokenTable.of(vocab)
         self.max_masks = max_masks
         self._masks: OrderedDict[tuple[int, int], tuple[np.ndarray, int]] = OrderedDict()
+        # twin masks (``masks.py``); None: every column's mask is walked on its own
+        self._twin_masks: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = (
+            OrderedDict() if twins else None
+        )
         self._eos_only: np.ndarray | None = None
         self._canonical = canonical
 
@@ -129,7 +134,10 @@ class CfgGrammar:
             key = (auto.generation, auto.register(col))
             entry = self._masks.get(key)
             if entry is None:
-                row, count = column_mask(auto, self.table, col)
+                row, count = column_mask(auto, self.table, col, self._twin_masks)
+                shared = self._twin_masks
+                if shared is not None and len(shared) > self.max_masks:
+                    shared.popitem(last=False)
                 if col.accepting:
                     row = self.table.with_eos(row)
                 row.flags.writeable = False

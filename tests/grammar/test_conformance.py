@@ -87,3 +87,41 @@ def test_documented_narrowings_are_told_apart_from_false_negatives() -> None:
         "format", {"format": "email"}, [("not an email", True, "format is an annotation")]
     )
     assert check_case(annotation, RegexChecker()).narrowed == ['"not an email"']
+
+
+# The corpus schemas whose $refs recurse (found by lowering every schema with
+# max_depth=None and keeping those with back references): compiled by GrammarCompiler as
+# rules that call themselves, every labelled instance is judged right at any depth.
+RECURSIVE = {
+    "Github_easy": ["o21858", "o42304", "o58637", "o58839", "o69958", "o78062", "o89710"],
+    "Github_trivial": ["o47165"],
+    "JSONSchemaTestSuite": [
+        "ref/0: root pointer ref",
+        "ref/11: Recursive references between schemas",
+        "ref/21: simple URN base URI with $ref via the URN",
+        "unevaluatedProperties/33: unevaluatedProperties + single cyclic ref",
+    ],
+}
+RECURSIVE_CASES = [
+    (corpus, case)
+    for corpus, wanted in RECURSIVE.items()
+    for case in CORPORA.get(corpus, [])
+    if case.case_id.split("---")[-1] in wanted
+]
+
+
+@pytest.mark.skipif(not CORPORA, reason=f"conformance corpora not found at {DATA_DIR}")
+def test_recursive_corpus_schemas_conform_at_any_depth(tokenizer) -> None:
+    from grammar_support import shared_compiler
+    from radixgen.grammar.cfg import CfgGrammar
+
+    assert len(RECURSIVE_CASES) == sum(map(len, RECURSIVE.values()))
+    compiler = shared_compiler(tokenizer)
+    for corpus, case in RECURSIVE_CASES:
+        grammar = compiler.compile_json_schema(case.schema)
+        assert isinstance(grammar, CfgGrammar), case.case_id
+        for data, valid, description in case.tests:
+            m = grammar.matcher()
+            text = grammar.canonical_json(data)
+            accepted = m.accept_bytes(text.encode()) and m.is_accepting()
+            assert accepted == valid, (corpus, case.case_id, description, text[:120])

@@ -108,3 +108,101 @@ def test_many_optional_properties_compile_as_rules(tokenizer):
         assert (m.accept_string(text) and m.is_accepting()) is valid, text
     assert grammar.canonical_json({"p499": 1, "p3": 2}) == '{"p3":2,"p499":1}'
     compiler.shutdown()
+
+
+def _full(grammar, text: str) -> bool:
+    m = grammar.matcher()
+    return m.accept_bytes(text.encode()) and m.is_accepting()
+
+
+TREE = {
+    "type": "object",
+    "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#"}}},
+    "required": ["v"],
+    "additionalProperties": False,
+}
+
+
+def _deep_tree(depth: int) -> dict:
+    node: dict = {"v": 0}
+    for i in range(depth):
+        node = {"v": i + 1, "kids": [node, {"v": -1}]}
+    return node
+
+
+def test_recursive_ref_is_a_rule_that_calls_itself(tokenizer):
+    """`$ref: "#"` recurses to any depth: no unrolling, no depth bound."""
+    compiler = shared_compiler(tokenizer)
+    grammar = compiler.compile_json_schema(TREE)
+    assert isinstance(grammar, CfgGrammar)
+    for depth in (0, 1, 5, 12):
+        assert _full(grammar, json.dumps(_deep_tree(depth), separators=(",", ":"))), depth
+    deep_bad = _deep_tree(6)
+    deep_bad["kids"][0]["kids"][0]["kids"][0]["v"] = "x"  # wrong four levels down
+    for bad in (deep_bad, {"v": 1, "kids": [{"w": 2}]}, {"kids": []}):
+        assert not _full(grammar, json.dumps(bad, separators=(",", ":")))
+    bodies, _, _ = schema_rules(TREE)
+    assert len(bodies) < 12  # the tree is a few rules, not an expansion
+
+
+def test_mutual_and_defs_recursion(tokenizer):
+    compiler = shared_compiler(tokenizer)
+    schema = {
+        "$defs": {
+            "a": {
+                "type": "object",
+                "properties": {"b": {"$ref": "#/$defs/b", "description": "annotations only"}},
+                "additionalProperties": False,
+            },
+            "b": {"type": "array", "items": {"$ref": "#/$defs/a"}, "maxItems": 2},
+        },
+        "$ref": "#/$defs/a",
+    }
+    grammar = compiler.compile_json_schema(schema)
+    good = {"b": [{"b": [{"b": [{"b": [{}]}]}]}, {}]}
+    assert _full(grammar, json.dumps(good, separators=(",", ":")))
+    assert not _full(grammar, '{"b":[{},{},{}]}')  # maxItems holds at every level
+    assert not _full(grammar, '{"b":[{"c":1}]}')
+
+
+def test_recursion_without_a_container_falls_back_to_expansion(tokenizer):
+    """`anyOf: [{$ref: "#"}, string]` never descends: it is expanded (the language is the
+    strings), the same as with an explicit max_depth."""
+    compiler = shared_compiler(tokenizer)
+    grammar = compiler.compile_json_schema({"anyOf": [{"$ref": "#"}, {"type": "string"}]})
+    assert _full(grammar, '"hi"') and not _full(grammar, "3")
+
+
+def test_explicit_max_depth_still_unrolls(tokenizer):
+    compiler = shared_compiler(tokenizer)
+    bounded = compiler.compile_json_schema(TREE, max_depth=1)
+    text = json.dumps(_deep_tree(3), separators=(",", ":"))
+    assert not _full(bounded, text)  # the documented narrowing, asked for
+    assert _full(bounded, '{"v":1,"kids":[{"v":2}]}')
+    assert _full(compiler.compile_json_schema(TREE), text)
+
+
+def test_shared_non_recursive_defs_stay_on_the_regex_path(tokenizer):
+    compiler = shared_compiler(tokenizer)
+    schema = {
+        "$defs": {"p": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/p"}, "b": {"$ref": "#/$defs/p"}},
+    }
+    grammar = compiler.compile_json_schema(schema)
+    assert not isinstance(grammar, CfgGrammar)
+    assert _full(grammar, '{"a":{"x":1},"b":{}}')
+
+
+def test_ref_with_sibling_keywords_inside_its_target_is_bounded(tokenizer):
+    """A $ref merged with keywords beside it cannot be memoized by target: expanded a
+    bounded number of times (narrower, never wider)."""
+    compiler = shared_compiler(tokenizer)
+    schema = {
+        "type": "object",
+        "properties": {"n": {"$ref": "#", "required": ["v"]}, "v": {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    grammar = compiler.compile_json_schema(schema)
+    assert _full(grammar, '{"n":{"v":1},"v":2}')
+    assert not _full(grammar, '{"n":{}}')
