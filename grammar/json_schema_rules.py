@@ -44,10 +44,7 @@ class RuleEmitContext(EmitContext):
     def rule(self, body: str) -> str:
         call = self._names.get(body)
         if call is None:
-            if len(body) > MAX_REGEX_CHARS:
-                raise GrammarError(
-                    f"json_schema: one part of the schema is too large ({len(body)} characters)"
-                )
+            _check_size(body)
             name = f"r{len(self.rules)}"
             self.rules[name] = body
             call = self._names[body] = f"(?&{name})"
@@ -86,10 +83,8 @@ class RuleEmitContext(EmitContext):
                 body = done
             else:
                 body = target.regex(self)
-                if body is not None and len(body) > MAX_REGEX_CHARS:
-                    raise GrammarError(
-                        f"json_schema: one part of the schema is too large ({len(body)} characters)"
-                    )
+                if body is not None:
+                    _check_size(body)
             self.rules[name] = _NOTHING if body is None else body
 
     def any_regex(self, depth: int) -> str:
@@ -117,6 +112,13 @@ class RuleEmitContext(EmitContext):
             if i:
                 rest = self.rule(optional(sep + members[i]) + rest)
         return first
+
+
+def _check_size(body: str) -> None:
+    if len(body) > MAX_REGEX_CHARS:
+        raise GrammarError(
+            f"json_schema: one part of the schema is too large ({len(body)} characters)"
+        )
 
 
 def schema_rules(

@@ -160,14 +160,9 @@ def _walk(
         active = int(np.searchsorted(neg_lengths, -k, side="left"))  # tokens longer than k
         if active == 0:
             break
-        if active <= _SCALAR_TAIL:
+        if active <= _SCALAR_TAIL and not track:  # (tracking stays vectorized to the end)
             rest = zip(states[:active].tolist(), ids[:active].tolist())
-            if not track:
-                states[:active] = [auto.walk(s, token_bytes[i][k:]) for s, i in rest]
-                break
-            ends = [_walk_tracked(auto, s, token_bytes[i][k:]) for s, i in rest]
-            states[:active] = [end for end, _ in ends]
-            opened[:active] |= [seen for _, seen in ends]
+            states[:active] = [auto.walk(s, token_bytes[i][k:]) for s, i in rest]
             break
         classes = class_of[table.byte_cols[k][ids[:active]]]
         flat = states[:active] * num_classes + classes
@@ -189,17 +184,3 @@ def _walk(
         again.append(ids[~alive & opened])
     found = ids[alive]
     return found, np.concatenate(again) if again else np.zeros(0, dtype=np.int64)
-
-
-def _walk_tracked(auto: EarleyAutomaton, uid: int, data: bytes) -> tuple[int, bool]:
-    """(``auto.walk(uid, data)``, whether an open column was on the way)."""
-    rows, class_list, opens = auto.rows, auto.class_list, auto.opens
-    seen = False
-    for byte in data:
-        cls = class_list[byte]
-        t = rows[uid][cls]
-        uid = auto.next_uid(uid, cls) if t == UNKNOWN else t
-        if uid == DEAD:
-            break
-        seen = seen or opens[uid]
-    return uid, seen
