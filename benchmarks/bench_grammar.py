@@ -276,7 +276,7 @@ def load_cases(
     """(id, schema, token ids of each valid instance, corpus) for the first N schemas per
     corpus."""
     try:
-        from radixgen.grammar.json_schema import canonical_json
+        from radixgen.grammar.json_schema.to_regex import canonical_json
     except ImportError:  # front end not there: compact JSON in instance order
         canonical_json = None
     cases = []
@@ -338,13 +338,13 @@ def main() -> None:
         print(f"maskbench data not found at {args.data}: nothing to benchmark (pass --data DIR)")
         return
 
-    from radixgen.grammar.vocabulary import Vocabulary
+    from radixgen.grammar.tokens.vocabulary import Vocabulary
 
     from radixgen import load_tokenizer
 
     tok = load_tokenizer()
     vocab = Vocabulary.from_tokenizer(tok)
-    from radixgen.grammar.token_table import TokenTable
+    from radixgen.grammar.tokens.table import TokenTable
 
     TokenTable.of(vocab)  # built once, inherited by the forked workers
     cases = load_cases(args.data, args.per_corpus, tok)

@@ -13,7 +13,7 @@ import argparse
 import time
 from pathlib import Path
 
-from radixgen.grammar.conformance import (
+from radixgen.grammar.conformance.corpus import (
     RegexChecker,
     load_corpora,
     render_markdown,
@@ -21,7 +21,7 @@ from radixgen.grammar.conformance import (
     sample,
     summarize,
 )
-from radixgen.grammar.json_schema import DEFAULT_MAX_DEPTH
+from radixgen.grammar.json_schema.to_regex import DEFAULT_MAX_DEPTH
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,20 +1,26 @@
-"""Token-mask grammars: JSON Schema, regex and choices compiled over a tokenizer vocabulary.
+"""Token-mask grammars: JSON Schema, regex, EBNF, choices and structural tags compiled over a
+tokenizer vocabulary.
 
     compiler = GrammarCompiler(tokenizer)          # or GrammarCompiler(Vocabulary)
-    grammar = compiler.compile_json_schema(schema) # compile_regex / compile_choice / compile_json_object
+    grammar = compiler.compile_json_schema(schema) # compile_regex / compile_ebnf / compile_choice
+                                                   # / compile_json_object / compile_structural_tag
     matcher = grammar.matcher()                    # accept_token, fill_bitmask, forced_text, rollback
 
-Front end (``json_schema``): JSON Schema -> regex. Back end: regex -> lazy byte DFA
-(``regex``, ``utf8``, ``terms``, ``automaton``) -> token masks (``token_table``,
-``safe_runs``, ``token_index``) -> per-request ``GrammarMatcher`` (``matcher``); ``compiler``
-caches, runs async and bounds work. ``token_conformance`` checks schemas token by token.
+The pipeline, one subpackage a stage: ``json_schema/`` (front end: schema -> IR -> one regex,
+or rules when large or recursive) -> ``lexer/`` (regex -> terms -> lazy byte DFAs, in C with a
+Python reference) or ``cfg/`` (rules from EBNF, structural tags and large schemas -> rule
+automata -> Earley columns) -> ``tokens/`` (vocabulary bytes, token walks, masks) -> the
+per-request matchers (``matcher`` for one DFA, ``cfg/matcher`` for rules). ``compiler``
+caches, bounds and runs compiles off the engine thread (``workers``/``compile_worker``:
+worker processes); ``backends/`` puts xgrammar, llguidance and outlines behind the same
+calls; ``conformance/`` checks compiled schemas against labelled corpora.
 """
 
 from .compiler import GrammarCompiler
 from .errors import GrammarError
-from .json_schema import canonical_json, compile_schema, json_object_regex, schema_to_regex
+from .json_schema.to_regex import canonical_json, compile_schema, json_object_regex, schema_to_regex
 from .matcher import CompiledGrammar, GrammarMatcher
-from .vocabulary import Vocabulary
+from .tokens.vocabulary import Vocabulary
 
 __all__ = [
     "CompiledGrammar",

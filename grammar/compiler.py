@@ -23,18 +23,19 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from . import json_schema, native_lexer
-from .automaton import LazyDFA
 from .cfg import CfgGrammar, Grammar, compile_rules, parse_ebnf
 from .cfg.from_regex import regex_to_rule
+from .cfg.structural_tag import structural_tag_grammar
 from .errors import GrammarError, GrammarTooLarge
-from .json_schema_rules import schema_rules
+from .json_schema import to_regex as json_schema
+from .json_schema.rules import schema_rules
+from .lexer import native as native_lexer
+from .lexer.automaton import LazyDFA
+from .lexer.regex import regex_to_term
+from .lexer.terms import Budget, TermStore
 from .matcher import CompiledGrammar
-from .regex import regex_to_term
-from .structural_tag import structural_tag_grammar
-from .terms import Budget, TermStore
-from .token_table import TokenTable
-from .vocabulary import Vocabulary
+from .tokens.table import TokenTable
+from .tokens.vocabulary import Vocabulary
 from .workers import CompileWorkers
 
 logger = logging.getLogger(__name__)
@@ -293,7 +294,7 @@ class GrammarCompiler:
     def _build_schema_rules(
         self, key: tuple[str, str, str], spec: Any, options: dict[str, Any], budget: Budget
     ) -> CfgGrammar:
-        """A schema too large for one regex, as rules on the EBNF engine (``json_schema_rules``)."""
+        """A schema too large for one regex, as rules on the EBNF engine (``json_schema.rules``)."""
         try:
             bodies, node, writer = schema_rules(spec, **options)
             rules = {name: regex_to_rule(body, budget) for name, body in bodies.items()}

@@ -22,11 +22,11 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 import torch
 
-from .automaton import DEAD
 from .errors import GrammarError
-from .native_lexer import DFA
-from .token_index import MaskIndex
-from .vocabulary import Vocabulary
+from .lexer.automaton import DEAD
+from .lexer.native import DFA
+from .tokens.index import MaskIndex
+from .tokens.vocabulary import Vocabulary
 
 S = TypeVar("S")  # a matcher's automaton state
 

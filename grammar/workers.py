@@ -29,7 +29,7 @@ import threading
 from typing import IO, Any
 
 from .errors import GrammarError
-from .vocabulary import Vocabulary
+from .tokens.vocabulary import Vocabulary
 
 logger = logging.getLogger(__name__)
 WORKER_MODULE = "radixgen.grammar.compile_worker"

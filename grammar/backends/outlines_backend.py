@@ -15,7 +15,7 @@ import torch
 from outlines_core.json_schema import build_regex_from_schema
 
 from ..errors import GrammarError
-from ..vocabulary import Vocabulary
+from ..tokens.vocabulary import Vocabulary
 from .external import ExternalCompiler, ExternalMatcher, schema_text
 
 _META = frozenset("\\.+*?()|[]{}^$#&-~")

@@ -15,7 +15,7 @@ import torch
 import xgrammar as xgr
 
 from ..errors import GrammarError
-from ..vocabulary import Vocabulary
+from ..tokens.vocabulary import Vocabulary
 from .external import ExternalCompiler, ExternalMatcher, choices_ebnf, schema_text
 
 

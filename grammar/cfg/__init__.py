@@ -1,7 +1,8 @@
 """Context-free grammars: named rules over bytes, an Earley matcher, token masks.
 
 The pipeline: text in SGLang/XGrammar's EBNF (GBNF) dialect is parsed by ``ebnf`` into the
-rules IR of ``rules`` (named rules whose bodies are sequences, alternatives, bounded or
+rules IR of ``rules`` (so are xgrammar's structural tags, by ``structural_tag``, and
+JSON Schemas too large for one regex, by ``json_schema.rules``: named rules whose bodies are sequences, alternatives, bounded or
 unbounded repetition, byte sets and rule references). ``automata`` compiles each rule body
 to a small DFA whose edges are byte classes or rule references. ``earley`` runs an Earley
 recognizer over those DFAs one byte at a time; its chart columns are interned, so the

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..automaton import byte_classes
 from ..errors import GrammarError
-from ..terms import Budget
-from ..utf8 import utf8_sequences
+from ..lexer.automaton import byte_classes
+from ..lexer.terms import Budget
+from ..lexer.utf8 import utf8_sequences
 from .rules import Alt, Bytes, Chars, Grammar, Graph, Node, Ref, Repeat, Seq
 
 _REF = -1  # symbols: byte class c >= 0, or _REF - rule for a reference

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from ..errors import GrammarError
-from ..utf8 import MAX_CODE_POINT, complement, normalize
+from ..lexer.utf8 import MAX_CODE_POINT, complement, normalize
 from .rules import EMPTY, Alt, Chars, Grammar, Node, Ref, Repeat, Seq, literal
 
 MAX_REPEAT = 10_000  # largest bound in {m,n}; more is refused, as XGrammar and llguidance do

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..regex import regex_to_term
-from ..terms import Budget
+from ..lexer.regex import regex_to_term
+from ..lexer.terms import Budget
 from .rules import EMPTY, Alt, Bytes, Node, Ref, Repeat, Seq
 
 

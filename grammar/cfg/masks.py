@@ -29,7 +29,7 @@ from typing import cast
 
 import numpy as np
 
-from ..token_table import TokenTable, byte_flags
+from ..tokens.table import TokenTable, byte_flags
 from .earley import DEAD, UNKNOWN, Column, EarleyAutomaton
 
 _SCALAR_TAIL = 48  # the numpy walk hands its last few tokens to the plain loop

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import GrammarError
+from ..lexer.terms import Budget
 from ..matcher import TokenMatcher
-from ..terms import Budget
-from ..token_table import TokenTable
-from ..vocabulary import Vocabulary
+from ..tokens.table import TokenTable
+from ..tokens.vocabulary import Vocabulary
 from .automata import build_automata
 from .earley import Column, EarleyAutomaton
 from .masks import column_mask

@@ -10,11 +10,11 @@ from __future__ import annotations
 import functools
 import random
 
-from radixgen.grammar.automaton import DEAD, LazyDFA
 from radixgen.grammar.compiler import GrammarCompiler
-from radixgen.grammar.regex import regex_to_term
-from radixgen.grammar.terms import TermStore
-from radixgen.grammar.vocabulary import Vocabulary
+from radixgen.grammar.lexer.automaton import DEAD, LazyDFA
+from radixgen.grammar.lexer.regex import regex_to_term
+from radixgen.grammar.lexer.terms import TermStore
+from radixgen.grammar.tokens.vocabulary import Vocabulary
 
 
 @functools.lru_cache(maxsize=2)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from radixgen.grammar.conformance import Case, RegexChecker, check_case, load_corpora, sample
-from radixgen.grammar.json_schema import CompiledSchema
+from radixgen.grammar.conformance.corpus import Case, RegexChecker, check_case, load_corpora, sample
+from radixgen.grammar.json_schema.to_regex import CompiledSchema
 
 DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 SAMPLE_SIZE = 40

@@ -9,18 +9,18 @@ from decimal import Decimal
 
 import pytest
 from radixgen.grammar.errors import GrammarError
-from radixgen.grammar.json_schema import (
-    canonical_json,
-    compile_schema,
-    json_object_regex,
-    schema_to_regex,
-)
-from radixgen.grammar.json_schema_lengths import pattern_regex
-from radixgen.grammar.json_schema_numbers import (
+from radixgen.grammar.json_schema.lengths import pattern_regex
+from radixgen.grammar.json_schema.numbers import (
     Bound,
     canonical_number,
     integer_range_regex,
     number_range_regex,
+)
+from radixgen.grammar.json_schema.to_regex import (
+    canonical_json,
+    compile_schema,
+    json_object_regex,
+    schema_to_regex,
 )
 
 jsonschema = pytest.importorskip("jsonschema")

@@ -13,11 +13,11 @@ import re
 import pytest
 from grammar_support import byte_dfa, dfa_fullmatch, shared_compiler
 from radixgen.grammar.errors import GrammarError
-from radixgen.grammar.json_schema import compile_schema, schema_to_regex
-from radixgen.grammar.json_schema_name_sets import NameSets, literal_names, search_language
-from radixgen.grammar.json_schema_numbers import FRACTIONAL
-from radixgen.grammar.json_schema_pattern import parse_pattern
-from radixgen.grammar.regex_builders import CharSet
+from radixgen.grammar.json_schema.name_sets import NameSets, literal_names, search_language
+from radixgen.grammar.json_schema.numbers import FRACTIONAL
+from radixgen.grammar.json_schema.pattern import parse_pattern
+from radixgen.grammar.json_schema.to_regex import compile_schema, schema_to_regex
+from radixgen.grammar.lexer.regex_builders import CharSet
 
 jsonschema = pytest.importorskip("jsonschema")
 

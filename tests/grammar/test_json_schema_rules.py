@@ -12,7 +12,7 @@ from radixgen.grammar import GrammarCompiler
 from radixgen.grammar.cfg import CfgGrammar, Grammar, compile_rules
 from radixgen.grammar.cfg.from_regex import regex_to_rule
 from radixgen.grammar.errors import GrammarTooLarge
-from radixgen.grammar.json_schema_rules import schema_rules
+from radixgen.grammar.json_schema.rules import schema_rules
 
 SCHEMAS = [
     (
@@ -92,7 +92,7 @@ def test_many_optional_properties_compile_as_rules(tokenizer):
         "additionalProperties": False,
     }
     with pytest.raises(GrammarTooLarge):
-        from radixgen.grammar.json_schema import compile_schema
+        from radixgen.grammar.json_schema.to_regex import compile_schema
 
         compile_schema(schema)
     compiler = GrammarCompiler(shared_compiler(tokenizer).vocab, timeout_s=60)

@@ -1,4 +1,4 @@
-"""The C lexer (grammar/native_lexer.py, grammar/csrc/lexer.c) against the Python reference:
+"""The C lexer (grammar/lexer/native.py, grammar/lexer/csrc/lexer.c) against the Python reference:
 same term ids, same walks, same masks on every corpus; pickling; errors; the off switch."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import random
 import numpy as np
 import pytest
 from grammar_support import synthetic_vocab
-from radixgen.grammar import native_lexer
-from radixgen.grammar.automaton import DEAD, LazyDFA
 from radixgen.grammar.compiler import GrammarCompiler
-from radixgen.grammar.conformance import load_corpora, sample
+from radixgen.grammar.conformance.corpus import load_corpora, sample
 from radixgen.grammar.errors import GrammarError, GrammarTooLarge
-from radixgen.grammar.native_lexer import NativeDFA, NativeTermStore
-from radixgen.grammar.regex import regex_to_term
-from radixgen.grammar.terms import Budget, CompileTimeout, TermStore
+from radixgen.grammar.lexer import native as native_lexer
+from radixgen.grammar.lexer.automaton import DEAD, LazyDFA
+from radixgen.grammar.lexer.native import NativeDFA, NativeTermStore
+from radixgen.grammar.lexer.regex import regex_to_term
+from radixgen.grammar.lexer.terms import Budget, CompileTimeout, TermStore
 
 pytestmark = pytest.mark.skipif(
     not native_lexer.available(), reason="the native lexer did not build here"
@@ -75,7 +75,7 @@ def test_same_terms_states_and_transitions(pattern):
 def test_token_walks_match_one_by_one():
     vocab = synthetic_vocab()
     (_, py_dfa), (_, c_dfa) = both(PATTERNS[0])
-    from radixgen.grammar.token_table import TokenTable
+    from radixgen.grammar.tokens.table import TokenTable
 
     table = TokenTable.of(vocab)
     ids = np.arange(2, vocab.vocab_size)
@@ -182,7 +182,7 @@ def test_masks_equal_the_python_lexer_on_every_corpus(corpora, tokenizer):
 
 
 def test_the_lexicographic_order_the_native_walks_read():
-    from radixgen.grammar.token_table import TokenTable
+    from radixgen.grammar.tokens.table import TokenTable
 
     table = TokenTable.of(synthetic_vocab())
     lex = table.lex_by_pair
@@ -208,7 +208,7 @@ def test_the_c_source_ships_with_the_package():
 
     pyproject = Path(__file__).parents[2] / "pyproject.toml"
     patterns = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"][
-        "radixgen.grammar"
+        "radixgen.grammar.lexer"
     ]
     grammar_dir = Path(native_lexer.__file__).parent
     shipped = {path.name for pattern in patterns for path in grammar_dir.glob(pattern)}

@@ -8,12 +8,12 @@ import time
 
 import pytest
 from grammar_support import byte_dfa, dfa_fullmatch
-from radixgen.grammar import regex as regex_module
-from radixgen.grammar.automaton import DEAD
 from radixgen.grammar.errors import GrammarError
-from radixgen.grammar.regex import regex_to_term
-from radixgen.grammar.terms import TermStore
-from radixgen.grammar.utf8 import complement, utf8_sequences
+from radixgen.grammar.lexer import regex as regex_module
+from radixgen.grammar.lexer.automaton import DEAD
+from radixgen.grammar.lexer.regex import regex_to_term
+from radixgen.grammar.lexer.terms import TermStore
+from radixgen.grammar.lexer.utf8 import complement, utf8_sequences
 
 CASES = [
     # (pattern, accepted, rejected)

@@ -6,8 +6,8 @@ import random
 
 import pytest
 from grammar_support import byte_dfa
-from radixgen.grammar.automaton import DEAD
-from radixgen.grammar.safe_runs import NO_RUN, UTF8, SafeRuns
+from radixgen.grammar.lexer.automaton import DEAD
+from radixgen.grammar.tokens.safe_runs import NO_RUN, UTF8, SafeRuns
 
 PATTERNS = [
     r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])*"',

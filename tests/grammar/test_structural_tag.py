@@ -16,7 +16,7 @@ import pytest
 from grammar_support import synthetic_vocab
 from radixgen.grammar import GrammarCompiler, GrammarError
 from radixgen.grammar.cfg import CfgGrammar, compile_rules
-from radixgen.grammar.structural_tag import structural_tag_grammar
+from radixgen.grammar.cfg.structural_tag import structural_tag_grammar
 
 SCHEMA = {
     "type": "object",

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from grammar_support import shared_compiler
-from radixgen.grammar.conformance import RegexChecker, check_case, load_corpora, sample
-from radixgen.grammar.token_conformance import TokenChecker
+from radixgen.grammar.conformance.corpus import RegexChecker, check_case, load_corpora, sample
+from radixgen.grammar.conformance.tokens import TokenChecker
 
 DATA = Path(
     os.environ.get("RADIXGEN_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data")

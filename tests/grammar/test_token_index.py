@@ -12,12 +12,12 @@ import random
 import numpy as np
 import pytest
 from grammar_support import synthetic_vocab
-from radixgen.grammar.automaton import DEAD, LazyDFA
-from radixgen.grammar.json_schema import compile_schema
-from radixgen.grammar.regex import regex_to_term
-from radixgen.grammar.terms import TermStore
-from radixgen.grammar.token_index import MaskIndex
-from radixgen.grammar.token_table import TokenTable
+from radixgen.grammar.json_schema.to_regex import compile_schema
+from radixgen.grammar.lexer.automaton import DEAD, LazyDFA
+from radixgen.grammar.lexer.regex import regex_to_term
+from radixgen.grammar.lexer.terms import TermStore
+from radixgen.grammar.tokens.index import MaskIndex
+from radixgen.grammar.tokens.table import TokenTable
 
 PATTERNS = [
     r'\{"name":"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt])*","n":-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?\}',

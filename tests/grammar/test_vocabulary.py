@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from radixgen.grammar.vocabulary import (
+from radixgen.grammar.tokens.vocabulary import (
     Vocabulary,
     byte_level_token_bytes,
     detect_kind,

@@ -164,7 +164,7 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city":"Paris"}}\n</t
 
 def _accepts(tag: dict, text: str) -> bool:
     from radixgen.grammar import GrammarCompiler
-    from radixgen.grammar.vocabulary import Vocabulary
+    from radixgen.grammar.tokens.vocabulary import Vocabulary
 
     tokens = [None, *(bytes((b,)) for b in range(256))]  # id 0: EOS, then every byte
     compiler = GrammarCompiler(Vocabulary.from_token_bytes(tokens, [0]), precompute_s=0.0)

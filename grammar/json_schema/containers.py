@@ -1,0 +1,124 @@
+"""Regexes for JSON containers from the regexes of their parts.
+
+Arrays: a comma-separated sequence with per-position element regexes, then a repeated
+rest, between min and max items. Objects: listed properties in a fixed order, each
+required or optional, then extra properties. For n optional properties the listed part is
+written as "which property comes first" alternatives, so it grows quadratically:
+
+    a? b? c?  ->  a(,b)?(,c)? | b(,c)? | c        (then (,extra)* once)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import GrammarTooLarge
+from ..lexer.regex_builders import alt, concat, optional, repeat
+
+MAX_REGEX_CHARS = 4_000_000  # one schema's regex; past it, the schema compiles as rules
+
+
+def sequence_regex(
+    elements: list[str | None], rest: str | None, min_count: int, max_count: int | None, sep: str
+) -> str | None:
+    """Comma-separated: elements[0], elements[1], ... then any number of `rest`; between
+    min_count and max_count items in all. The empty string stands for zero items."""
+    if max_count is not None:
+        elements = elements[:max_count]
+    for i, element in enumerate(elements):
+        if element is None:  # no value fits position i: the sequence stops before it
+            elements, rest = elements[:i], None
+            break
+    limit = len(elements) if rest is None else None if max_count is None else max_count
+    if (limit is not None and limit < min_count) or (
+        max_count is not None and max_count < min_count
+    ):
+        return None
+
+    def tail(i: int) -> str | None:
+        """Items i.. given i items written already (each preceded by the separator)."""
+        if i < len(elements):
+            body = concat([sep, elements[i], tail(i + 1)])
+            return body if i < min_count else optional(body)
+        if rest is None:
+            return ""
+        low = max(0, min_count - i)
+        high = None if max_count is None else max_count - i
+        return repeat(sep + rest, low, high)
+
+    if elements:
+        first = concat([elements[0], tail(1)])
+    elif rest is not None:
+        first = concat(
+            [
+                rest,
+                repeat(
+                    sep + rest, max(0, min_count - 1), None if max_count is None else max_count - 1
+                ),
+            ]
+        )
+    else:
+        first = None
+    if min_count == 0:
+        return optional(first) if first else ""
+    return first
+
+
+@dataclass
+class ObjectShape:
+    """The listed members (regex of `"name":value`, required) of one object variant."""
+
+    members: list[tuple[str, bool]]
+    nonempty: bool = False
+
+    @property
+    def has_required(self) -> bool:
+        return any(required for _, required in self.members)
+
+    def listed(self, sep: str) -> str | None:
+        """Nonempty listings of the members in order (None: no member can be written).
+
+        With a required member R, the optional ones before it are each followed by a
+        separator (linear: ``(a,)?(b,)?R(,c)?``); without one, the alternatives say which
+        member comes first (quadratic: ``a(,b)?(,c)?|b(,c)?|c``)."""
+
+        def tail(start: int) -> str:
+            return "".join(sep + m if req else optional(sep + m) for m, req in self.members[start:])
+
+        if not self.has_required:  # quadratic: refuse early what would pass the size limit
+            size = (
+                sum(len(m) + len(sep) + 6 for m, _ in self.members) * (len(self.members) + 1) // 2
+            )
+            if size > MAX_REGEX_CHARS:
+                raise GrammarTooLarge(
+                    f"json_schema: the schema's regex is too large ({len(self.members)} "
+                    f"optional properties, about {size} characters)"
+                )
+        for i, (member, required) in enumerate(self.members):
+            if required:
+                head = "".join(optional(m + sep) for m, _ in self.members[:i])
+                return head + member + tail(i + 1)
+        return alt(member + tail(i + 1) for i, (member, _) in enumerate(self.members))
+
+
+def object_body(
+    shapes: list[ObjectShape],
+    extra: str | None,
+    sep: str,
+    listed: Callable[[ObjectShape], str | None] | None = None,
+) -> str | None:
+    """Contents between the braces for the union of `shapes`, all followed by the same
+    extra members (`extra` regex, None: none allowed). None: no object qualifies.
+    `listed` writes a shape's listings (default `ObjectShape.listed`)."""
+    if not shapes:
+        return None
+    zero_listed = any(not s.has_required for s in shapes)
+    empty = any(not s.has_required and not s.nonempty for s in shapes)
+    write = listed or (lambda shape: shape.listed(sep))
+    starts = alt([*(write(s) for s in shapes), extra if zero_listed else None])
+    extras_after = repeat(sep + extra, 0, None) if extra else ""
+    body = concat([starts, extras_after])
+    if empty:
+        return optional(body)
+    return body

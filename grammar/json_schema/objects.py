@@ -1,0 +1,399 @@
+"""Lowering object schemas: properties, extra properties, pattern properties and
+constraints on which properties are present.
+
+* Extra properties: `additionalProperties` (absent: any value, or none under `strict`).
+* patternProperties: when every pattern matches every name (its schema then binds every
+  property), or with `additionalProperties: false` and one pattern schema (extra names
+  must match a pattern; no listed name may). Otherwise (up to 4 patterns) extra names are
+  partitioned by exactly which patterns match them, minus the listed names
+  (`name_sets` writes each part as a regex; `ExtraClass` per part, the names
+  no pattern matches take `additionalProperties`; a propertyNames of lengths, a lone
+  pattern or names is one more language every extra name must match). Listed properties
+  whose name a pattern matches, under our reading or Python's, also get its schema.
+* propertyNames: listed names are checked; extra names must be allowed too
+  (`names`: finitely many become listed properties, regexes restrict the
+  names of extra properties, listed names subtracted).
+* minProperties with extra properties allowed: up to the number of required properties,
+  or 1. maxProperties only without extra properties.
+* Presence constraints (dependentRequired, `not: {required}`, oneOf over required sets,
+  min/maxProperties without extras) by enumerating which of the involved optional
+  properties are present: one Object variant per allowed combination.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from functools import partial
+from typing import overload
+
+from ..errors import GrammarError
+from ..lexer.regex_builders import alt
+from .ir import ExtraClass, Never, Node, Object, Property, Union
+from .lengths import pattern_regex
+from .lowering import Lowering
+from .name_sets import (
+    NameSetError,
+    NameSets,
+    literal_names,
+    safe_alphabet,
+    search_language,
+)
+from .names import NameRule, name_rule
+from .pattern import PatternError, PatternNode, parse_pattern
+from .resolve import METADATA
+from .strings import any_json_char_regex, encode_string
+
+MAX_ENUMERATED_NAMES = 12
+MAX_VARIANTS = 256
+MAX_PARTITIONED_PATTERNS = 4
+
+
+@overload
+def non_negative_int(s: dict, key: str, pointer: str, default: int) -> int: ...
+@overload
+def non_negative_int(s: dict, key: str, pointer: str, default: None) -> int | None: ...
+def non_negative_int(s: dict, key: str, pointer: str, default: int | None) -> int | None:
+    """``s[key]`` as a non-negative integer (``default`` when absent); GrammarError otherwise."""
+    value = s.get(key, default)
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or value < 0
+        or value != int(value)
+    ):
+        raise GrammarError(
+            keyword=key, pointer=pointer, detail=f"expected a non-negative integer, got {value!r}"
+        )
+    return int(value)
+
+
+def escape_pointer(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
+    listed = s.get("properties", {})
+    required = s.get("required", [])
+    if not isinstance(listed, dict) or not isinstance(required, list):
+        raise GrammarError(
+            keyword="properties" if not isinstance(listed, dict) else "required",
+            pointer=pointer,
+            detail="malformed",
+        )
+    patterns = PatternProperties(builder, s, pointer, base)
+    additional = (
+        patterns.additional
+        if patterns and not patterns.partitioned
+        else _additional(builder, s, pointer, base)
+    )
+    rule = _name_rule(builder, s, pointer, base)
+    named: dict[str, Node] = {}  # extra names propertyNames allows, when finitely many
+    if rule is not None and patterns:  # propertyNames becomes one more language of names
+        patterns.names = rule.language()
+        if patterns.names is None:
+            raise GrammarError(
+                keyword="propertyNames", pointer=pointer, detail="with patternProperties"
+            )
+        patterns.partitioned = True
+        additional = _additional(builder, s, pointer, base)
+    elif rule is not None and additional is not None:
+        if not rule.parts:
+            named = {n: additional for n in rule.finite if n not in listed}
+            additional = None
+    counted = additional is None and not (patterns and patterns.partitioned)  # no extras
+    constraints = presence_constraints(s, counted, pointer, [*listed, *named])
+    mentioned = [n for _, names, _ in constraints for n in names]
+    names = list(dict.fromkeys([*listed, *required, *mentioned, *named]))
+    properties = []
+    for name in names:
+        parts = (
+            [(listed[name], f"{pointer}/properties/{escape_pointer(name)}")]
+            if name in listed
+            else []
+        )
+        parts += patterns.schemas_for(name) if patterns else []
+        if parts:
+            node = builder.build_merged(parts, base, parts[0][1])
+        elif name in named:
+            node = named[name]
+        elif (patterns and not patterns.partitioned) or (
+            additional is None and (name not in required or "additionalProperties" in s)
+        ):
+            continue  # cannot appear (strict mode still lets a required name in)
+        else:
+            node = additional or builder.any_value()
+        properties.append(Property(name, node, name in required))
+    if patterns and patterns.extra_key is not None and patterns.clashes(names):
+        patterns.partitioned = True  # the listed names are subtracted from the patterns
+        additional = None  # additionalProperties is false in this shape
+    kept = properties if rule is None else _allowed_names(builder, rule, properties)
+    if kept is None or any(name not in {p.name for p in kept} for name in required):
+        return Never()
+    properties = kept
+    extra_key = patterns.extra_key if patterns else None
+    classes: tuple[ExtraClass, ...] = ()
+    if patterns and patterns.partitioned:
+        classes, extra_key = patterns.partition(names, additional is not None, base)
+        additional = None if extra_key is None else additional
+    if rule is not None and additional is not None and not patterns:
+        extra_key = rule.extra_key(names, pointer)
+        additional = None if extra_key is None else additional
+    nonempty = _min_max_properties(s, properties, counted, pointer)
+    closed = not patterns and (
+        s.get("additionalProperties", True) is False or bool(rule is not None and not rule.parts)
+    )
+    obj = Object(properties, additional, names, nonempty, closed, extra_key, classes)
+    return enumerate_presence(obj, constraints, pointer) if constraints else obj
+
+
+def _exactly(matches: tuple[bool, ...], mask: int, count: int) -> bool:
+    """Exactly the patterns in `mask` match, the name is not a listed one (language `count`)
+    and propertyNames allows it (language `count + 1`, where there is one)."""
+    allowed = len(matches) == count + 1 or matches[count + 1]
+    return (
+        allowed
+        and not matches[count]
+        and all(matches[i] == bool(mask >> i & 1) for i in range(count))
+    )
+
+
+def _additional(builder: Lowering, s: dict, pointer: str, base: str) -> Node | None:
+    if "additionalProperties" not in s:
+        return None if builder.strict else builder.any_value()
+    schema = s["additionalProperties"]
+    if schema is False:
+        return None
+    if schema is True or schema == {}:
+        return builder.any_value()
+    return builder.build(schema, f"{pointer}/additionalProperties", base)
+
+
+class PatternProperties:
+    """The supported shapes of `patternProperties` (see the module docstring)."""
+
+    def __init__(self, builder: Lowering, s: dict, pointer: str, base: str) -> None:
+        self.items = list((s.get("patternProperties") or {}).items())
+        self.pointer = f"{pointer}/patternProperties"
+        self.additional: Node | None = None
+        self.extra_key: str | None = None
+        if not self.items:
+            return
+        self.key_regexes: list[str | None] = []
+        self.python: list[re.Pattern[str]] = []
+        for source, _ in self.items:
+            try:
+                self.key_regexes.append(pattern_regex(source))
+                self.python.append(re.compile(source))
+            except (PatternError, re.error) as exc:
+                raise GrammarError(
+                    keyword="patternProperties", pointer=pointer, detail=str(exc)
+                ) from None
+        universal = any_json_char_regex() + "*"
+        everything = all(r == universal for r in self.key_regexes)
+        schemas = [(schema, f"{self.pointer}/{escape_pointer(k)}") for k, schema in self.items]
+        if everything:  # every name matches: additionalProperties never applies
+            self.additional = builder.build_merged(schemas, base, self.pointer)
+        elif s.get("additionalProperties", True) is False and all(
+            sc == self.items[0][1] for _, sc in self.items
+        ):
+            self.additional = builder.build_merged(schemas[:1], base, self.pointer)
+            self.extra_key = alt(self.key_regexes)
+        else:  # names split by which patterns match them: see `partition`
+            self.partitioned = True
+        self.builder, self.schemas = builder, schemas
+
+    partitioned = False  # extra names are split into classes by the patterns they match
+    names: tuple[PatternNode, list[str]] | None = None  # propertyNames' language, sources
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def partition(
+        self, listed: list[str], with_rest: bool, base: str
+    ) -> tuple[tuple[ExtraClass, ...], str | None]:
+        """One class per set of patterns that some unlisted name matches exactly (its values:
+        all those patterns' schemas), and the regex of the names no pattern matches (None:
+        none, or `with_rest` is False). Names are restricted to characters on which every
+        regex engine reads the patterns alike (`safe_alphabet`): narrower, never wider."""
+        sources = [source for source, _ in self.items]
+        if len(sources) > MAX_PARTITIONED_PATTERNS:
+            raise GrammarError(
+                keyword="patternProperties", pointer=self.pointer, detail="too many patterns"
+            )
+        try:
+            languages = [search_language(parse_pattern(source)) for source in sources]
+            count = len(languages)
+            languages.append(literal_names(listed))
+            if self.names is not None:  # propertyNames: the last language must match
+                languages.append(self.names[0])
+                sources += self.names[1]
+            sets = NameSets(languages, safe_alphabet(sources))
+            classes = []
+            for mask in range(1, 1 << count):
+                key = sets.regex(partial(_exactly, mask=mask, count=count))
+                if key is None:
+                    continue
+                chosen = [self.schemas[i] for i in range(count) if mask >> i & 1]
+                node = self.builder.build_merged(chosen, base, chosen[0][1])
+                if not isinstance(node, Never) or node.cutoff:
+                    classes.append(ExtraClass(key, node))
+            rest = sets.regex(partial(_exactly, mask=0, count=count)) if with_rest else None
+        except (PatternError, NameSetError) as exc:
+            raise GrammarError(
+                keyword="patternProperties", pointer=self.pointer, detail=str(exc)
+            ) from None
+        except RecursionError:  # derivatives recurse on the patterns' nesting
+            raise GrammarError(
+                keyword="patternProperties", pointer=self.pointer, detail="patterns nest too deeply"
+            ) from None
+        return tuple(classes), rest
+
+    def matches(self, index: int, name: str) -> tuple[bool, bool]:
+        """(our reading of pattern `index` matches `name`, Python's `re.search` does)."""
+        regex = self.key_regexes[index]  # None: the pattern matches no string we can write
+        ours = regex is not None and re.fullmatch(regex, encode_string(name)[1:-1]) is not None
+        return ours, self.python[index].search(name) is not None
+
+    def schemas_for(self, name: str) -> list[tuple[object, str]]:
+        """Pattern schemas that also bind the listed property `name`."""
+        return [
+            (schema, f"{self.pointer}/{escape_pointer(source)}")
+            for i, (source, schema) in enumerate(self.items)
+            if any(self.matches(i, name))
+        ]
+
+    def clashes(self, names: list[str]) -> bool:
+        """Whether a listed name is in a pattern's language (as extra names come from it)."""
+        return any(self.matches(i, n)[0] for n in names for i in range(len(self.items)))
+
+
+def _name_rule(builder: Lowering, s: dict, pointer: str, base: str) -> NameRule | None:
+    """The names `propertyNames` allows (None: absent, or it admits every name)."""
+    schema = s.get("propertyNames", True)
+    if schema is True or schema == {}:
+        return None
+    node = builder.build(schema, f"{pointer}/propertyNames", base)
+    rule = name_rule(node, pointer, _lone_pattern(schema))
+    return None if rule.everything else rule
+
+
+def _lone_pattern(schema: object) -> str | None:
+    """The pattern of a name schema that is just ``{"pattern": P}`` (type string at most)."""
+    if not isinstance(schema, dict) or schema.get("type", "string") != "string":
+        return None
+    pattern = schema.get("pattern")
+    rest = set(schema) - METADATA - {"type", "pattern"}
+    return pattern if isinstance(pattern, str) and not rest else None
+
+
+def _allowed_names(
+    builder: Lowering, rule: NameRule, properties: list[Property]
+) -> list[Property] | None:
+    """The properties whose name `rule` allows (None: a required one is not allowed)."""
+    kept = []
+    for prop in properties:
+        if rule.accepts(prop.name, builder.ctx):
+            kept.append(prop)
+        elif prop.required:
+            return None
+    return kept
+
+
+def _min_max_properties(s: dict, properties: list, counted: bool, pointer: str) -> bool:
+    """Whether the object must be nonempty; refuses counts it cannot express (`counted`: no
+    extra properties, presence_constraints counts exactly)."""
+    if counted:
+        return False
+    num_required = sum(p.required for p in properties)
+    low = non_negative_int(s, "minProperties", pointer, 0)
+    if "maxProperties" in s:
+        raise GrammarError(
+            keyword="maxProperties", pointer=pointer, detail="with additional properties allowed"
+        )
+    if low > max(num_required, 1):
+        raise GrammarError(
+            keyword="minProperties", pointer=pointer, detail="with additional properties allowed"
+        )
+    return low == 1 and num_required == 0
+
+
+# Presence constraints: (keyword, names involved, predicate on the set of present names).
+
+
+Presence = Callable[[frozenset[str]], bool]  # which property names may be present together
+
+
+def presence_constraints(
+    s: dict, closed: bool, pointer: str, countable: list[str]
+) -> list[tuple[str, list[str], Presence]]:
+    """(keyword, names it involves, predicate over the set of present names) per constraint;
+    `countable`: the names a closed object may have besides required ones (for counts)."""
+    constraints: list[tuple[str, list[str], Presence]] = []
+    for name, deps in s.get("dependentRequired", {}).items():
+        if not isinstance(deps, list):
+            raise GrammarError(keyword="dependentRequired", pointer=pointer, detail="malformed")
+        rule = partial(_dependent_present, name=name, deps=frozenset(deps))
+        constraints.append(("dependentRequired", [name, *deps], rule))
+    for keyword, names in s.get("_not_all", []):
+        constraints.append(
+            (keyword, list(names), partial(_not_all_present, names=frozenset(names)))
+        )
+    if closed and ("minProperties" in s or "maxProperties" in s):
+        low = non_negative_int(s, "minProperties", pointer, 0)
+        high = non_negative_int(s, "maxProperties", pointer, None)
+        keyword = "minProperties" if "minProperties" in s else "maxProperties"
+        rule = partial(_count_present, low=low, high=high)
+        constraints.append((keyword, list(countable), rule))
+    return constraints
+
+
+def _dependent_present(present: frozenset[str], name: str, deps: frozenset[str]) -> bool:
+    return name not in present or deps <= present
+
+
+def _not_all_present(present: frozenset[str], names: frozenset[str]) -> bool:
+    return not names <= present
+
+
+def _count_present(present: frozenset[str], low: int, high: int | None) -> bool:
+    return low <= len(present) and (high is None or len(present) <= high)
+
+
+def enumerate_presence(obj: Object, constraints: list, pointer: str) -> Node:
+    """`obj` restricted to the presence combinations every constraint allows."""
+    fixed = frozenset(p.name for p in obj.properties if p.required)
+    optional_names = [
+        p.name for p in obj.properties if not p.required and not isinstance(p.node, Never)
+    ]
+    involved = {n for _, names, _ in constraints for n in names}
+    free = [n for n in optional_names if n in involved]
+    if len(free) > MAX_ENUMERATED_NAMES:
+        raise GrammarError(
+            keyword=constraints[0][0], pointer=pointer, detail="too many properties involved"
+        )
+    variants = []
+    for mask in range(1 << len(free)):
+        present = frozenset(n for i, n in enumerate(free) if mask >> i & 1)
+        if all(predicate(fixed | present) for _, _, predicate in constraints):
+            variants.append(present)
+    if len(variants) == 1 << len(free):
+        return obj
+    if len(variants) > MAX_VARIANTS:
+        raise GrammarError(
+            keyword=constraints[0][0], pointer=pointer, detail="too many property combinations"
+        )
+    options: list[Node] = [_variant(obj, set(free), present) for present in variants]
+    return Union(options) if len(options) > 1 else options[0] if options else Never()
+
+
+def _variant(obj: Object, free: set[str], present: frozenset[str]) -> Object:
+    properties = [
+        Property(p.name, p.node, p.required or p.name in present)
+        for p in obj.properties
+        if p.name not in free or p.name in present
+    ]
+    return dataclasses.replace(obj, properties=properties)

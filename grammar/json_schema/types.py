@@ -1,0 +1,221 @@
+"""Per-type lowering of a flattened schema dict into IR nodes.
+
+Each `lower_<type>` reads only the keywords of its type and raises GrammarError for any it
+cannot honor exactly. Keywords honored only in special cases:
+
+* multipleOf: integers with a divisor of 1 (trivially true); `number` + multipleOf 1.
+* uniqueItems: when at most one item is possible, or items take finitely many values
+  (`unique`).
+* contains / minContains / maxContains: `contains`.
+
+Objects are lowered in `objects`.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+from ..errors import GrammarError
+from .contains import lower_contains
+from .formats import format_pattern
+from .ir import Array, Boolean, Integer, Never, Node, Null, Number, String
+from .lengths import pattern_regex
+from .lowering import Lowering
+from .numbers import (
+    EXCLUSIVE_ZERO_EPSILON,
+    NUMBER,
+    Bound,
+    integer_range_regex,
+    number_range_regex,
+)
+from .objects import lower_object, non_negative_int
+from .pattern import PatternError
+from .strings import string_regex
+from .unique import at_most_one_item, unique_array
+
+_REFUSED = frozenset({"unevaluatedProperties", "unevaluatedItems"})
+_FLOAT_EXACT_LIMIT = 2**53
+
+
+class TypeLowering:
+    def __init__(self, builder: Lowering) -> None:
+        self.builder = builder
+
+    def check(self, key: str, s: dict, pointer: str) -> None:
+        """Refuse keywords never honored for their type."""
+        if key in _REFUSED or (key == "dependentSchemas" and s[key]):
+            raise GrammarError(keyword=key, pointer=pointer)
+
+    def lower(self, kind: str, s: dict, pointer: str, base: str) -> Node:
+        if kind == "object":
+            return lower_object(self.builder, s, pointer, base)
+        if kind == "null":
+            return Null()
+        if kind == "boolean":
+            return Boolean()
+        if kind == "number":
+            declared = s.get("type")
+            declared = {declared} if isinstance(declared, str) else set(declared or ())
+            return self.lower_number(
+                s, pointer, integer="integer" in declared and "number" not in declared
+            )
+        return getattr(self, f"lower_{kind}")(s, pointer, base)
+
+    # ------------------------------------------------------------ strings
+
+    def lower_string(self, s: dict, pointer: str, base: str) -> Node:
+        min_len = non_negative_int(s, "minLength", pointer, 0)
+        max_len = non_negative_int(s, "maxLength", pointer, None)
+        pattern, keyword = s.get("pattern"), "pattern"
+        fmt = s.get("format")
+        if isinstance(fmt, str) and self.builder.assert_formats:
+            try:
+                fmt_pattern = format_pattern(fmt)
+            except KeyError:
+                raise GrammarError(
+                    keyword="format", pointer=pointer, detail=f"format {fmt!r}"
+                ) from None
+            if fmt_pattern is not None:
+                if pattern is not None:
+                    raise GrammarError(
+                        keyword="format", pointer=pointer, detail="format together with pattern"
+                    )
+                pattern, keyword = fmt_pattern, "format"
+        if pattern is None:
+            body = string_regex(min_len, max_len)
+            return Never() if body is None else String(body[1:-1], True, min_len, max_len)
+        if not isinstance(pattern, str):
+            raise GrammarError(keyword="pattern", pointer=pointer, detail="expected a string")
+        if not self.builder.assert_formats:  # a conformance probe: no narrowing of lengths
+            min_len, max_len = 0, None
+        try:
+            body = pattern_regex(pattern, min_len, max_len)
+        except PatternError as exc:
+            raise GrammarError(keyword=keyword, pointer=pointer, detail=str(exc)) from None
+        return Never() if body is None else String(body, False, min_len, max_len)
+
+    # ------------------------------------------------------------ numbers
+
+    def lower_number(self, s: dict, pointer: str, *, integer: bool) -> Node:
+        step = s.get("multipleOf")
+        if step is not None:
+            step_value = _decimal(step, "multipleOf", pointer)
+            if step_value <= 0:
+                raise GrammarError(
+                    keyword="multipleOf", pointer=pointer, detail="expected a positive number"
+                )
+            if Decimal(1) % step_value == 0:
+                integer = integer or step_value == 1
+            if not integer or Decimal(1) % step_value != 0:
+                raise GrammarError(
+                    keyword="multipleOf", pointer=pointer, detail=f"multipleOf {step}"
+                )
+        lo = self._bound(s, "minimum", "exclusiveMinimum", pointer, upper=False)
+        hi = self._bound(s, "maximum", "exclusiveMaximum", pointer, upper=True)
+        if integer:
+            lo_int = (
+                None
+                if lo is None
+                else math.ceil(lo.value)
+                + (1 if lo.strict and lo.value == math.ceil(lo.value) else 0)
+            )
+            hi_int = (
+                None
+                if hi is None
+                else math.floor(hi.value)
+                - (1 if hi.strict and hi.value == math.floor(hi.value) else 0)
+            )
+            regex = integer_range_regex(lo_int, hi_int)
+            bounds = [None if b is None else Bound(Decimal(b), False) for b in (lo_int, hi_int)]
+            return (
+                Never()
+                if regex is None
+                else Integer(regex, bounds[0], bounds[1], self.builder.draft > 4)
+            )
+        safe_lo, safe_hi = (
+            self._float_safe(lo, pointer, upper=False),
+            self._float_safe(hi, pointer, upper=True),
+        )
+        regex = NUMBER if lo is None and hi is None else number_range_regex(safe_lo, safe_hi)
+        return Never() if regex is None else Number(regex, lo, hi)
+
+    def _bound(
+        self, s: dict, inclusive: str, exclusive: str, pointer: str, *, upper: bool
+    ) -> Bound | None:
+        """The tighter of the inclusive and exclusive bound, in exact decimal."""
+        candidates = []
+        for key, strict in ((inclusive, False), (exclusive, True)):
+            if key in s:
+                candidates.append(Bound(_decimal(s[key], key, pointer), strict, raw=s[key]))
+        if not candidates:
+            return None
+
+        def rank(b: Bound) -> tuple:
+            return (b.value, not b.strict) if upper else (-b.value, not b.strict)
+
+        return min(candidates, key=rank)
+
+    def _float_safe(self, bound: Bound | None, pointer: str, *, upper: bool) -> Bound | None:
+        """A bound on decimal text such that the double the text parses to obeys the
+        schema's bound too (validators compare doubles). Strict bounds become the
+        inclusive neighbouring double; a strict bound at 0 becomes +-1e-15 (narrower)."""
+        if bound is None:
+            return None
+        raw = bound.raw
+        assert raw is not None  # bounds read from a schema keep the number as written
+        if abs(bound.value) >= _FLOAT_EXACT_LIMIT:
+            if bound.strict or isinstance(raw, int):
+                keyword = "exclusiveMaximum" if upper else "exclusiveMinimum"
+                raise GrammarError(keyword=keyword, pointer=pointer, detail="bound beyond 2**53")
+            return bound
+        if not bound.strict:
+            return Bound(_exact(raw), False)
+        if bound.value == 0:
+            return Bound(-EXCLUSIVE_ZERO_EPSILON if upper else EXCLUSIVE_ZERO_EPSILON, False)
+        neighbour = math.nextafter(float(raw), -math.inf if upper else math.inf)
+        return Bound(_exact(neighbour), False)
+
+    # ------------------------------------------------------------ arrays
+
+    def lower_array(self, s: dict, pointer: str, base: str) -> Node:
+        build = self.builder.build
+        prefix = [
+            build(p, f"{pointer}/prefixItems/{i}", base)
+            for i, p in enumerate(s.get("prefixItems", []))
+        ]
+        items_schema = s.get("items", True)
+        if items_schema is False:
+            items = None
+        elif items_schema is True or items_schema == {}:
+            items = self.builder.any_value()
+        else:
+            items = build(items_schema, f"{pointer}/items", base)
+        min_items = non_negative_int(s, "minItems", pointer, 0)
+        max_items = non_negative_int(s, "maxItems", pointer, None)
+        array = Array(prefix, items, min_items, max_items)
+        unique = s.get("uniqueItems") is True and not at_most_one_item(array)
+        if "contains" in s and self.builder.draft >= 6:
+            if unique:
+                raise GrammarError(
+                    keyword="uniqueItems", pointer=pointer, detail="together with contains"
+                )
+            return lower_contains(self.builder, s, array, pointer, base)
+        return unique_array(array, pointer) if unique else array
+
+
+def _decimal(value: object, key: str, pointer: str) -> Decimal:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or (isinstance(value, float) and not math.isfinite(value))
+    ):
+        raise GrammarError(keyword=key, pointer=pointer, detail=f"expected a number, got {value!r}")
+    return Decimal(value)
+
+
+def _exact(value: int | float) -> Decimal:
+    """A decimal that compares with every JSON number text as the double `value` does."""
+    if isinstance(value, int) or value.is_integer():
+        return Decimal(value)
+    return Decimal(repr(value))

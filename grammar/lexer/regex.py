@@ -1,0 +1,333 @@
+"""Regex source -> byte-level term (see ``terms.py``), matched as a whole (``re.fullmatch``).
+
+Supported: literals, ``.`` (any character but ``\\n``), classes ``[...]`` / ``[^...]`` with
+ranges, escapes ``\\d \\w \\s \\D \\W \\S`` (ASCII meanings, like ``re.ASCII`` and ECMA-262),
+``\\n \\t \\r \\f \\v \\0 \\xhh \\uhhhh \\Uhhhhhhhh``, escaped punctuation, groups ``(...)``,
+``(?:...)``, ``(?P<name>...)``, ``(?<name>...)``, alternation, and quantifiers ``* + ? {n}
+{n,} {n,m} {,m}`` (a trailing lazy ``?`` is accepted: fullmatch semantics don't depend on
+it). ``^`` at the start and ``$`` at the end are accepted and ignored. Characters are
+matched as their UTF-8 bytes. Anything else (lookaround, backreferences, ``\\b``, inline
+flags, possessive quantifiers) raises ``GrammarError("regex: ...")``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from typing import NoReturn, Protocol
+
+from ..errors import GrammarError
+from .terms import EMPTY, EPS, Budget
+from .utf8 import complement, normalize, utf8_sequences
+
+Ranges = list[tuple[int, int]]
+
+_DIGIT: Ranges = [(0x30, 0x39)]
+_WORD: Ranges = [(0x30, 0x39), (0x41, 0x5A), (0x5F, 0x5F), (0x61, 0x7A)]
+_SPACE: Ranges = [(0x09, 0x0D), (0x20, 0x20)]
+_SHORTHANDS = {"d": _DIGIT, "w": _WORD, "s": _SPACE}
+_CONTROL_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "a": "\a", "0": "\0"}
+_HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
+_ANCHOR_ESCAPES = "bBAZzG"
+_MAX_REPEAT = 1 << 32
+_MEMO_MIN_LEN = 256
+# escapes, classes ([^]...] and []...] start with a literal ']'), parentheses
+_STRUCTURE = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[()]", re.DOTALL)
+
+
+class TermBuilder(Protocol):
+    """What the parser builds with: a ``TermStore``, or ``cfg.from_regex.RulesBuilder``
+    (which also takes rule calls). Ids 0 and 1 are the empty language and the empty string."""
+
+    budget: Budget
+
+    def byteset(self, mask: int) -> int: ...
+    def literal(self, data: bytes) -> int: ...
+    def seq(self, items: list[int]) -> int: ...
+    def alt(self, items: Iterable[int]) -> int: ...
+    def rep(self, r: int, lo: int, hi: int | None) -> int: ...
+    def tag(self, r: int) -> int: ...
+    def ref(self, name: str) -> int: ...
+
+
+def regex_to_term(pattern: str, store: TermBuilder, *, tag: Iterable[str] = ()) -> int:
+    """Parse ``pattern`` into ``store``; raise ``GrammarError`` naming the problem and position.
+
+    ``tag``: groups of ``pattern`` (their source text, parentheses included) to wrap with
+    ``store.tag``, as rarely entered.
+    """
+    if not isinstance(pattern, str):
+        raise GrammarError(f"regex: expected a string, got {type(pattern).__name__}")
+    return _Parser(pattern, store, tag=frozenset(tag)).parse()
+
+
+def _group_and_class_spans(pattern: str) -> dict[int, int]:
+    """Start -> end (exclusive) of every parenthesized group and character class."""
+    spans: dict[int, int] = {}
+    opens: list[int] = []
+    for match in _STRUCTURE.finditer(pattern):
+        token = match.group()
+        if token == "(":
+            opens.append(match.start())
+        elif token == ")":
+            if opens:
+                spans[opens.pop()] = match.end()
+        elif token[0] == "[":
+            spans[match.start()] = match.end()
+    return spans
+
+
+def ranges_to_term(ranges: Ranges, store: TermBuilder) -> int:
+    """The term matching one character from ``ranges`` (code points), as UTF-8 bytes."""
+    alternatives = []
+    for lo, hi in normalize(ranges):
+        for sequence in utf8_sequences(lo, hi):
+            sets = [store.byteset(((1 << (b + 1)) - 1) ^ ((1 << a) - 1)) for a, b in sequence]
+            alternatives.append(store.seq(sets))
+    return store.alt(alternatives)
+
+
+class _Parser:
+    """Recursive descent: alternation -> sequence -> quantified atom."""
+
+    def __init__(self, pattern: str, store: TermBuilder, *, tag: frozenset[str]) -> None:
+        self.src = pattern
+        self.pos = 0
+        self.store = store
+        self._class_terms: dict[tuple, int] = {}
+        # Generated regexes repeat big groups and classes (a JSON value, a string): parse each
+        # distinct source text once. Spans come from a C-speed scan; a span is only trusted
+        # as a cache key after the parser ended exactly there.
+        long = len(pattern) > _MEMO_MIN_LEN
+        self._spans = _group_and_class_spans(pattern) if long or tag else {}
+        self._memo: dict[str, int] = {}
+        self._tag = tag
+
+    def parse(self) -> int:
+        src = self.src
+        end = len(src)
+        if src.startswith("^"):
+            self.pos = 1
+        if (
+            src.endswith("$")
+            and end > self.pos
+            and (len(src) - len(src[:-1].rstrip("\\"))) % 2 == 1
+        ):
+            end -= 1  # an unescaped final '$' (preceded by an even number of backslashes)
+        self.end = end
+        term = self._alternation()
+        if self.pos < self.end:  # only a stray ')' stops an alternation early
+            self._fail("unbalanced parenthesis")
+        self.store.budget.check()
+        return term
+
+    def _fail(self, what: str) -> NoReturn:
+        snippet = self.src if len(self.src) <= 80 else self.src[:77] + "..."
+        raise GrammarError(f"regex: {what} at position {self.pos} in {snippet!r}", source="regex")
+
+    def _peek(self) -> str | None:
+        return self.src[self.pos] if self.pos < self.end else None
+
+    def _alternation(self) -> int:
+        branches = [self._sequence()]
+        while self._peek() == "|":
+            self.pos += 1
+            branches.append(self._sequence())
+        return self.store.alt(branches)
+
+    def _sequence(self) -> int:
+        items: list[int] = []
+        while (ch := self._peek()) is not None and ch not in "|)":
+            items.append(self._quantified(self._atom()))
+        return self.store.seq(items)
+
+    def _quantified(self, term: int) -> int:
+        while True:
+            ch = self._peek()
+            if ch in ("*", "+", "?"):
+                self.pos += 1
+                lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[ch]
+            elif ch == "{" and (bounds := self._braces()) is not None:
+                lo, hi = bounds
+            else:
+                return term
+            if self._peek() == "?":
+                self.pos += 1
+            elif self._peek() == "+":
+                self._fail("possessive quantifiers are not supported")
+            term = self.store.rep(term, lo, hi)
+
+    def _braces(self) -> tuple[int, int | None] | None:
+        """``{n}``, ``{n,}``, ``{n,m}``, ``{,m}``; None (a literal '{') if it is not one."""
+        close = self.src.find("}", self.pos, self.end)
+        if close < 0:
+            return None
+        body = self.src[self.pos + 1 : close]
+        lo_text, comma, hi_text = body.partition(",")
+        if not (lo_text.isdigit() or (comma and not lo_text)) or not (
+            hi_text.isdigit() or not hi_text
+        ):
+            return None
+        if not comma and not lo_text:
+            return None
+        lo = int(lo_text) if lo_text else 0
+        hi = (int(hi_text) if hi_text else None) if comma else lo
+        if hi is not None and hi < lo:
+            self._fail(f"min repeat {lo} greater than max repeat {hi}")
+        if max(lo, hi or 0) >= _MAX_REPEAT:
+            self._fail("repeat count too large")
+        self.pos = close + 1
+        return lo, hi
+
+    def _atom(self) -> int:
+        ch = self.src[self.pos]
+        if ch in "*+?":
+            self._fail("nothing to repeat")
+        if ch == "{" and self._braces() is not None:
+            self._fail("nothing to repeat")
+        self.pos += 1
+        if ch == "(":
+            return self._memoized(self._group)
+        if ch == "[":
+            return self._memoized(lambda: self._class_term(self._class()))
+        if ch == ".":
+            return self._class_term(complement([(0x0A, 0x0A)]))
+        if ch == "\\":
+            ranges = self._escape(in_class=False)
+            return self._class_term(ranges)
+        if ch in "^$":
+            self._fail(f"anchor {ch!r} inside the pattern is not supported")
+        return self.store.literal(ch.encode("utf-8"))
+
+    def _memoized(self, parse: Callable[[], int]) -> int:
+        """Parse the group or class opening at ``pos - 1``, reusing an identical earlier one."""
+        start = self.pos - 1
+        end = self._spans.get(start)
+        if end is None:
+            return parse()
+        text = self.src[start:end]
+        term = self._memo.get(text)
+        if term is not None:
+            self.pos = end
+            return term
+        term = parse()
+        if self.pos == end:
+            if text in self._tag:
+                term = self.store.tag(term)
+            self._memo[text] = term
+        return term
+
+    def _group(self) -> int:
+        if self.src.startswith("?&", self.pos):  # (?&name): a call of rule ``name``
+            close = self.src.find(")", self.pos)
+            if close < 0:
+                self._fail("unterminated rule call")
+            name = self.src[self.pos + 2 : close]
+            self.pos = close + 1
+            return self.store.ref(name)
+        if self.src.startswith("?", self.pos):
+            if self.src.startswith("?:", self.pos):
+                self.pos += 2
+            elif self.src.startswith(("?P<", "?<"), self.pos) and not self.src.startswith(
+                ("?<=", "?<!"), self.pos
+            ):
+                close = self.src.find(">", self.pos)
+                if close < 0:
+                    self._fail("unterminated group name")
+                self.pos = close + 1
+            else:
+                self._fail(
+                    "group extensions other than (?:...) and (?P<name>...) are not supported (lookaround, flags, backreferences)"
+                )
+        term = self._alternation()
+        if self._peek() != ")":
+            self._fail("missing ), unterminated group")
+        self.pos += 1
+        return term
+
+    def _class(self) -> Ranges:
+        negated = self._peek() == "^"
+        if negated:
+            self.pos += 1
+        ranges: Ranges = []
+        first = True
+        while True:
+            ch = self._peek()
+            if ch is None:
+                self._fail("unterminated character set")
+            if ch == "]" and not first:
+                self.pos += 1
+                break
+            first = False
+            lo_ranges = self._class_item()
+            if self._peek() == "-" and self.pos + 1 < self.end and self.src[self.pos + 1] != "]":
+                self.pos += 1
+                hi_ranges = self._class_item()
+                if (
+                    len(lo_ranges) != 1
+                    or len(hi_ranges) != 1
+                    or lo_ranges[0][0] != lo_ranges[0][1]
+                    or hi_ranges[0][0] != hi_ranges[0][1]
+                ):
+                    self._fail("bad character range")
+                lo, hi = lo_ranges[0][0], hi_ranges[0][0]
+                if hi < lo:
+                    self._fail(f"bad character range {chr(lo)}-{chr(hi)}")
+                ranges.append((lo, hi))
+            else:
+                ranges.extend(lo_ranges)
+        return complement(ranges) if negated else normalize(ranges)
+
+    def _class_item(self) -> Ranges:
+        ch = self.src[self.pos]
+        self.pos += 1
+        if ch == "\\":
+            return self._escape(in_class=True)
+        if ch == "[" and self._peek() == ":":
+            self._fail("POSIX classes [:name:] are not supported")
+        return [(ord(ch), ord(ch))]
+
+    def _escape(self, *, in_class: bool) -> Ranges:
+        ch = self._peek()
+        if ch is None:
+            self._fail("bad escape (end of pattern)")
+        self.pos += 1
+        if ch.lower() in _SHORTHANDS:
+            ranges = _SHORTHANDS[ch.lower()]
+            return complement(ranges) if ch.isupper() else ranges
+        following = self._peek()
+        if ch in _CONTROL_ESCAPES and not (
+            ch == "0" and following is not None and following.isdigit()
+        ):
+            return [(ord(_CONTROL_ESCAPES[ch]),) * 2]
+        if ch in _HEX_ESCAPES:
+            digits = self.src[self.pos : self.pos + _HEX_ESCAPES[ch]]
+            if len(digits) != _HEX_ESCAPES[ch] or not all(
+                c in "0123456789abcdefABCDEF" for c in digits
+            ):
+                self._fail(f"bad escape \\{ch}{digits}")
+            self.pos += len(digits)
+            code = int(digits, 16)
+            if code > 0x10FFFF:
+                self._fail(f"bad escape \\{ch}{digits}")
+            return [(code, code)]
+        if ch == "b" and in_class:
+            return [(0x08, 0x08)]
+        if ch in _ANCHOR_ESCAPES:
+            self._fail(f"anchor \\{ch} is not supported")
+        if ch.isdigit():
+            self._fail("backreferences are not supported")
+        if ch.isalnum():
+            self._fail(f"bad escape \\{ch}")
+        return [(ord(ch), ord(ch))]
+
+    def _class_term(self, ranges: Ranges) -> int:
+        key = tuple(ranges)
+        term = self._class_terms.get(key)
+        if term is None:
+            term = ranges_to_term(ranges, self.store) if ranges else EMPTY
+            self._class_terms[key] = term
+        return term
+
+
+__all__ = ["EPS", "regex_to_term", "ranges_to_term"]

@@ -1,0 +1,361 @@
+"""Regular expressions over bytes as hash-consed terms, with Brzozowski derivatives.
+
+A term is an int id into a ``TermStore``. Constructors normalize as they build (``∅`` absorbs
+concatenation, ``ε`` is its unit, alternation is flattened, deduplicated, sorted and merges its
+byte sets), so equal ids mean equal terms and the derivatives of a term are finitely many.
+A DFA state *is* a term: the language still to be matched. Every term other than ``EMPTY``
+denotes a non-empty language (there is no intersection or complement), so ``EMPTY`` is the
+one dead state.
+
+Bounded repetition ``r{lo,hi}`` is a single term with counters: its derivative is
+``d(r) · r{lo-1,hi-1}``. Nothing is unrolled, so ``[^"]{0,32767}`` costs one term per
+counter value actually reached, built on demand.
+
+``tag(r)`` wraps a sub-term that matches rarely enter (a JSON object's undeclared properties,
+escapes in strings): same language, but a distinct term whose derivatives stay wrapped, so
+``head_tagged(t)`` can tell whether every way to continue ``t`` starts inside a tagged part.
+``MaskIndex.precompute`` uses it to reach the likely states first.
+
+``clip(t)`` caps every counter at ``clip_bound``. Two terms that differ only in counters at or
+above the bound accept the same prefixes of length ``< clip_bound`` (each iteration consumes
+at least one byte once a nullable body has ``lo = 0``), so with ``clip_bound`` = longest token
++ 1 they have the same token mask: the mask cache is keyed by the clipped term.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any, Protocol, TypeVar
+
+from ..errors import GrammarError, GrammarTooLarge
+
+T_co = TypeVar("T_co", covariant=True)
+
+EMPTY, EPS = 0, 1
+K_EMPTY, K_EPS, K_SET, K_CAT, K_ALT, K_REP, K_TAG = range(7)
+
+
+class CompileTimeout(GrammarError):
+    """The compilation's wall-clock budget ran out."""
+
+
+class Budget:
+    """Limits of one compilation: a wall-clock deadline (optional) and a term count.
+
+    ``check()`` raises ``GrammarError``; loops that can run long call it.
+    """
+
+    def __init__(self, *, timeout_s: float | None = None, max_terms: int = 2_000_000) -> None:
+        self.deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.timeout_s = timeout_s
+        self.max_terms = max_terms
+
+    def check(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise CompileTimeout(
+                f"grammar: compilation timed out after {self.timeout_s:g} s", source="grammar"
+            )
+
+    def clear_deadline(self) -> None:
+        """Compilation is over: lazy expansion at decode time is limited by size only."""
+        self.deadline = None
+
+
+class Lookup(Protocol[T_co]):
+    """Read-only indexing (a list, or the native store's views)."""
+
+    def __getitem__(self, i: int, /) -> T_co: ...
+
+
+class Terms(Protocol):
+    """What the DFA, the mask index and the safe runs read of a store: ``TermStore`` or
+    ``native_lexer.NativeTermStore``."""
+
+    clip_bound: int
+    budget: Budget
+
+    @property
+    def kinds(self) -> Lookup[int]: ...
+
+    @property
+    def args(self) -> Lookup[Any]: ...
+
+    @property
+    def nullable(self) -> Lookup[bool]: ...
+
+    @property
+    def has_tags(self) -> bool: ...
+
+    def deriv(self, t: int, byte: int) -> int: ...
+
+    def clip(self, t: int, bound: int | None = None) -> int: ...
+
+    def first_bytes(self, t: int) -> int: ...
+
+    def single_bytes(self, t: int) -> int: ...
+
+    def head_tagged(self, t: int) -> bool: ...
+
+    def byte_sets(self) -> set[int]: ...
+
+    def find_seq(self, masks: list[int]) -> int | None: ...
+
+
+class TermStore:
+    """All terms of one grammar. Not thread-safe: the owner serializes access."""
+
+    def __init__(self, *, clip_bound: int, budget: Budget | None = None) -> None:
+        self.kinds: list[int] = [K_EMPTY, K_EPS]
+        self.args: list = [None, None]
+        self.nullable: list[bool] = [False, True]
+        self._big: list[bool] = [False, False]  # holds a counter >= clip_bound
+        self._ids: dict[tuple, int] = {}
+        self._derivs: dict[int, int] = {}
+        self._clips: dict[tuple[int, int], int] = {}
+        self._firsts: dict[int, int] = {}
+        self._head_tagged: dict[int, bool] = {}
+        self.has_tags = False
+        self.clip_bound = clip_bound
+        self.budget = budget or Budget()
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    # ------------------------------------------------------------------ constructors
+
+    def _make(self, kind: int, args: object, nullable: bool, big: bool) -> int:
+        key = (kind, args)
+        term = self._ids.get(key)
+        if term is None:
+            term = len(self.kinds)
+            if term & 1023 == 0:
+                if term >= self.budget.max_terms:
+                    raise GrammarTooLarge(
+                        f"grammar: too large (more than {self.budget.max_terms} terms)"
+                    )
+                self.budget.check()
+            self._ids[key] = term
+            self.kinds.append(kind)
+            self.args.append(args)
+            self.nullable.append(nullable)
+            self._big.append(big)
+        return term
+
+    def byteset(self, mask: int) -> int:
+        """The bytes whose bits are set in ``mask`` (bit b = byte b)."""
+        return self._make(K_SET, mask, False, False) if mask else EMPTY
+
+    def find_seq(self, masks: list[int]) -> int | None:
+        """The existing term of the concatenation of byte sets ``masks``, or None if the store
+        has none (never creates terms)."""
+        term: int | None = EPS
+        for mask in reversed(masks):
+            head = self._ids.get((K_SET, mask))
+            if head is None:
+                return None
+            term = head if term == EPS else self._ids.get((K_CAT, (head, term)))
+            if term is None:
+                return None
+        return term
+
+    def literal(self, data: bytes) -> int:
+        return self.seq([self.byteset(1 << b) for b in data])
+
+    def cat(self, a: int, b: int) -> int:
+        if a == EMPTY or b == EMPTY:
+            return EMPTY
+        if a == EPS:
+            return b
+        if b == EPS:
+            return a
+        n = self.nullable
+        return self._make(K_CAT, (a, b), n[a] and n[b], self._big[a] or self._big[b])
+
+    def seq(self, items: list[int]) -> int:
+        """Concatenation of ``items``, nested to the right."""
+        term = EPS
+        for item in reversed(items):
+            term = self.cat(item, term)
+        return term
+
+    def alt(self, items: Iterable[int]) -> int:
+        items = [t for t in items if t != EMPTY]
+        if len(items) <= 1:
+            return items[0] if items else EMPTY
+        members: set[int] = set()
+        setmask = 0
+        kinds, args = self.kinds, self.args
+        for t in items:
+            kind = kinds[t]
+            if kind == K_ALT:
+                for u in args[t]:
+                    if kinds[u] == K_SET:
+                        setmask |= args[u]
+                    else:
+                        members.add(u)
+            elif kind == K_SET:
+                setmask |= args[t]
+            elif t != EMPTY:
+                members.add(t)
+        if setmask:
+            members.add(self.byteset(setmask))
+        if len(members) <= 1:
+            return members.pop() if members else EMPTY
+        ordered = tuple(sorted(members))
+        term = self._ids.get((K_ALT, ordered))
+        if term is not None:
+            return term
+        nullable, big = self.nullable, self._big
+        return self._make(
+            K_ALT, ordered, any([nullable[u] for u in ordered]), any([big[u] for u in ordered])
+        )
+
+    def rep(self, r: int, lo: int, hi: int | None) -> int:
+        """``r{lo,hi}``; ``hi=None`` is unbounded."""
+        if hi == 0 or r == EPS:
+            return EPS
+        if r == EMPTY:
+            return EPS if lo == 0 else EMPTY
+        if self.nullable[r]:
+            lo = 0  # extra iterations may match the empty string
+        if lo == 1 and hi == 1:
+            return r
+        bound = self.clip_bound
+        big = lo > bound or (hi is not None and hi > bound) or self._big[r]
+        return self._make(K_REP, (r, lo, hi), lo == 0, big)
+
+    # ------------------------------------------------------------------ operations
+
+    def deriv(self, t: int, byte: int) -> int:
+        """The term matching ``s`` exactly when ``t`` matches ``byte + s`` (memoized)."""
+        key = t * 256 + byte
+        d = self._derivs.get(key)
+        if d is None:
+            first = self._firsts.get(t)
+            if first is None:
+                first = self.first_bytes(t)
+            d = self._derive(t, byte) if (first >> byte) & 1 else EMPTY
+            self._derivs[key] = d
+        return d
+
+    def _derive(self, t: int, byte: int) -> int:
+        kind, args = self.kinds[t], self.args[t]
+        if kind == K_SET:
+            return EPS if (args >> byte) & 1 else EMPTY
+        if kind == K_CAT:
+            head, tail = args
+            if self.kinds[head] == K_SET:  # a byte, then the tail (most concatenations)
+                return tail if (self.args[head] >> byte) & 1 else EMPTY
+            d = self.cat(self.deriv(head, byte), tail)
+            if self.nullable[head]:
+                rest = self.deriv(tail, byte)
+                if rest != EMPTY:
+                    d = self.alt((d, rest)) if d != EMPTY else rest
+            return d
+        if kind == K_ALT:  # members' first bytes are known: first_bytes(t) computed them
+            firsts = self._firsts
+            return self.alt([self.deriv(u, byte) for u in args if (firsts[u] >> byte) & 1])
+        if kind == K_REP:
+            r, lo, hi = args
+            rest = self.rep(r, max(lo - 1, 0), None if hi is None else hi - 1)
+            return self.cat(self.deriv(r, byte), rest)
+        if kind == K_TAG:
+            return self.tag(self.deriv(args, byte))
+        return EMPTY
+
+    def ref(self, name: str) -> int:
+        """A call of another rule (``(?&name)``): only grammars of rules have them."""
+        raise GrammarError(
+            f"regex: rule calls such as (?&{name}) are not supported", source="regex"
+        )
+
+    def tag(self, r: int) -> int:
+        """``r`` marked as rarely entered (see the module doc)."""
+        if r <= EPS or self.kinds[r] == K_TAG:
+            return r
+        self.has_tags = True
+        return self._make(K_TAG, r, self.nullable[r], self._big[r])
+
+    def head_tagged(self, t: int) -> bool:
+        """Whether every non-empty match of ``t`` begins inside a tagged part (memoized)."""
+        result = self._head_tagged.get(t)
+        if result is None:
+            kind, args = self.kinds[t], self.args[t]
+            if kind == K_TAG:
+                result = True
+            elif kind == K_CAT:
+                head, tail = args
+                result = self.head_tagged(head) and (
+                    not self.nullable[head] or self.head_tagged(tail)
+                )
+            elif kind == K_ALT:
+                result = all(self.head_tagged(u) for u in args)
+            else:
+                result = False
+            self._head_tagged[t] = result
+        return result
+
+    def clip(self, t: int, bound: int | None = None) -> int:
+        """``t`` with every counter capped at ``bound`` (default and minimum ``clip_bound``):
+        the same token mask (see module doc)."""
+        if not self._big[t]:
+            return t
+        bound = self.clip_bound if bound is None else max(bound, self.clip_bound)
+        key = (t, bound)
+        c = self._clips.get(key)
+        if c is None:
+            c = self._clip(t, bound)
+            self._clips[key] = c
+        return c
+
+    def _clip(self, t: int, bound: int) -> int:
+        kind, args = self.kinds[t], self.args[t]
+        if kind == K_TAG:
+            return self.tag(self.clip(args, bound))
+        if kind == K_CAT:
+            return self.cat(self.clip(args[0], bound), self.clip(args[1], bound))
+        if kind == K_ALT:
+            return self.alt([self.clip(u, bound) for u in args])
+        r, lo, hi = args
+        return self.rep(self.clip(r, bound), min(lo, bound), None if hi is None else min(hi, bound))
+
+    def first_bytes(self, t: int) -> int:
+        """Mask of the bytes b with ``deriv(t, b) != EMPTY`` (without computing derivatives)."""
+        first = self._firsts.get(t)
+        if first is None:
+            kind, args = self.kinds[t], self.args[t]
+            if kind == K_SET:
+                first = args
+            elif kind == K_CAT:
+                first = self.first_bytes(args[0])
+                if self.nullable[args[0]]:
+                    first |= self.first_bytes(args[1])
+            elif kind == K_ALT:
+                first = 0
+                for u in args:
+                    first |= self.first_bytes(u)
+            elif kind == K_REP:
+                first = self.first_bytes(args[0])
+            elif kind == K_TAG:
+                first = self.first_bytes(args)
+            else:
+                first = 0
+            self._firsts[t] = first
+        return first
+
+    def single_bytes(self, t: int) -> int:
+        """Bytes b such that ``t`` matches the one-byte string b (a byte set, or the byte-set
+        member of an alternation; 0 otherwise)."""
+        kind, args = self.kinds[t], self.args[t]
+        if kind == K_SET:
+            return args
+        if kind == K_ALT:
+            return next((self.args[u] for u in args if self.kinds[u] == K_SET), 0)
+        if kind == K_TAG:
+            return self.single_bytes(args)
+        return 0
+
+    def byte_sets(self) -> set[int]:
+        """Every byte-set mask in the store (to split bytes into equivalence classes)."""
+        return {a for k, a in zip(self.kinds, self.args) if k == K_SET}
