@@ -58,7 +58,22 @@ def _serve() -> None:
             reply = ("error", err)
         except Exception as exc:  # a bug: this request fails, the worker goes on
             reply = ("error", GrammarError(f"{kind}: {type(exc).__name__}: {exc}", source=kind))
-        send(stdout, (*reply, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024))
+        send(stdout, (*reply, peak_rss_mb()))
+
+
+def peak_rss_mb() -> int:
+    """This process's own peak RSS in MB. Linux's ``ru_maxrss`` starts from the parent's RSS
+    at fork and keeps it across exec, so a worker of a 5 GB server would report 5 GB after
+    its first task; ``VmHWM`` belongs to this process's own address space."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // (1 << 20) if sys.platform == "darwin" else peak // 1024  # bytes on macOS
 
 
 if __name__ == "__main__":

@@ -19,6 +19,22 @@ def isolated(tokenizer):
     compiler.shutdown()
 
 
+def test_a_worker_reports_its_own_peak_not_its_parents(tokenizer):
+    """Linux's ru_maxrss of a child starts at its parent's RSS: a worker of a server past
+    max_rss_mb must not be replaced after every task (each restart reloads the vocabulary)."""
+    ballast = bytearray(1500 << 20)  # the parent's RSS grows past 1.5 GB (pages touched)
+    ballast[:: 1 << 12] = b"x" * len(ballast[:: 1 << 12])
+    compiler = GrammarCompiler(shared_compiler(tokenizer).vocab, isolate=True, max_workers=1)
+    workers = compiler._workers
+    workers.max_rss_mb = 1200  # above a worker's own peak, below what it inherited
+    first = workers._idle[0].process.pid
+    del ballast
+    compiler.compile_regex("a+")
+    compiler.compile_regex("b+")
+    assert workers._idle[0].process.pid == first
+    compiler.shutdown()
+
+
 CASES = [
     ("json_schema", {"type": "object", "properties": {"a": {"type": "integer"}}}, '{"a":12}'),
     ("regex", "[a-c]{2}x", "abx"),
