@@ -15,7 +15,7 @@ from __future__ import annotations
 from functools import reduce
 
 from ..errors import GrammarError
-from .disjoint import disjoint, subsumes
+from .disjoint import disjoint, uncovered
 from .ir import Boolean, Const, Never, Node, Null, Number, String, Union
 from .lowering import Lowering
 from .names import names_not_in
@@ -45,14 +45,7 @@ def lower_group(builder: Lowering, s: dict, groups: list, pointer: str, base: st
         options = exclusive_branches(builder, options, parts, base, pointer)
     live = [o for o in options if not (isinstance(o, Never) and not o.cutoff)]
     if keyword == "anyOf":  # drop branches another branch already covers
-        live = [
-            o
-            for i, o in enumerate(live)
-            if not any(
-                j != i and subsumes(p, o) and (j < i or not subsumes(o, p))
-                for j, p in enumerate(live)
-            )
-        ]
+        live = uncovered(live)
     if not live:
         return Never()
     return live[0] if len(live) == 1 else Union(live)

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import GrammarTooLarge
+from ..lexer.native import regex_matcher
 from ..lexer.regex_builders import alt, escape_literal
 from .containers import MAX_REGEX_CHARS, ObjectShape, object_body, sequence_regex
 from .numbers import INTEGER, NUMBER, Bound
@@ -58,13 +59,14 @@ class EmitContext:
         return self.regex_cache[key][1]
 
     def accepts(self, node: Node, text: str) -> bool:
-        """Whether `node`'s regex fullmatches `text` (Python `re`, cached)."""
+        """Whether `node`'s regex fullmatches `text` (our own lexer, as the grammar will
+        match it; cached per node: Python's `re` took tens of ms to compile a big one)."""
         key = id(node)
         if key not in self.compiled_cache:
             regex = self.regex(node)
-            self.compiled_cache[key] = (node, None if regex is None else re.compile(regex))
-        compiled = self.compiled_cache[key][1]
-        return compiled is not None and compiled.fullmatch(text) is not None
+            self.compiled_cache[key] = (node, None if regex is None else regex_matcher(regex))
+        matches = self.compiled_cache[key][1]
+        return matches is not None and matches(text)
 
     def ref_regex(self, ref: Ref) -> str | None:
         """A recursive reference: one regex cannot call itself."""

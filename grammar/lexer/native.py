@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import numpy as np
 from ..errors import GrammarError, GrammarTooLarge
 from ..tokens.table import TokenTable
 from .automaton import DEAD, DFAQueries, LazyDFA
+from .regex import regex_to_term
 from .terms import EMPTY, EPS, K_ALT, K_CAT, K_REP, K_SET, K_TAG, Budget, TermStore
 
 logger = logging.getLogger(__name__)
@@ -43,6 +45,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_byteset": (_I32, [_P, ctypes.c_char_p, _F64]),
     "rg_cat": (_I32, [_P, _I32, _I32, _F64]),
     "rg_alt": (_I32, [_P, _P, _I64, _F64]),
+    "rg_literal": (_I32, [_P, ctypes.c_char_p, _I64, _F64]),
     "rg_rep": (_I32, [_P, _I32, _I64, _I64, _F64]),
     "rg_tag": (_I32, [_P, _I32, _F64]),
     "rg_deriv": (_I32, [_P, _I32, _I32, _F64]),
@@ -121,8 +124,6 @@ def _load() -> ctypes.CDLL | None:
 
 def _probe() -> bool:
     """Same ids, same states and same walks as the Python lexer on a small grammar."""
-    from .regex import regex_to_term
-
     pattern = r'\{"a":(-?[0-9]{1,3}|"[^"\\]{0,40}"),"b":\[(true|false)(,(true|false)){0,5}\]\}'
     ends = []
     for store_type, dfa_type in ((TermStore, LazyDFA), (NativeTermStore, NativeDFA)):
@@ -263,8 +264,11 @@ class NativeTermStore:
                 return None
         return term
 
+    def literal(self, data: bytes) -> int:
+        """``TermStore.literal`` in one call (the same terms, made in the same order)."""
+        return self._check(self._lib.rg_literal(self._ptr, data, len(data), self._deadline()))
+
     # built from byteset / cat, as TermStore builds them
-    literal = TermStore.literal
     seq = TermStore.seq
     ref = TermStore.ref
     single_bytes = TermStore.single_bytes  # reads kinds / args
@@ -539,3 +543,18 @@ class _WalkBuffers:
 DFA = LazyDFA | NativeDFA  # what a compiled regex grammar steps
 
 __all__ = ["DEAD", "DFA", "NativeDFA", "NativeTermStore", "available", "enabled", "library"]
+
+
+def regex_matcher(pattern: str) -> Callable[[str], bool]:
+    """``text -> whether pattern fullmatches it``, on this lexer (C where it builds), for
+    the front ends' own questions (which enum values a schema's other keywords allow)."""
+    native = available()
+    store = NativeTermStore(clip_bound=17) if native else TermStore(clip_bound=17)
+    dfa_type = NativeDFA if native else LazyDFA
+    dfa = dfa_type(store, regex_to_term(pattern, store), max_states=1_000_000)  # type: ignore[arg-type]
+
+    def matches(text: str) -> bool:
+        end = dfa.walk(dfa.start, text.encode("utf-8"))
+        return end != DEAD and bool(dfa.accepting[end])
+
+    return matches

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import NoReturn, Protocol
+from typing import NoReturn, Protocol, cast
 
 from ..errors import GrammarError
+from .regex_builders import STRUCTURE
 from .terms import EMPTY, EPS, Budget
 from .utf8 import complement, normalize, utf8_sequences
 
@@ -31,8 +32,11 @@ _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 _ANCHOR_ESCAPES = "bBAZzG"
 _MAX_REPEAT = 1 << 32
 _MEMO_MIN_LEN = 256
-# escapes, classes ([^]...] and []...] start with a literal ']'), parentheses
-_STRUCTURE = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[()]", re.DOTALL)
+# a run of literal characters: plain ones, or punctuation escaped
+_RUN = re.compile(r"(?:[^\\\[\](){}|*+?.^$]|\\[^\w\s])+")
+_UNESCAPE = re.compile(r"\\(.)", re.DOTALL)
+_TRIE_MIN = 64  # alternations of this many literal branches are built as a trie
+_TRIE_MAX_LEN = 512  # ... of branches no longer than this (the trie recurses per branch point)
 
 
 class TermBuilder(Protocol):
@@ -65,7 +69,7 @@ def _group_and_class_spans(pattern: str) -> dict[int, int]:
     """Start -> end (exclusive) of every parenthesized group and character class."""
     spans: dict[int, int] = {}
     opens: list[int] = []
-    for match in _STRUCTURE.finditer(pattern):
+    for match in STRUCTURE.finditer(pattern):
         token = match.group()
         if token == "(":
             opens.append(match.start())
@@ -75,6 +79,50 @@ def _group_and_class_spans(pattern: str) -> dict[int, int]:
         elif token[0] == "[":
             spans[match.start()] = match.end()
     return spans
+
+
+def _ends_with_escape(run: str) -> bool:
+    """Whether ``run`` (a ``_RUN`` match) ends with an escaped character."""
+    backslashes = len(run) - 1 - len(run[:-1].rstrip("\\"))
+    return backslashes % 2 == 1
+
+
+def _join_runs(items: list[int | bytes]) -> list[int | bytes]:
+    """Adjacent runs as one (a quantified character in between splits them)."""
+    out: list[int | bytes] = []
+    for item in items:
+        if isinstance(item, bytes) and out and isinstance(out[-1], bytes):
+            out[-1] += item
+        else:
+            out.append(item)
+    return out
+
+
+def _trie(store: TermBuilder, words: list[bytes], depth: int) -> int:
+    """The alternation of ``words`` (sorted, distinct, sharing their first ``depth`` bytes)
+    factored by prefix: each derivative then meets one branch per next byte, not every word
+    (an enum of 100,000 strings)."""
+    options: list[int] = []
+    i, n = 0, len(words)
+    if len(words[0]) == depth:  # the shared prefix itself is a word (sorted first)
+        options.append(EPS)
+        i = 1
+    while i < n:
+        first = words[i][depth]
+        j = i + 1
+        while j < n and words[j][depth] == first:
+            j += 1
+        low, high = words[i], words[j - 1]  # sorted: their common prefix is the group's
+        common = depth + 1
+        while common < len(low) and common < len(high) and low[common] == high[common]:
+            common += 1
+        if j - i == 1:
+            options.append(store.literal(low[depth:]))
+        else:
+            tail = _trie(store, words[i:j], common)
+            options.append(store.seq([store.literal(low[depth:common]), tail]))
+        i = j
+    return store.alt(options)
 
 
 def ranges_to_term(ranges: Ranges, store: TermBuilder) -> int:
@@ -133,13 +181,36 @@ class _Parser:
         while self._peek() == "|":
             self.pos += 1
             branches.append(self._sequence())
-        return self.store.alt(branches)
+        if len(branches) >= _TRIE_MIN and all(isinstance(b, bytes) for b in branches):
+            words = sorted(set(cast("list[bytes]", branches)))
+            if max(map(len, words)) <= _TRIE_MAX_LEN:
+                return _trie(self.store, words, 0)
+        return self.store.alt(b if isinstance(b, int) else self.store.literal(b) for b in branches)
 
-    def _sequence(self) -> int:
-        items: list[int] = []
+    def _sequence(self) -> int | bytes:
+        """The sequence's term, or its bytes when it is one literal run (for ``_trie``)."""
+        items: list[int | bytes] = []
+        src, end = self.src, self.end
         while (ch := self._peek()) is not None and ch not in "|)":
+            run = _RUN.match(src, self.pos, end)
+            if run is not None:
+                text, after = run.group(), run.end()
+                if after < end and src[after] in "*+?{":  # its last character is quantified
+                    text = text[: -2 if _ends_with_escape(text) else -1]
+                if text:
+                    self.pos += len(text)
+                    if "\\" in text:
+                        text = _UNESCAPE.sub(r"\1", text)
+                    items.append(text.encode("utf-8"))
+                    continue
             items.append(self._quantified(self._atom()))
-        return self.store.seq(items)
+        if not items:
+            return b""
+        if len(items) == 1 and isinstance(items[0], bytes):
+            return items[0]
+        return self.store.seq(
+            [t if isinstance(t, int) else self.store.literal(t) for t in _join_runs(items)]
+        )
 
     def _quantified(self, term: int) -> int:
         while True:

@@ -12,6 +12,8 @@ alternatives instead of writing a regex that never matches.
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterable
 
 MAX_CODE_POINT = 0x10FFFF
@@ -42,49 +44,37 @@ def group(regex: str) -> str:
     return f"(?:{regex})"
 
 
+@functools.lru_cache(maxsize=8192)
 def _is_atom(regex: str) -> bool:
+    """Whether ``regex`` is one escape, class or group (cached: builders group the same
+    pieces again and again as they nest, and each test scans the whole text)."""
     if len(regex) == 2 and regex[0] == "\\":
         return True
     if regex.startswith("\\x") and len(regex) == 4:
         return True
-    if regex.startswith("[") and regex.endswith("]") and _class_end(regex, 0) == len(regex) - 1:
-        return True
-    if regex.startswith("(?:") and _group_end(regex, 0) == len(regex) - 1:
-        return True
+    if regex.startswith("[") and regex.endswith("]"):
+        first = STRUCTURE.match(regex)
+        return first is not None and first.end() == len(regex)
+    if regex.startswith("(?:") and regex.endswith(")"):
+        return _group_end(regex, 0) == len(regex) - 1
     return False
 
 
-def _class_end(regex: str, start: int) -> int:
-    i = start + 1
-    if i < len(regex) and regex[i] == "^":
-        i += 1
-    while i < len(regex):
-        if regex[i] == "\\":
-            i += 2
-            continue
-        if regex[i] == "]":
-            return i
-        i += 1
-    return -1
+# escapes, classes ([^]...] and []...] start with a literal ']'), parentheses
+STRUCTURE = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[()]", re.DOTALL)
 
 
 def _group_end(regex: str, start: int) -> int:
-    depth, i = 0, start
-    while i < len(regex):
-        c = regex[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "[":
-            i = _class_end(regex, i) + 1
-            continue
-        if c == "(":
+    """Index of the ``)`` closing the group opened at ``start`` (-1 if none)."""
+    depth = 0
+    for match in STRUCTURE.finditer(regex, start):
+        token = match.group()
+        if token == "(":
             depth += 1
-        elif c == ")":
+        elif token == ")":
             depth -= 1
             if depth == 0:
-                return i
-        i += 1
+                return match.start()
     return -1
 
 

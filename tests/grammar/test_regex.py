@@ -183,3 +183,22 @@ def test_group_memo_parses_identically(monkeypatch: pytest.MonkeyPatch, pattern:
     monkeypatch.setattr(regex_module, "_MEMO_MIN_LEN", 0)
     doubled = regex_to_term(f"(?:{pattern})|(?:{pattern})", store)
     assert regex_to_term(pattern, store) == plain == doubled
+
+
+def test_a_large_alternation_of_literals_is_the_same_language() -> None:
+    """Enough literal branches are built as a prefix trie (``_trie``): words that are
+    prefixes of others, escaped punctuation, non-ASCII and the empty word included."""
+    rng = random.Random(3)
+    words = {"", "a", "ab", "abc", "a.b", "é", "éa", "x" * 40}
+    while len(words) < 400:
+        words.add("".join(rng.choice("ab.-é") for _ in range(rng.randint(1, 6))))
+    pattern = "|".join(re.escape(w) for w in sorted(words, key=lambda w: rng.random()))
+    assert pattern.count("|") + 1 >= regex_module._TRIE_MIN
+    dfa = byte_dfa(pattern)
+    for word in words:
+        assert dfa_fullmatch(dfa, word), word
+        for other in (word + "a", word + "é", "b" + word, word[:-1]):
+            assert dfa_fullmatch(dfa, other) == (other in words), other
+    quantified = byte_dfa("|".join(["ab*", r"c\.+", "d{2}", *(f"w{i}" for i in range(70))]))
+    for text, ok in [("abbb", True), ("a", True), ("c..", True), ("dd", True), ("d", False)]:
+        assert dfa_fullmatch(quantified, text) == ok, text

@@ -562,6 +562,27 @@ int32_t rg_cat(Store *st, int32_t a, int32_t b, double deadline) {
     return finish(st, cat(st, a, b));
 }
 
+/* The byte string `data`: its bytes' sets in order, then concatenated from the right (the
+   calls, and so the ids, of TermStore.literal). */
+int32_t rg_literal(Store *st, const uint8_t *data, int64_t n, double deadline) {
+    begin(st, deadline);
+    int32_t local[64];
+    int32_t *heads = n <= 64 ? local : malloc((size_t)n * sizeof(int32_t));
+    if (!heads) {
+        st->err = ERR_MEMORY;
+        return finish(st, EMPTY);
+    }
+    for (int64_t i = 0; i < n && !st->err; i++) {
+        Mask m = {{0, 0, 0, 0}};
+        m.w[data[i] >> 6] = (uint64_t)1 << (data[i] & 63);
+        heads[i] = byteset(st, &m);
+    }
+    int32_t term = EPS;
+    for (int64_t i = n - 1; i >= 0 && !st->err; i--) term = cat(st, heads[i], term);
+    if (heads != local) free(heads);
+    return finish(st, term);
+}
+
 int32_t rg_alt(Store *st, const int32_t *items, int64_t n, double deadline) {
     begin(st, deadline);
     return finish(st, alt(st, items, n));
