@@ -1,7 +1,7 @@
 """A compile worker process: ``python -m radixgen.grammar.compile_worker`` (see ``workers.py``).
 
 Reads the vocabulary and the compiler's settings, then compiles each request it reads and
-answers with the grammar, or its ``GrammarError``, and its peak memory.
+answers with the grammar, or its ``GrammarError``, and the peak memory of that task.
 
 The front ends recurse once per nesting level of the spec (about six Python frames per
 level of a JSON Schema object), so Python's default limit of 1,000 frames would refuse
@@ -13,6 +13,7 @@ as ``GrammarError("nested too deeply")``, never as a crash.
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import sys
@@ -44,12 +45,14 @@ def _serve() -> None:
     except EOFError:  # the server stopped before it sent the vocabulary
         return
     compiler = GrammarCompiler(vocab, max_workers=1, **settings)
+    gc.freeze()  # the vocabulary and its tables: compiles' collections need not scan them
     while True:
         try:
             kind, key, spec, options = receive(stdin)
         except EOFError:
             return
         reply: tuple[str, Any]
+        reset_peak_rss()
         try:
             if isinstance(spec, JsonSpec):
                 spec = spec.load()
@@ -59,6 +62,16 @@ def _serve() -> None:
         except Exception as exc:  # a bug: this request fails, the worker goes on
             reply = ("error", GrammarError(f"{kind}: {type(exc).__name__}: {exc}", source=kind))
         send(stdout, (*reply, peak_rss_mb()))
+
+
+def reset_peak_rss() -> None:
+    """Start this process's peak RSS over from its current RSS (Linux: ``clear_refs``), so
+    that each reply reports the peak of its own task."""
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+    except OSError:
+        pass
 
 
 def peak_rss_mb() -> int:

@@ -96,6 +96,7 @@ class CompileWorkers:
         self._idle: list[_Worker] = []
         self._available = threading.Semaphore(count)
         self._lock = threading.Lock()
+        self.last_peak_mb = 0  # the peak RSS the last worker to answer reported (MB)
         processes = [self._launch() for _ in range(count)]  # their imports run side by side
         self._idle = [self._greet(process) for process in processes]
 
@@ -129,6 +130,7 @@ class CompileWorkers:
             finally:
                 with self._lock:
                     self._idle.append(worker)
+            self.last_peak_mb = rss_mb
             if rss_mb > self.max_rss_mb:
                 logger.info("grammar worker peaked at %d MB: replacing it", rss_mb)
                 replacement = self._start()

@@ -176,7 +176,10 @@ class Const(Node):
         )
 
     def regex(self, ctx: EmitContext) -> str | None:
-        return alt(literal_regex(json.loads(t), ctx) for t in self.texts)
+        return alt(
+            literal_regex(json.loads(t), ctx) if t[0] in "[{" else escape_literal(t)
+            for t in self.texts  # a scalar's text is already how it is written
+        )
 
     def write(self, value: object, ctx: EmitContext) -> str:
         for member, text in zip(self.values, self.texts):

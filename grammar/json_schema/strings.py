@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+from json.encoder import encode_basestring as _encode_basestring
 
 from ..lexer.regex_builders import CharSet, alt, concat, escape_literal, repeat
 
@@ -83,7 +84,7 @@ def _json_char_regex(ranges: tuple[tuple[int, int], ...]) -> str | None:
 def encode_string(text: str) -> str:
     """How the grammar writes a string value: JSON escapes for '"', '\\' and control
     characters, everything else raw UTF-8."""
-    return json.dumps(text, ensure_ascii=False)
+    return _encode_basestring(text)  # json.dumps(text, ensure_ascii=False), without its setup
 
 
 def literal_string_regex(text: str) -> str:

@@ -46,6 +46,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_cat": (_I32, [_P, _I32, _I32, _F64]),
     "rg_alt": (_I32, [_P, _P, _I64, _F64]),
     "rg_literal": (_I32, [_P, ctypes.c_char_p, _I64, _F64]),
+    "rg_trie": (_I32, [_P, ctypes.c_char_p, _P, _I64, _F64]),
     "rg_rep": (_I32, [_P, _I32, _I64, _I64, _F64]),
     "rg_tag": (_I32, [_P, _I32, _F64]),
     "rg_deriv": (_I32, [_P, _I32, _I32, _F64]),
@@ -267,6 +268,16 @@ class NativeTermStore:
     def literal(self, data: bytes) -> int:
         """``TermStore.literal`` in one call (the same terms, made in the same order)."""
         return self._check(self._lib.rg_literal(self._ptr, data, len(data), self._deadline()))
+
+    def trie(self, words: list[bytes]) -> int:
+        """``regex._trie`` in one call: the alternation of ``words`` (sorted, distinct)
+        factored by prefix, with the same terms made in the same order."""
+        offsets = np.zeros(len(words) + 1, dtype=np.int64)
+        np.cumsum([len(w) for w in words], out=offsets[1:])
+        data = b"".join(words)
+        return self._check(
+            self._lib.rg_trie(self._ptr, data, offsets.ctypes.data, len(words), self._deadline())
+        )
 
     # built from byteset / cat, as TermStore builds them
     seq = TermStore.seq

@@ -33,7 +33,11 @@ _ANCHOR_ESCAPES = "bBAZzG"
 _MAX_REPEAT = 1 << 32
 _MEMO_MIN_LEN = 256
 # a run of literal characters: plain ones, or punctuation escaped
-_RUN = re.compile(r"(?:[^\\\[\](){}|*+?.^$]|\\[^\w\s])+")
+_RUN_TEXT = r"(?:[^\\\[\](){}|*+?.^$]|\\[^\w\s])"
+_RUN = re.compile(_RUN_TEXT + "+")
+# the characters that end an alternation of literals (an escaped one does not)
+_NOT_LITERAL = re.compile(r"[\[\](){}*+?.^$]")
+_ESCAPE_OR_BAR = re.compile(r"\\.|\|", re.DOTALL)
 _UNESCAPE = re.compile(r"\\(.)", re.DOTALL)
 _TRIE_MIN = 64  # alternations of this many literal branches are built as a trie
 _TRIE_MAX_LEN = 512  # ... of branches no longer than this (the trie recurses per branch point)
@@ -119,8 +123,8 @@ def _trie(store: TermBuilder, words: list[bytes], depth: int) -> int:
         if j - i == 1:
             options.append(store.literal(low[depth:]))
         else:
-            tail = _trie(store, words[i:j], common)
-            options.append(store.seq([store.literal(low[depth:common]), tail]))
+            head = store.literal(low[depth:common])  # made before the tail (as in C)
+            options.append(store.seq([head, _trie(store, words[i:j], common)]))
         i = j
     return store.alt(options)
 
@@ -177,6 +181,9 @@ class _Parser:
         return self.src[self.pos] if self.pos < self.end else None
 
     def _alternation(self) -> int:
+        words = self._literal_alternation()
+        if words is not None:
+            return self._trie(words)
         branches = [self._sequence()]
         while self._peek() == "|":
             self.pos += 1
@@ -184,8 +191,48 @@ class _Parser:
         if len(branches) >= _TRIE_MIN and all(isinstance(b, bytes) for b in branches):
             words = sorted(set(cast("list[bytes]", branches)))
             if max(map(len, words)) <= _TRIE_MAX_LEN:
-                return _trie(self.store, words, 0)
+                return self._trie(words)
         return self.store.alt(b if isinstance(b, int) else self.store.literal(b) for b in branches)
+
+    def _trie(self, words: list[bytes]) -> int:
+        native = getattr(self.store, "trie", None)  # the C store builds it in one call
+        return native(words) if native is not None else _trie(self.store, words, 0)
+
+    def _literal_alternation(self) -> list[bytes] | None:
+        """The words of a big alternation of plain literals starting here (sorted,
+        distinct), found by C-speed searches instead of a sequence at a time; None if the
+        alternation is anything else (or small)."""
+        src, start, end = self.src, self.pos, self.end
+        stop = start
+        while (found := _NOT_LITERAL.search(src, stop, end)) is not None:
+            stop = found.start()
+            backslashes = stop - len(src[start:stop].rstrip("\\")) - start
+            if backslashes % 2 == 0:  # not escaped: the alternation ends here
+                break
+            stop += 1
+        else:
+            stop = end
+        if stop < end and src[stop] != ")":
+            return None
+        text = src[start:stop]
+        if text.count("|") + 1 < _TRIE_MIN:
+            return None
+        if "\\" in text:
+            cuts = []
+            for piece in _ESCAPE_OR_BAR.finditer(text):
+                if piece.group() == "|":
+                    cuts.append(piece.start())
+                elif piece.group()[1].isalnum() or piece.group()[1] in " _\t\n\r\f\v":
+                    return None  # \d, \n, \x41...: not a literal character
+            bounds = zip([-1, *cuts], [*cuts, len(text)])
+            branches = [_UNESCAPE.sub(r"\1", text[a + 1 : b]) for a, b in bounds]
+        else:
+            branches = text.split("|")
+        words = sorted({b.encode("utf-8") for b in branches})
+        if max(map(len, words)) > _TRIE_MAX_LEN:
+            return None
+        self.pos = stop
+        return words
 
     def _sequence(self) -> int | bytes:
         """The sequence's term, or its bytes when it is one literal run (for ``_trie``)."""

@@ -32,9 +32,12 @@ def escape_char(c: str, *, in_class: bool = False) -> str:
     return c
 
 
+_NEEDS_ESCAPE = re.compile(r"[\\.+*?()|\[\]{}^$\x00-\x1f\x7f]")
+
+
 def escape_literal(text: str) -> str:
     """A regex matching exactly `text`."""
-    return "".join(escape_char(c) for c in text)
+    return _NEEDS_ESCAPE.sub(lambda m: escape_char(m.group()), text)
 
 
 def group(regex: str) -> str:

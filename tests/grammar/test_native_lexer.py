@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pickle
 import random
+import re
 
 import numpy as np
 import pytest
@@ -232,3 +233,18 @@ def test_a_store_is_freed_with_its_last_reference():
         assert [r() for r in refs] == [None] * 4
     finally:
         gc.enable()
+
+
+def test_big_literal_alternations_build_the_same_trie_in_c():
+    """``rg_trie`` makes the terms of the Python ``_trie`` in the same order (same ids)."""
+    rng = random.Random(5)
+    words = {"", "a", "ab", "abc"} | {
+        "".join(rng.choice("abé\"-") for _ in range(rng.randint(1, 7))) for _ in range(500)
+    }
+    pattern = "(?:" + "|".join(re.escape(w) for w in words) + ")x"
+    (py_store, py_dfa), (c_store, c_dfa) = both(pattern)
+    assert py_dfa.state_terms[py_dfa.start] == c_dfa.state_terms[c_dfa.start]
+    for word in list(words)[:100]:
+        for dfa in (py_dfa, c_dfa):
+            end = dfa.walk(dfa.start, (word + "x").encode())
+            assert end != DEAD and dfa.accepting[end]

@@ -564,13 +564,12 @@ int32_t rg_cat(Store *st, int32_t a, int32_t b, double deadline) {
 
 /* The byte string `data`: its bytes' sets in order, then concatenated from the right (the
    calls, and so the ids, of TermStore.literal). */
-int32_t rg_literal(Store *st, const uint8_t *data, int64_t n, double deadline) {
-    begin(st, deadline);
+static int32_t literal(Store *st, const uint8_t *data, int64_t n) {
     int32_t local[64];
     int32_t *heads = n <= 64 ? local : malloc((size_t)n * sizeof(int32_t));
     if (!heads) {
         st->err = ERR_MEMORY;
-        return finish(st, EMPTY);
+        return EMPTY;
     }
     for (int64_t i = 0; i < n && !st->err; i++) {
         Mask m = {{0, 0, 0, 0}};
@@ -580,7 +579,55 @@ int32_t rg_literal(Store *st, const uint8_t *data, int64_t n, double deadline) {
     int32_t term = EPS;
     for (int64_t i = n - 1; i >= 0 && !st->err; i--) term = cat(st, heads[i], term);
     if (heads != local) free(heads);
-    return finish(st, term);
+    return term;
+}
+
+int32_t rg_literal(Store *st, const uint8_t *data, int64_t n, double deadline) {
+    begin(st, deadline);
+    return finish(st, literal(st, data, n));
+}
+
+/* The alternation of words lo..hi-1 (sorted, distinct, sharing their first `depth` bytes;
+   word i is data[offs[i] .. offs[i+1])) factored by prefix, making the terms of the Python
+   reference (grammar/lexer/regex.py: _trie) in the same order. */
+static int32_t trie(Store *st, const uint8_t *data, const int64_t *offs, int64_t lo, int64_t hi,
+                    int64_t depth) {
+    int64_t cap = hi - lo < 258 ? hi - lo : 258, n = 0;
+    int32_t *options = malloc((size_t)cap * sizeof(int32_t));
+    if (!options) {
+        st->err = ERR_MEMORY;
+        return EMPTY;
+    }
+    int64_t i = lo;
+    if (offs[i + 1] - offs[i] == depth) {  /* the shared prefix is a word: sorted first */
+        options[n++] = EPS;
+        i++;
+    }
+    while (i < hi && !st->err) {
+        uint8_t first = data[offs[i] + depth];
+        int64_t j = i + 1;
+        while (j < hi && data[offs[j] + depth] == first) j++;
+        const uint8_t *low = data + offs[i], *high = data + offs[j - 1];
+        int64_t low_len = offs[i + 1] - offs[i], high_len = offs[j] - offs[j - 1];
+        if (j - i == 1) {
+            options[n++] = literal(st, low + depth, low_len - depth);
+        } else {
+            int64_t common = depth + 1;
+            while (common < low_len && common < high_len && low[common] == high[common]) common++;
+            int32_t head = literal(st, low + depth, common - depth);
+            int32_t tail = trie(st, data, offs, i, j, common);
+            options[n++] = st->err ? EMPTY : cat(st, head, tail);
+        }
+        i = j;
+    }
+    int32_t result = st->err ? EMPTY : alt(st, options, n);
+    free(options);
+    return result;
+}
+
+int32_t rg_trie(Store *st, const uint8_t *data, const int64_t *offs, int64_t n, double deadline) {
+    begin(st, deadline);
+    return finish(st, n ? trie(st, data, offs, 0, n, 0) : EMPTY);
 }
 
 int32_t rg_alt(Store *st, const int32_t *items, int64_t n, double deadline) {
