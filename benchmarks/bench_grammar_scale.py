@@ -19,10 +19,10 @@ import argparse
 import time
 
 import torch
-
-from radixgen import load_tokenizer
 from radixgen.grammar import GrammarCompiler, GrammarError
 from radixgen.grammar.conformance.scale import CASES
+
+from radixgen import load_tokenizer
 
 
 def walk(grammar, tokenizer, text: str, bitmask: torch.Tensor) -> tuple[bool, float]:
@@ -49,7 +49,9 @@ def main() -> None:
     assert workers is not None
     base_mb = workers.last_peak_mb
     bitmask = torch.zeros((1, (len(compiler.vocab.token_bytes) + 31) // 32), dtype=torch.int32)
-    print(f"{'case':<12} {'compile ms':>10} {'peak MB':>8} {'valid':>7} {'invalid':>8} {'mask max ms':>12}")
+    print(
+        f"{'case':<12} {'compile ms':>10} {'peak MB':>8} {'valid':>7} {'invalid':>8} {'mask max ms':>12}"
+    )
     for name in args.cases.split(","):
         case = CASES[name]()
         start = time.perf_counter()
