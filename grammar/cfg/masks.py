@@ -25,15 +25,20 @@ tokens that end a rule begun before the column.
 
 from __future__ import annotations
 
+import ctypes
+import logging
 from typing import cast
 
 import numpy as np
 
+from ..lexer import native
 from ..tokens.table import TokenTable, byte_flags
 from .earley import DEAD, UNKNOWN, Column, EarleyAutomaton
 
+logger = logging.getLogger(__name__)
 _SCALAR_TAIL = 48  # the numpy walk hands its last few tokens to the plain loop
 _LOOP_MIN_GROUP = 256  # groups at least this big try the self-loop shortcut
+_NATIVE: dict[str, ctypes.CDLL | None] = {}  # the probed C walk, once looked up
 
 
 def column_mask(
@@ -54,7 +59,7 @@ def column_mask(
         entry = shared[key] = _allowed(auto, table, twin, track=twin is not col)
     ids, again = entry
     if again.size:
-        found = _walk(auto, table, auto.register(col), table.longest_first(again), False)[0]
+        found = _walk(auto, table, auto.register(col), again, False)[0]
         ids = np.concatenate([ids, found])
     return table.pack(ids), int(ids.size)
 
@@ -93,7 +98,7 @@ def _allowed(
     if small:
         walk.append(np.flatnonzero(byte_flags(small)[table.first_byte]))
     candidates = np.concatenate(walk) if walk else none
-    found, again = _walk(auto, table, uid, table.longest_first(candidates), track)
+    found, again = _walk(auto, table, uid, candidates, track)
     allowed.append(found)
     return np.concatenate(allowed), again
 
@@ -148,8 +153,135 @@ def _loop_bytes(auto: EarleyAutomaton, uid: int) -> int:
 def _walk(
     auto: EarleyAutomaton, table: TokenTable, uid: int, ids: np.ndarray, track: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(the ids, ordered longest first, whose bytes lead from ``uid`` to a live column; with
-    ``track``, the ids that died after reaching an open column)."""
+    """(the ids whose bytes lead from ``uid`` to a live column; with ``track``, the ids that
+    died after reaching an open column). In C where it builds (``_walk_native``), else numpy."""
+    lib = _native_walk()
+    if lib is not None and ids.size:
+        return _walk_native(lib, auto, table, uid, ids, track)
+    return _walk_numpy(auto, table, uid, table.longest_first(ids), track)
+
+
+_STEP = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.c_int32)
+
+
+class _Table(ctypes.Structure):
+    """``Table`` of ``lexer/csrc/table_walk.c``: the transitions as the walk reads them."""
+
+    _fields_ = [
+        ("table", ctypes.c_void_p),
+        ("open", ctypes.c_void_p),
+        ("step", _STEP),
+        ("num_classes", ctypes.c_int64),
+    ]
+
+
+def _walk_native(
+    lib: ctypes.CDLL,
+    auto: EarleyAutomaton,
+    table: TokenTable,
+    uid: int,
+    ids: np.ndarray,
+    track: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``_walk`` in C (``csrc/table_walk.c``): the ids in lexicographic order, each resuming
+    from the bytes it shares with the one before, over the transitions already known; an
+    unknown one is computed on the way by a callback into the automaton (the Earley step)."""
+    lex = table.lex_by_pair
+    positions = np.sort(lex.position[ids])
+    status = np.empty(positions.size, dtype=np.uint8)
+    opened = np.zeros(positions.size, dtype=np.uint8)
+    failure: list[BaseException] = []
+    walk = _Table(
+        table=auto.table.ctypes.data,
+        open=auto.open_flags.ctypes.data,
+        num_classes=auto.num_classes,
+    )
+
+    def step(state: int, cls: int) -> int:
+        try:
+            nxt = auto.next_uid(state, cls)
+        except BaseException as exc:  # noqa: BLE001 - raised again below, after the C call
+            failure.append(exc)
+            return -2
+        walk.table, walk.open = auto.table.ctypes.data, auto.open_flags.ctypes.data  # may grow
+        return nxt
+
+    walk.step = _STEP(step)
+    accepted = lib.rg_table_walk(
+        ctypes.byref(walk), auto._class_array.ctypes.data, uid, positions.size,
+        positions.ctypes.data, lex.shared.ctypes.data, lex.buffer.ctypes.data,
+        lex.offsets.ctypes.data, status.ctypes.data, opened.ctypes.data,
+    )  # fmt: skip
+    if accepted < 0:
+        raise failure[0]
+    found = lex.ids[positions[status == 1]]
+    if not track:
+        return found, np.zeros(0, dtype=np.int64)
+    return found, lex.ids[positions[(status == 0) & (opened != 0)]]
+
+
+def _native_walk() -> ctypes.CDLL | None:
+    """The C library with ``rg_table_walk``, once it agreed with ``_walk_numpy`` on a probe."""
+    if "lib" not in _NATIVE:
+        lib = native.library()
+        try:
+            agrees = lib is not None and _probe(lib)
+        except Exception:  # noqa: BLE001 - any failure means: keep the numpy walk
+            logger.exception("the native table walk's probe failed")
+            agrees = False
+        if lib is not None and not agrees:
+            logger.warning("the native table walk disagrees with numpy's; using numpy")
+        _NATIVE["lib"] = lib if agrees else None
+    return _NATIVE["lib"] if native.enabled() else None
+
+
+def _probe(lib: ctypes.CDLL) -> bool:
+    """A random table, walked by the C function (its unknown transitions filled on the way
+    by the callback) and by a plain loop, gives the same outcomes."""
+    rng = np.random.default_rng(7)
+    words = sorted({bytes(rng.integers(97, 101, rng.integers(1, 6))) for _ in range(200)})
+    shared = np.zeros(len(words), dtype=np.int32)
+    for k in range(1, len(words)):
+        a, b = words[k - 1], words[k]
+        while shared[k] < min(len(a), len(b)) and a[shared[k]] == b[shared[k]]:
+            shared[k] += 1
+    offsets = np.cumsum([0, *map(len, words)]).astype(np.int64)
+    buffer = np.frombuffer(b"".join(words), dtype=np.uint8)
+    classes = np.zeros(256, dtype=np.int64)
+    classes[97:101] = [0, 1, 2, 3]
+    full = rng.integers(0, 12, (12, 4)).astype(np.int32)
+    known = np.where(rng.random((12, 4)) < 0.5, full, UNKNOWN).astype(np.int32)
+    opens = (rng.random(12) < 0.3).astype(np.uint8)
+    positions = np.flatnonzero(rng.random(len(words)) < 0.6).astype(np.int64)
+    status, opened = np.empty(positions.size, np.uint8), np.zeros(positions.size, np.uint8)
+
+    def step(state: int, cls: int) -> int:
+        known[state, cls] = full[state, cls]
+        return int(full[state, cls])
+
+    walk = _Table(table=known.ctypes.data, open=opens.ctypes.data, num_classes=4)
+    walk.step = _STEP(step)
+    lib.rg_table_walk(
+        ctypes.byref(walk), classes.ctypes.data, 1, positions.size, positions.ctypes.data,
+        shared.ctypes.data, buffer.ctypes.data, offsets.ctypes.data, status.ctypes.data,
+        opened.ctypes.data,
+    )  # fmt: skip
+    for k, q in enumerate(positions.tolist()):
+        s, seen = 1, False
+        for byte in words[q]:
+            s = int(full[s, classes[byte]])
+            if s == DEAD:
+                break
+            seen |= bool(opens[s])
+        if int(status[k]) != (s != DEAD) or bool(opened[k]) != seen:
+            return False
+    return True
+
+
+def _walk_numpy(
+    auto: EarleyAutomaton, table: TokenTable, uid: int, ids: np.ndarray, track: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``_walk`` in numpy (the reference, and the fallback): the ids ordered longest first."""
     class_of, num_classes = auto._class_array, auto.num_classes
     neg_lengths = -table.lengths[ids]  # ascending
     states = np.full(ids.size, uid, dtype=np.int64)

@@ -34,7 +34,7 @@ from .terms import EMPTY, EPS, K_ALT, K_CAT, K_REP, K_SET, K_TAG, Budget, TermSt
 logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = ("lexer.c",)
+SOURCES = ("lexer.c", "table_walk.c")
 _FLAG_SETS = (["-O2", "-march=native"], ["-O2"])
 ERR_TERMS, ERR_TIMEOUT, ERR_DEPTH, ERR_STATES = 1, 2, 3, 4
 
@@ -74,6 +74,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_dfa_accepting": (_I32, [_P, _I32]),
     "rg_dfa_export": (None, [_P, _P, _P]),
     "rg_dfa_import": (_P, [_P, _P, _P, _I32, _I32, _I32, _P, _P]),
+    "rg_table_walk": (_I64, [_P, _P, _I32, _I64, *[_P] * 6]),
 }
 _LEX_MIN = 256  # from this many ids on, a walk goes in lexicographic order
 _COUNTER_MAX = 1 << 62  # counters past this are as good as unbounded (no output is that long)

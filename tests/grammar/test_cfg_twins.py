@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from ebnf_grammars import GRAMMARS
 from grammar_support import lazy_compiler
-from radixgen.grammar.cfg import CfgGrammar
+from radixgen.grammar.cfg import CfgGrammar, masks
 from radixgen.grammar.cfg.earley import EarleyAutomaton
+from radixgen.grammar.lexer import native
 
 TREE = {
     "type": "object",
@@ -128,3 +129,47 @@ def test_twins_share_masks_across_nesting_levels(tokenizer):
         assert m.accept_token(token)
     masks = len(grammar._masks)
     assert grammar._twin_masks is not None and len(grammar._twin_masks) < masks / 2
+
+
+def _both_walks_agree(grammar: CfgGrammar, col, monkeypatch) -> None:
+    """``column_mask`` of ``col`` with the C table walk and with the numpy one, with and
+    without twins, is one mask."""
+    auto, table = grammar.auto, grammar.table
+    masks_by_walk = []
+    for in_c in (True, False):
+        with monkeypatch.context() as patch:
+            if not in_c:
+                patch.setattr(masks, "_native_walk", lambda: None)
+            with auto.lock:
+                masks_by_walk.append(
+                    [masks.column_mask(auto, table, col, shared)[0] for shared in (None, {})]
+                )
+    for mask in [*masks_by_walk[0], *masks_by_walk[1]]:
+        assert np.array_equal(mask, masks_by_walk[0][0])
+
+
+@pytest.mark.parametrize("name", ["json", "nested", "sql", "arithmetic"])
+def test_the_c_table_walk_gives_the_numpy_walks_masks(tokenizer, name, monkeypatch):
+    if native.library() is None:
+        pytest.skip("no C compiler: the numpy walk is the only one")
+    assert masks._native_walk() is not None, "the C table walk failed its probe"
+    text, good, _ = GRAMMARS[name]
+    grammar = lazy_compiler(tokenizer).compile_ebnf(text)
+    rng = random.Random(name)
+    walks = [tokenizer.encode(sample) for sample in good]
+    for _ in range(3):  # random walks, preferring tokens that end rules
+        m, tokens = grammar.matcher(), []
+        for _ in range(40):
+            allowed = [
+                t for t in _ids(m.current_mask()).tolist() if t not in grammar.vocab.eos_token_ids
+            ]
+            if not allowed:
+                break
+            tokens.append(rng.choice(allowed))
+            assert m.accept_token(tokens[-1])
+        walks.append(tokens)
+    for tokens in walks:
+        m = grammar.matcher()
+        for token in tokens:
+            _both_walks_agree(grammar, m.state, monkeypatch)
+            assert m.accept_token(token)
