@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import GrammarError
 from ..lexer.terms import Budget
 from ..matcher import TokenMatcher
-from ..tokens.table import TokenTable
+from ..tokens.table import TokenTable, decode_row, encode_row
 from ..tokens.vocabulary import Vocabulary
 from .automata import build_automata
 from .earley import Column, EarleyAutomaton
@@ -81,10 +81,17 @@ class CfgGrammar:
         return CfgMatcher(self)
 
     def __getstate__(self) -> dict:
-        """Pickled without the vocabulary (compile workers send grammars back)."""
+        """Pickled without the vocabulary (compile workers send grammars back), mask rows
+        compact (``encode_row``)."""
         state = self.__dict__.copy()
         state["vocab"] = state["table"] = None
+        state["_masks"] = [(key, encode_row(row), n) for key, (row, n) in self._masks.items()]
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        masks = state.pop("_masks")
+        self.__dict__.update(state)
+        self._masks = OrderedDict((key, (decode_row(code), n)) for key, code, n in masks)
 
     def attach(self, vocab: Vocabulary) -> None:
         """Give an unpickled grammar its vocabulary (the receiver's own object)."""

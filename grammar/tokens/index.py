@@ -31,7 +31,7 @@ from ..lexer.automaton import DEAD, UNKNOWN, LazyDFA
 from ..lexer.native import DFA, NativeDFA
 from ..lexer.terms import CompileTimeout
 from .safe_runs import NO_RUN, Run, SafeRuns
-from .table import TokenTable
+from .table import TokenTable, decode_row, encode_row
 from .vocabulary import Vocabulary
 
 _SCALAR_MAX = 256  # candidates up to this many walk in a Python loop, more in numpy
@@ -63,10 +63,18 @@ class MaskIndex:
         self._eos_only: np.ndarray | None = None
 
     def __getstate__(self) -> dict:
-        """Pickled without the vocabulary (``attach`` gives it back)."""
+        """Pickled without the vocabulary (``attach`` gives it back), rows compact
+        (``encode_row``), and without the EOS variants (rebuilt from the rows on use)."""
         state = self.__dict__.copy()
         state["vocab"] = state["table"] = None
+        state["_masks"] = OrderedDict()
+        state["_rows"] = [(key, encode_row(row), n) for key, (row, n) in self._rows.items()]
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        rows = state.pop("_rows")
+        self.__dict__.update(state)
+        self._rows = OrderedDict((key, (decode_row(code), n)) for key, code, n in rows)
 
     def attach(self, vocab: Vocabulary) -> None:
         self.vocab, self.table = vocab, TokenTable.of(vocab)

@@ -339,6 +339,31 @@ class TokenTable:
         return out.view(np.int32)
 
 
+def encode_row(row: np.ndarray) -> tuple:
+    """A packed mask row (int32 [num_words]) as few bytes as its pattern allows, for pickling
+    compiled grammars: the nonzero words of a sparse row, the words not all ones of a dense
+    one, else the row itself (``decode_row`` reverses it)."""
+    words = row.view(np.uint32)
+    for kind, background in (("sparse", 0), ("dense", 0xFFFFFFFF)):
+        where = np.flatnonzero(words != background)
+        if where.size * 3 < words.size:  # index (2 bytes) + word (4) beats a word per slot
+            return (kind, words.size, where.astype(np.uint16), words[where].copy())
+    return ("raw", row)
+
+
+def decode_row(code: tuple) -> np.ndarray:
+    """The read-only int32 row ``encode_row`` wrote."""
+    if code[0] == "raw":
+        row = code[1]
+    else:
+        kind, size, where, values = code
+        words = np.full(size, 0 if kind == "sparse" else 0xFFFFFFFF, dtype=np.uint32)
+        words[where] = values
+        row = words.view(np.int32)
+    row.flags.writeable = False
+    return row
+
+
 _ALL_BYTES = (1 << 256) - 1
 _NON_ASCII_BYTES = _ALL_BYTES ^ ((1 << 128) - 1)
 

@@ -7,6 +7,7 @@ numpy walk, and the "safe run" shortcut inside strings; counters exercise clippi
 
 from __future__ import annotations
 
+import pickle
 import random
 
 import numpy as np
@@ -182,3 +183,19 @@ def test_non_ascii_tokens_inside_strings_are_allowed_without_walking() -> None:
     for token in [word, token_bytes.index("é".encode()[:1])]:  # ... and a character cut short
         assert fits[token], token_bytes[token]
     assert _mask_ids(index, inside) == _brute_force(index, inside)
+
+
+@pytest.mark.parametrize("density", [0.0, 0.001, 0.3, 0.999, 1.0])
+def test_rows_pickle_compact_and_exact(density):
+    """``encode_row`` keeps a sparse or dense row in a few bytes and ``decode_row`` gives it
+    back bit for bit (compiled grammars travel from the compile workers this way)."""
+    from radixgen.grammar.tokens.table import decode_row, encode_row
+
+    rng = np.random.default_rng(int(density * 1000))
+    bits = rng.random(1536 * 32) < density
+    row = np.packbits(bits, bitorder="little").view("<u4").view(np.int32).copy()
+    code = encode_row(row)
+    back = decode_row(pickle.loads(pickle.dumps(code)))
+    assert np.array_equal(back, row) and not back.flags.writeable
+    if density in (0.0, 0.001, 0.999, 1.0):
+        assert len(pickle.dumps(code)) < row.nbytes / 4
