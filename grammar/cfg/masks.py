@@ -155,7 +155,7 @@ def _walk(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(the ids whose bytes lead from ``uid`` to a live column; with ``track``, the ids that
     died after reaching an open column). In C where it builds (``_walk_native``), else numpy."""
-    lib = _native_walk()
+    lib = native_walk()
     if lib is not None and ids.size:
         return _walk_native(lib, auto, table, uid, ids, track)
     return _walk_numpy(auto, table, uid, table.longest_first(ids), track)
@@ -220,7 +220,7 @@ def _walk_native(
     return found, lex.ids[positions[(status == 0) & (opened != 0)]]
 
 
-def _native_walk() -> ctypes.CDLL | None:
+def native_walk() -> ctypes.CDLL | None:
     """The C library with ``rg_table_walk``, once it agreed with ``_walk_numpy`` on a probe."""
     if "lib" not in _NATIVE:
         lib = native.library()

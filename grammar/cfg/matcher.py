@@ -23,7 +23,7 @@ from ..tokens.table import TokenTable, decode_row, encode_row
 from ..tokens.vocabulary import Vocabulary
 from .automata import build_automata
 from .earley import Column, EarleyAutomaton
-from .masks import column_mask
+from .masks import column_mask, native_walk
 from .rules import Grammar
 
 
@@ -94,8 +94,11 @@ class CfgGrammar:
         self._masks = OrderedDict((key, (decode_row(code), n)) for key, code, n in masks)
 
     def attach(self, vocab: Vocabulary) -> None:
-        """Give an unpickled grammar its vocabulary (the receiver's own object)."""
+        """Give an unpickled grammar its vocabulary (the receiver's own object), and load
+        the C table walk here (the compile's thread) rather than at the first mask (the
+        engine thread: building and probing it takes milliseconds, once per process)."""
         self.vocab, self.table = vocab, TokenTable.of(vocab)
+        native_walk()
 
     def canonical_json(self, instance: Any) -> str:
         """How this grammar writes ``instance``; JSON Schema grammars only."""

@@ -139,7 +139,7 @@ def _both_walks_agree(grammar: CfgGrammar, col, monkeypatch) -> None:
     for in_c in (True, False):
         with monkeypatch.context() as patch:
             if not in_c:
-                patch.setattr(masks, "_native_walk", lambda: None)
+                patch.setattr(masks, "native_walk", lambda: None)
             with auto.lock:
                 masks_by_walk.append(
                     [masks.column_mask(auto, table, col, shared)[0] for shared in (None, {})]
@@ -152,7 +152,7 @@ def _both_walks_agree(grammar: CfgGrammar, col, monkeypatch) -> None:
 def test_the_c_table_walk_gives_the_numpy_walks_masks(tokenizer, name, monkeypatch):
     if native.library() is None:
         pytest.skip("no C compiler: the numpy walk is the only one")
-    assert masks._native_walk() is not None, "the C table walk failed its probe"
+    assert masks.native_walk() is not None, "the C table walk failed its probe"
     text, good, _ = GRAMMARS[name]
     grammar = lazy_compiler(tokenizer).compile_ebnf(text)
     rng = random.Random(name)
