@@ -29,6 +29,7 @@ by token with EOS allowed at the end. The default model's tokenizer is used thro
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import multiprocessing as mp
 import statistics
@@ -347,6 +348,8 @@ def main() -> None:
     from radixgen.grammar.tokens.table import TokenTable
 
     TokenTable.of(vocab)  # built once, inherited by the forked workers
+    gc.collect()
+    gc.freeze()  # as the engine and the compile workers do: collections skip the vocabulary
     cases = load_cases(args.data, args.per_corpus, tok)
     num_tokens = sum(len(ids) + 1 for _, _, inst, _ in cases for ids in inst)
     print(
