@@ -69,7 +69,8 @@ ARRAY_KEYWORDS = frozenset(
         "unevaluatedItems",
     }
 )
-STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format"})
+# `_patterns`: further patterns an allOf asks of the same string (`resolve.merge`)
+STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format", "_patterns"})
 NUMBER_KEYWORDS = frozenset(
     {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
 )

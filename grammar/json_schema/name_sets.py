@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from ..lexer.regex_builders import CharSet, alt, concat, repeat
-from .pattern import Alt, Anchor, Chars, PatternNode, Repeat, Seq, search_branches
+from .pattern import Alt, Anchor, Chars, PatternNode, Repeat, Seq, parse_pattern, search_branches
 from .strings import json_char_regex
 
 MAX_STATES = 256
@@ -55,6 +55,17 @@ def search_language(pattern: PatternNode) -> PatternNode:
         items = ([] if start else [anything]) + [body] + ([] if end else [anything])
         branches.append(Seq(tuple(items)))
     return _alt(branches)
+
+
+def patterns_regex(sources: list[str], min_len: int = 0, max_len: int | None = None) -> str | None:
+    """Regex over JSON string contents of the strings of min_len..max_len characters in
+    which every ECMA pattern of `sources` finds a match (allOf of several patterns): the
+    languages intersected in the product DFA, exactly (None: no string qualifies). Raises
+    PatternError for an untranslatable pattern and NameSetError past the product's bounds."""
+    languages = [search_language(parse_pattern(source)) for source in sources]
+    if min_len or max_len is not None:
+        languages.append(Repeat(Chars(CharSet.universe()), min_len, max_len))
+    return NameSets(languages, CharSet.universe()).regex(all)
 
 
 def literal_names(names: list[str]) -> PatternNode:

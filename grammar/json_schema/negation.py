@@ -52,6 +52,7 @@ _COUNT_MAXIMA = {high: (kind, low) for low, (kind, high) in _COUNTS.items()}
 _NOT_COMPLEMENTED = frozenset(
     {
         "pattern",
+        "_patterns",
         "format",
         "multipleOf",
         "additionalProperties",

@@ -313,6 +313,8 @@ def merge(a: dict, b: dict, pointer: str) -> dict:
             continue
         if key not in out:
             out[key] = value
+        elif key == "pattern" and out[key] != value:  # both must match: kept side by side
+            out["_patterns"] = list(dict.fromkeys([*out.get("_patterns", []), value]))
         else:
             out[key] = _merge_keyword(key, out[key], value, pointer)
     _merge_group(out, a, b, _OBJECT_GROUP, _merge_objects, pointer)
@@ -333,6 +335,8 @@ def _merge_keyword(key: str, x: JSON, y: JSON, pointer: str) -> JSON:
         return max(x, y)
     if key in ("_groups", "_nots", "_not_all", "_conds"):
         return list(x) + list(y)
+    if key == "_patterns":
+        return list(dict.fromkeys([*x, *y]))
     if key == "uniqueItems":
         return bool(x) or bool(y)
     if key == "dependentRequired":

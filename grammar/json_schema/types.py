@@ -22,6 +22,7 @@ from .formats import format_pattern
 from .ir import Array, Boolean, Integer, Never, Node, Null, Number, String
 from .lengths import pattern_regex
 from .lowering import Lowering
+from .name_sets import NameSetError, patterns_regex
 from .numbers import (
     EXCLUSIVE_ZERO_EPSILON,
     NUMBER,
@@ -87,6 +88,12 @@ class TypeLowering:
             return Never() if body is None else String(body[1:-1], True, min_len, max_len)
         if not isinstance(pattern, str):
             raise GrammarError(keyword="pattern", pointer=pointer, detail="expected a string")
+        if s.get("_patterns"):  # allOf asked several patterns of this string: all must match
+            try:
+                body = patterns_regex([pattern, *s["_patterns"]], min_len, max_len)
+            except (PatternError, NameSetError, RecursionError) as exc:
+                raise GrammarError(keyword="pattern", pointer=pointer, detail=str(exc)) from None
+            return Never() if body is None else String(body, False, min_len, max_len)
         if not self.builder.assert_formats:  # a conformance probe: no narrowing of lengths
             min_len, max_len = 0, None
         try:

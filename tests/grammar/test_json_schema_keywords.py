@@ -561,6 +561,33 @@ def test_pattern_names_outside_the_safe_alphabet_are_narrowed() -> None:
     assert not re.fullmatch(regex, '{"\u00e9":"s"}')
 
 
+# ---------------------------------------------------------------- several patterns
+
+PATTERNS_CASES = [  # allOf of patterns: every one must find a match (the product DFA)
+    (
+        {"type": "string", "allOf": [{"pattern": "^[a-z]+"}, {"pattern": "[0-9]$"}]},
+        ["abc1", "ab12", "a1", "abc", "1abc", "Ab1", "", 3],
+    ),
+    (
+        {"allOf": [{"pattern": "a"}, {"pattern": "b"}, {"pattern": "c"}], "maxLength": 4},
+        ["abc", "cab", "xbca", "ab", "abcde", "bbbb", "é-abc"[2:]],
+    ),
+    (
+        {"allOf": [{"pattern": "^x"}, {"pattern": "^y"}]},  # no string: only non-strings
+        ["x", "y", "xy", 1, None],
+    ),
+    (
+        {"pattern": "é", "allOf": [{"pattern": "^.{2,3}$"}], "minLength": 2},
+        ["éa", "aéa", "é", "abcé", "ab"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), PATTERNS_CASES)
+def test_several_patterns_all_match(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
 # ---------------------------------------------------------------- the engine's dialect
 
 ALL_CASES = [
@@ -570,6 +597,7 @@ ALL_CASES = [
     *UNIQUE_CASES,
     *PROPERTY_NAMES_CASES,
     *PATTERN_PROPERTIES_CASES,
+    *PATTERNS_CASES,
 ]
 
 
