@@ -3,7 +3,9 @@
 * anyOf: the rest of the schema is merged into every branch; a branch another branch
   subsumes is dropped (`disjoint.subsumes`).
 * oneOf: compiled as anyOf when the branches are provably disjoint; object branches that
-  overlap are narrowed to "exactly one branch's required properties all present".
+  overlap are narrowed to "exactly one branch's required properties all present"; other
+  overlapping branches become "this branch and not the others" (each `not` an exact
+  complement, `negation`), or are refused where a branch has none.
 * not: of types (`not: {type: integer}` keeps numbers with a fractional part, `FRACTIONAL`),
   of values (enum/const, where the excluded values can be cut out exactly),
   of `required` (a presence constraint), and `not: {not: S}` = S; any other `not: S` is
@@ -57,7 +59,8 @@ def exclusive_branches(
     """oneOf branches made mutually exclusive. Provably disjoint branches stay as they
     are; an object branch overlapping others is narrowed to objects lacking at least
     one property each of them requires (their necessary condition), which is exact
-    for "exactly one branch holds" and narrower only where a branch fails otherwise."""
+    for "exactly one branch holds" and narrower only where a branch fails otherwise;
+    a branch overlapping others without that shape excludes them by complements."""
     overlaps: dict[int, list[int]] = {i: [] for i in range(len(options))}
     for i, a in enumerate(options):
         for j in range(i + 1, len(options)):
@@ -75,13 +78,34 @@ def exclusive_branches(
         for j in [i, *others]:
             types, required = shapes[j]
             if types != {"object"} or (j != i and not required):
-                raise GrammarError(keyword="oneOf", pointer=pointer, detail="branches may overlap")
+                narrowed[i] = _excluding_others(builder, parts, i, others, base, pointer)
+                break
             if j != i:
                 not_all.append(("oneOf", required))
-        narrowed[i] = builder.build_merged(
-            [*parts[i], ({"_not_all": not_all}, pointer)], base, pointer
-        )
+        else:
+            narrowed[i] = builder.build_merged(
+                [*parts[i], ({"_not_all": not_all}, pointer)], base, pointer
+            )
     return narrowed
+
+
+def _excluding_others(
+    builder: Lowering, parts: list, i: int, others: list[int], base: str, pointer: str
+) -> Node:
+    """Branch ``i`` and not any overlapping branch: ``Bi and not Bj`` for each ``j`` (the
+    oneOf's other keywords hold in both, so ``not Bj`` suffices), each ``not`` the branch's
+    exact complement (``negation``); refused where a branch has none."""
+    nots = [parts[j][1][0] for j in others]
+    try:
+        return builder.build_merged([*parts[i], ({"_nots": nots}, pointer)], base, pointer)
+    except (GrammarError, RecursionError) as err:
+        why = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+        why = why.removeprefix("json_schema: unsupported ")
+        raise GrammarError(
+            keyword="oneOf",
+            pointer=pointer,
+            detail=f"branches may overlap, and one has no exact complement: {why}",
+        ) from None
 
 
 def branch_shape(

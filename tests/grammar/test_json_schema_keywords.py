@@ -561,6 +561,39 @@ def test_pattern_names_outside_the_safe_alphabet_are_narrowed() -> None:
     assert not re.fullmatch(regex, '{"\u00e9":"s"}')
 
 
+# ---------------------------------------------------------------- oneOf by complements
+
+ONE_OF_CASES = [  # overlapping branches: "Bi and not Bj" for every other j
+    (
+        {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]},
+        ["abcd", "abc", "", 1, None],
+    ),
+    (
+        {"oneOf": [{"minimum": 0}, {"maximum": 10}], "type": "integer"},
+        [-5, 0, 5, 10, 11, 2.5, "x"],
+    ),
+    (  # objects told apart by an optional discriminator (a real-world shape): {} matches both
+        {
+            "type": "object",
+            "oneOf": [
+                {"properties": {"kind": {"enum": ["a"]}, "v": {"type": "string"}}},
+                {"properties": {"kind": {"enum": ["b", "c"]}, "v": {"type": "integer"}}},
+            ],
+        },
+        [{}, {"kind": "a"}, {"kind": "b", "v": 1}, {"v": "x"}, {"v": 1}, {"kind": "a", "v": 1}],
+    ),
+    (
+        {"oneOf": [{"enum": [1, 2, 3]}, {"enum": [3, 4]}, {"type": "string"}]},
+        [1, 3, 4, "x", 5],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), ONE_OF_CASES)
+def test_overlapping_one_of_by_complements(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
 # ---------------------------------------------------------------- several patterns
 
 PATTERNS_CASES = [  # allOf of patterns: every one must find a match (the product DFA)
@@ -598,6 +631,7 @@ ALL_CASES = [
     *PROPERTY_NAMES_CASES,
     *PATTERN_PROPERTIES_CASES,
     *PATTERNS_CASES,
+    *ONE_OF_CASES,
 ]
 
 
