@@ -565,6 +565,12 @@ dot_tile(const int fmt, const Q8Job *j, const uint8_t *w0, const int OT, int64_t
 /* The part function of a tiled job (fields w, row_bytes, out_features, rows, fmt, y, stride_y,
  * bias): its share of OUT_TILE-output tiles, each against the rows ROW_TILE at a time through
  * FN (TILE_CASE), plus the bias. */
+/* Decode reads every weight once per step, from memory (the model is bigger than the cache):
+ * each tile asks for the one PREFETCH_TILES ahead. The hardware prefetchers alone left the
+ * loads and the arithmetic in series; with this, 30 layers of the default model's matmuls at
+ * batch 1 went from 4.0-4.7 to 2.6-2.8 ms (2 threads; 2.0 ms with the weights in cache). */
+#define PREFETCH_TILES 4
+
 #define TILED_PART(NAME, JOB, FN)                                                                  \
     static void NAME(void *p, int part, int parts) {                                               \
         const JOB job = *(const JOB *)p, *j = &job; /* a local copy: y's stores cannot alias it */ \
@@ -574,6 +580,10 @@ dot_tile(const int fmt, const Q8Job *j, const uint8_t *w0, const int OT, int64_t
             const int64_t o0 = t * OUT_TILE;                                                       \
             const int nout = j->out_features - o0 < OUT_TILE ? (int)(j->out_features - o0) : OUT_TILE; \
             const uint8_t *w0 = j->w + o0 * j->row_bytes;                                          \
+            if (t + PREFETCH_TILES < t_end) /* written out here: as an inline function GCC 12 \
+                                               * dropped it from one of the two parts */          \
+                for (int64_t b = 0; b < j->row_bytes * OUT_TILE; b += 64)                          \
+                    __builtin_prefetch(w0 + PREFETCH_TILES * j->row_bytes * OUT_TILE + b, 0, 3);   \
             for (int64_t r0 = 0; r0 < j->rows; r0 += ROW_TILE) {                                   \
                 const int nrows = j->rows - r0 < ROW_TILE ? (int)(j->rows - r0) : ROW_TILE;        \
                 float out[OUT_TILE][ROW_TILE];                                                     \
