@@ -34,7 +34,7 @@ import torch
 logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = ("decode_attention.c", "layer_ops.c", "quant_matmul.c", "spin_pool.c")
+SOURCES = ("decode_attention.c", "decode_layers.c", "layer_ops.c", "quant_matmul.c", "spin_pool.c")
 HEADERS = ("common.h", "spin_pool.h")
 # Tried in order; the first that compiles wins. OpenMP shares torch's pool (see the C file);
 # without it the kernel runs on the calling thread.

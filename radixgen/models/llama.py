@@ -21,6 +21,7 @@ from ..kernels import (
     HeadShape,
     LayerOps,
     Linear,
+    NativeLayerOps,
     PackedLinear,
     QuantizedLinear,
     QuantizedTensor,
@@ -30,6 +31,7 @@ from ..kernels import (
     embedding,
     extend_attention,
 )
+from ..kernels import decode_layers as fused
 
 
 @dataclass
@@ -90,6 +92,8 @@ class LlamaModel:
             self.lm_head = PackedLinear(head, keep_weight=True)
         # set from another thread to end the forward in progress at its next layer boundary
         self.interrupt = threading.Event()
+        # the one-call decode driver for a KV pool: (pool key, driver or None)
+        self._decode_layers: tuple[tuple[int, ...], fused.DecodeLayers | None] | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -106,7 +110,21 @@ class LlamaModel:
         hidden = self._embed(batch.input_ids)  # [N, H]
         residual = None
         ops = self.layer_ops(batch)
-        for layer_id, layer in enumerate(w.layers):
+        driver = self.decode_layers(batch, ops)
+        if driver is not None:  # all-decode CPU step: every layer in one native call
+            if self.interrupt.is_set():
+                raise StepInterrupted
+            plan = batch.decode_plan.cpu  # type: ignore[union-attr]  # checked by decode_layers
+            assert plan is not None
+            hidden, residual = driver.run(
+                hidden.contiguous(),
+                batch.positions,
+                batch.out_slots,
+                batch.req_to_token,
+                plan.rows,
+                plan.seq_lens,
+            )
+        for layer_id, layer in enumerate(w.layers if driver is None else ()):
             if tp is None and self.interrupt.is_set():
                 raise StepInterrupted
             hidden, residual = self._layer(ops, layer_id, layer, hidden, residual, batch)
@@ -126,6 +144,48 @@ class LlamaModel:
         rows = embedding(local.clamp(0, len(vocab) - 1), self.weights.embed)
         rows = rows * inside.unsqueeze(1).to(rows.dtype)
         return self.tp.all_reduce(rows.to(self.dtype))
+
+    def decode_layers(self, batch: ForwardBatch, ops: LayerOps) -> fused.DecodeLayers | None:
+        """The one-call driver of every layer (``kernels/decode_layers.py``) when this step
+        can use it: all rows decode (at most ``max_decode_tokens``), the native float32 CPU
+        ops, C decode attention without shared prefixes, weights in blocks on the C kernels,
+        no tensor parallelism, ``RADIXGEN_FUSED_DECODE`` not off. Its output equals the
+        per-layer path's exactly; only the Python between the kernels is gone (a step is then
+        not interrupted between layers: decode steps are short)."""
+        plan = batch.decode_plan
+        tokens = batch.input_ids.shape[0]
+        if (
+            self.tp is not None
+            or not isinstance(ops, NativeLayerOps)
+            or batch.num_decode != tokens
+            or not 0 < tokens <= fused.max_decode_tokens()
+            or plan is None
+            or plan.cpu is None
+            or plan.cpu.prefixes
+            or not fused.enabled()
+        ):
+            return None
+        pool = batch.kv_pool
+        key = (id(pool), pool.k_buffers[0].data_ptr(), pool.v_buffers[-1].data_ptr())
+        if self._decode_layers is None or self._decode_layers[0] != key:
+            lib = fused.decode_layers_library()
+            layers = self.weights.layers
+            driver = None
+            if lib is not None and fused.layers_eligible(layers):
+                driver = fused.DecodeLayers(
+                    lib,
+                    [fused.layer_tensors(layer) for layer in layers],
+                    pool.k_buffers,
+                    pool.v_buffers,
+                    num_q_heads=self.heads.num_q_heads,
+                    num_kv_heads=self.heads.num_kv_heads,
+                    head_dim=self.heads.head_dim,
+                    eps=self.config.rms_norm_eps,
+                    sm_scale=self.sm_scale,
+                    cos_sin_cache=self.cos_sin_cache,
+                )
+            self._decode_layers = (key, driver)
+        return self._decode_layers[1]
 
     def layer_ops(self, batch: ForwardBatch) -> LayerOps:
         """The layer ops for this forward, settled once (not per call): the unchecked C kernels
