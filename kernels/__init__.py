@@ -9,6 +9,8 @@ reference, one module per op.
     quant.py                            GGUF block formats: QuantizedTensor, quantized matmul
                                         (reference, C, Triton), QuantizedLinear, embedding
     layer_ops.py                        LayerOps for the model: native (C, unchecked) or per-op
+    decode_layers.py                    every layer of an all-decode CPU step in one C call
+                                        (reference: the per-call path, reference_layers.py)
     _cbuild.py                          build, cache and load csrc/ (ctypes)
     _dispatch.py, _triton.py            backend choice; lazy Triton
 
