@@ -158,7 +158,7 @@ class DecodeLayers:
     def __init__(
         self,
         lib: ctypes.CDLL,
-        layers: Sequence[LayerTensors],
+        layers: Sequence[Any],  # per layer: LayerWeights' fields (see layer_tensors)
         k_buffers: Sequence[torch.Tensor],  # per layer [S, Hkv, D] float32 contiguous
         v_buffers: Sequence[torch.Tensor],
         *,
@@ -170,6 +170,7 @@ class DecodeLayers:
         cos_sin_cache: torch.Tensor,  # [max_pos, D] contiguous
     ) -> None:
         self.lib = lib
+        layers = [layer_tensors(layer) for layer in layers]
         self.hidden = layers[0].input_norm.shape[0]
         self._keep = (layers, k_buffers, v_buffers, cos_sin_cache)  # the pointers stay valid
         self._layers = (_Layer * len(layers))(

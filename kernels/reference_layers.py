@@ -13,17 +13,28 @@ from typing import Any
 import torch
 
 from .attention.decode_native import decode_attention_c, decode_c_library
-from .decode_layers import LayerTensors
 from .layer_ops import HeadShape, native_layer_ops
 from .quant import QuantizedLinear, quantize
 from .rotary import build_cos_sin_cache
+
+
+@dataclass(frozen=True)
+class RandomLayer:
+    """One layer's weights, with the field names of the model's ``LayerWeights``."""
+
+    input_norm: torch.Tensor
+    qkv: QuantizedLinear
+    o_proj: QuantizedLinear
+    post_norm: torch.Tensor
+    gate_up: QuantizedLinear
+    down: QuantizedLinear
 
 
 @dataclass
 class LayersCase:
     """Layers, two copies of a KV pool holding each request's history, and one decode step."""
 
-    layers: list[LayerTensors]
+    layers: list[RandomLayer]
     k_fused: list[torch.Tensor]
     v_fused: list[torch.Tensor]
     k_per_call: list[torch.Tensor]
@@ -63,7 +74,7 @@ def random_layers(
     for i in range(num_layers):
         act = acts[i % len(acts)]
         layers.append(
-            LayerTensors(
+            RandomLayer(
                 input_norm=1 + 0.1 * torch.randn(hidden, generator=g),
                 qkv=linear(qkv_out, hidden, act),
                 o_proj=linear(hidden, num_q_heads * head_dim, act),

@@ -174,7 +174,7 @@ class LlamaModel:
             if lib is not None and fused.layers_eligible(layers):
                 driver = fused.DecodeLayers(
                     lib,
-                    [fused.layer_tensors(layer) for layer in layers],
+                    layers,
                     pool.k_buffers,
                     pool.v_buffers,
                     num_q_heads=self.heads.num_q_heads,
