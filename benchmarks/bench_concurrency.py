@@ -108,8 +108,11 @@ def main() -> None:
     for lvl in args.levels:
         print(f"{lvl:>11} | " + " | ".join(f"{results[n][lvl]:14.1f}" for n in names))
     if args.plot:
-        import matplotlib
-
+        try:
+            import matplotlib
+        except ImportError:
+            print("matplotlib not installed (pip install -e '.[bench]'): no plot")
+            return
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
