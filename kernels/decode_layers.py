@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -96,50 +95,26 @@ class _Step(ctypes.Structure):
     ]
 
 
+MAX_TOKENS = DIRECT_MAX_ROWS  # decode tokens per call: the quantized matmuls' direct rows
+
 _C_SIGNATURES: dict[str, _cbuild.Signature] = {
     "decode_layers_f32": (I32, [PTR, PTR]),
     "decode_layers_scratch": (I64, [PTR, I64]),
 }
 
 
-@dataclass(frozen=True)
-class LayerTensors:
-    """What the driver reads of one layer (the model's ``LayerWeights`` fields it uses)."""
-
-    input_norm: torch.Tensor
-    qkv: QuantizedLinear
-    o_proj: QuantizedLinear
-    post_norm: torch.Tensor
-    gate_up: QuantizedLinear
-    down: QuantizedLinear
-
-
-def layer_tensors(layer: Any) -> LayerTensors:
-    """The fields of a model's layer (``LayerWeights``) the driver reads; its linears must be
-    quantized (``layers_eligible``)."""
-    return LayerTensors(
-        layer.input_norm, layer.qkv, layer.o_proj, layer.post_norm, layer.gate_up, layer.down
-    )
-
-
 def _linear(layer: QuantizedLinear) -> _Linear:
     w = layer.weight
-    mode = layer.act if w.packed else "f32"
     return _Linear(
         fmt=w.ggml_type,
         packed=int(w.packed),
-        act_q8=int(mode == "q8"),
+        act_q8=int(layer.c_mode == "q8"),
         w=w.data.data_ptr(),
         row_bytes=w.data.shape[1],
         out_features=w.out_features,
         in_features=w.in_features,
         bias=None if layer.bias is None else layer.bias.data_ptr(),
     )
-
-
-def max_decode_tokens() -> int:
-    """The most decode tokens one driver call takes (the quantized matmuls' direct rows)."""
-    return DIRECT_MAX_ROWS
 
 
 def layers_eligible(layers: Sequence[Any]) -> bool:
@@ -158,7 +133,7 @@ class DecodeLayers:
     def __init__(
         self,
         lib: ctypes.CDLL,
-        layers: Sequence[Any],  # per layer: LayerWeights' fields (see layer_tensors)
+        layers: Sequence[Any],  # LayerWeights-like: norms and QuantizedLinear (layers_eligible)
         k_buffers: Sequence[torch.Tensor],  # per layer [S, Hkv, D] float32 contiguous
         v_buffers: Sequence[torch.Tensor],
         *,
@@ -170,7 +145,6 @@ class DecodeLayers:
         cos_sin_cache: torch.Tensor,  # [max_pos, D] contiguous
     ) -> None:
         self.lib = lib
-        layers = [layer_tensors(layer) for layer in layers]
         self.hidden = layers[0].input_norm.shape[0]
         self._keep = (layers, k_buffers, v_buffers, cos_sin_cache)  # the pointers stay valid
         self._layers = (_Layer * len(layers))(
@@ -216,8 +190,8 @@ class DecodeLayers:
         """``(hidden, residual)`` after the last layer, as ``LlamaModel._layer`` leaves them;
         writes every layer's new k/v into the pool."""
         n = hidden.shape[0]
-        if not 0 < n <= DIRECT_MAX_ROWS:
-            raise ValueError(f"decode_layers: {n} tokens (1..{DIRECT_MAX_ROWS})")
+        if not 0 < n <= MAX_TOKENS:
+            raise ValueError(f"decode_layers: {n} tokens (1..{MAX_TOKENS})")
         h, residual = hidden.clone(), torch.empty_like(hidden)
         model = ctypes.byref(self._model)
         scratch = torch.empty(int(self.lib.decode_layers_scratch(model, n)))

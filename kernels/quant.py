@@ -526,10 +526,16 @@ class QuantizedLinear:
             weight = _pack_c(self.lib, weight)  # the GGUF copy is dropped
         self.weight = weight
 
+    @property
+    def c_mode(self) -> str:
+        """The activations the C kernel multiplies with: ``act`` for a packed weight, else
+        float."""
+        return self.act if self.weight.packed else "f32"
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.lib is None:  # CUDA (Triton), or a CPU without the C kernels
             return quant_matmul(x, self.weight, self.bias)
-        mode = self.act if self.weight.packed else "f32"
+        mode = self.c_mode
         if mode == "f32" and x.shape[0] > DIRECT_MAX_ROWS:
             return F.linear(x, dequantize_c(self.lib, self.weight), self.bias)
         x = x if x.stride(-1) == 1 else x.contiguous()

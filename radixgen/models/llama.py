@@ -114,20 +114,21 @@ class LlamaModel:
         if driver is not None:  # all-decode CPU step: every layer in one native call
             if self.interrupt.is_set():
                 raise StepInterrupted
-            plan = batch.decode_plan.cpu  # type: ignore[union-attr]  # checked by decode_layers
-            assert plan is not None
+            plan = batch.decode_plan
+            assert plan is not None and plan.cpu is not None  # decode_layers checked both
             hidden, residual = driver.run(
                 hidden.contiguous(),
                 batch.positions,
                 batch.out_slots,
                 batch.req_to_token,
-                plan.rows,
-                plan.seq_lens,
+                plan.cpu.rows,
+                plan.cpu.seq_lens,
             )
-        for layer_id, layer in enumerate(w.layers if driver is None else ()):
-            if tp is None and self.interrupt.is_set():
-                raise StepInterrupted
-            hidden, residual = self._layer(ops, layer_id, layer, hidden, residual, batch)
+        else:
+            for layer_id, layer in enumerate(w.layers):
+                if tp is None and self.interrupt.is_set():
+                    raise StepInterrupted
+                hidden, residual = self._layer(ops, layer_id, layer, hidden, residual, batch)
         hidden, _ = ops.add_rms_norm(hidden, w.norm, self.config.rms_norm_eps, residual)
         hidden = hidden[batch.logits_indices]  # [M, H]
         logits = self.lm_head(hidden).float()  # [M, V] (a rank's [M, V_r])
@@ -147,7 +148,7 @@ class LlamaModel:
 
     def decode_layers(self, batch: ForwardBatch, ops: LayerOps) -> fused.DecodeLayers | None:
         """The one-call driver of every layer (``kernels/decode_layers.py``) when this step
-        can use it: all rows decode (at most ``max_decode_tokens``), the native float32 CPU
+        can use it: all rows decode (at most ``MAX_TOKENS``), the native float32 CPU
         ops, C decode attention without shared prefixes, weights in blocks on the C kernels,
         no tensor parallelism, ``RADIXGEN_FUSED_DECODE`` not off. Its output equals the
         per-layer path's exactly; only the Python between the kernels is gone (a step is then
@@ -158,7 +159,7 @@ class LlamaModel:
             self.tp is not None
             or not isinstance(ops, NativeLayerOps)
             or batch.num_decode != tokens
-            or not 0 < tokens <= fused.max_decode_tokens()
+            or not 0 < tokens <= fused.MAX_TOKENS
             or plan is None
             or plan.cpu is None
             or plan.cpu.prefixes
