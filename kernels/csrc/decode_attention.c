@@ -11,15 +11,18 @@
  *   p = exp(scores - max_t), l = sum_t p              per query head j
  *   out_j = sum_t p[j][t] * v_t[j / G] / l_j           pass 2 reads V once
  *
- * Tasks are spread over OpenMP threads when there are enough keys (PARALLEL_MIN_KEYS). Built
- * with -fopenmp it links libgomp.so.1 by soname, which resolves to the copy torch already
- * loaded: the kernel shares torch's thread pool and its thread count (torch.set_num_threads).
+ * Tasks are spread over the spinning pool of spin_pool.h (torch's thread count) when there are
+ * enough keys (PARALLEL_MIN_KEYS), requests taken one at a time from a shared counter. Not
+ * OpenMP: the matmuls of the same step run on that pool, and an OpenMP worker spinning after
+ * its region kept one of them off a core (on 2 CPUs, a batch-32 step lost ~20 % that way).
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 
 #include "common.h"
+#include "spin_pool.h"
 
 static inline float dot(const float *a, const float *b, int n) {
     float s = 0.0f;
@@ -131,6 +134,38 @@ static int attend_one(const float *qb, const float *k_buffer, const float *v_buf
     return 0;
 }
 
+typedef struct {
+    const float *q, *k_buffer, *v_buffer;
+    const void *table;
+    int table_is_i64;
+    int64_t table_stride;
+    const int64_t *rows, *seq_lens, *starts;
+    int64_t num_slots;
+    int batch, num_q_heads, num_kv_heads, head_dim;
+    float sm_scale;
+    float *out, *lse;
+    _Atomic int next;   /* the next request to take */
+    _Atomic int failed; /* the largest status any request returned */
+} AttnJob;
+
+static void attn_part(void *p, int part, int parts) {
+    (void)part;
+    (void)parts;
+    AttnJob *j = p;
+    for (int b; (b = atomic_fetch_add(&j->next, 1)) < j->batch;) {
+        const int64_t start = j->starts ? j->starts[b] : 0;
+        const char *row =
+            (const char *)j->table + (j->rows[b] * j->table_stride + start) * (j->table_is_i64 ? 8 : 4);
+        const int64_t offset = (int64_t)b * j->num_q_heads * j->head_dim;
+        const int status = attend_one(j->q + offset, j->k_buffer, j->v_buffer, row, j->table_is_i64,
+                                      j->seq_lens[b] - start, j->num_slots, j->num_q_heads, j->num_kv_heads,
+                                      j->head_dim, j->sm_scale, j->out + offset,
+                                      j->lse ? j->lse + (int64_t)b * j->num_q_heads : NULL);
+        for (int seen = atomic_load(&j->failed); status > seen;)
+            if (atomic_compare_exchange_weak(&j->failed, &seen, status)) break;
+    }
+}
+
 /* Attention of request b over its keys starts[b] .. seq_lens[b] - 1 (all of them when starts is
  * NULL). lse (may be NULL) receives each query head's natural log-sum-exp of the scaled scores,
  * so partial results over disjoint key sets merge exactly. Returns 0; 1 when a scratch
@@ -151,18 +186,10 @@ int decode_attention_f32(
     float *out,               /* [B, Hq, D] */
     float *lse)               /* [B, Hq], or NULL */
 {
-    int failed = 0;
     int64_t total_keys = 0;
     for (int b = 0; b < batch; b++) total_keys += seq_lens[b] - (starts ? starts[b] : 0);
-#pragma omp parallel for schedule(dynamic, 1) reduction(max : failed) if (batch > 1 && total_keys >= PARALLEL_MIN_KEYS)
-    for (int b = 0; b < batch; b++) {
-        const int64_t start = starts ? starts[b] : 0;
-        const char *row = (const char *)table + (rows[b] * table_stride + start) * (table_is_i64 ? 8 : 4);
-        const int64_t offset = (int64_t)b * num_q_heads * head_dim;
-        int status = attend_one(q + offset, k_buffer, v_buffer, row, table_is_i64, seq_lens[b] - start,
-                                num_slots, num_q_heads, num_kv_heads, head_dim, sm_scale, out + offset,
-                                lse ? lse + (int64_t)b * num_q_heads : NULL);
-        if (status > failed) failed = status;
-    }
-    return failed;
+    AttnJob job = {q, k_buffer, v_buffer, table, table_is_i64, table_stride, rows, seq_lens, starts,
+                   num_slots, batch, num_q_heads, num_kv_heads, head_dim, sm_scale, out, lse, 0, 0};
+    spin_pool_run(attn_part, &job, batch > 1 && total_keys >= PARALLEL_MIN_KEYS ? spin_pool_threads() : 1);
+    return atomic_load(&job.failed);
 }

@@ -1,28 +1,42 @@
 /* Elementwise parts of a decoder layer, float32, CPU: RMSNorm (with the residual add that
  * precedes it), SiLU(gate) * up, and rotary embedding. Each replaces several torch ops whose
  * per-call cost, at decode sizes (tens of rows), is mostly dispatch and thread wake-ups.
- * Work is spread over OpenMP threads only when there is enough of it to pay for waking them.
+ * Work is spread over the spinning pool of spin_pool.h (as the matmuls beside them are, so a
+ * step never has two pools of threads spinning on the same cores) only when there is enough
+ * of it to pay for the hand-off.
  */
 #include <math.h>
 #include <stdint.h>
 
 #include "common.h"
+#include "spin_pool.h"
 
 /* Below this many floats a call stays on the calling thread (waking the pool costs more). */
 #define PARALLEL_MIN_ELEMENTS 32768
 
-/* h = x + residual (when residual is not NULL, else h = x); out = h * rsqrt(mean(h^2) + eps) * w.
- * h_out may be NULL when residual is NULL. */
-void add_rms_norm_f32(const float *x, int64_t stride_x, const float *residual, int64_t stride_r,
-                      const float *weight, float *out, float *h_out, int64_t rows, int64_t hidden, float eps) {
-#pragma omp parallel for schedule(static) if (rows * hidden >= PARALLEL_MIN_ELEMENTS)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * stride_x;
-        float *o = out + r * hidden;
+typedef struct {
+    const float *x, *residual, *weight;
+    int64_t stride_x, stride_r;
+    float *out, *h_out;
+    int64_t rows, hidden;
+    float eps;
+} RmsJob;
+
+/* Rows [begin, end) of the part: an equal share of n. */
+#define PART_RANGE(n, part, parts, begin, end)                                                     \
+    const int64_t begin = (n) * (part) / (parts), end = (n) * ((part) + 1) / (parts)
+
+static void rms_part(void *p, int part, int parts) {
+    const RmsJob *j = p;
+    const int64_t hidden = j->hidden;
+    PART_RANGE(j->rows, part, parts, r_begin, r_end);
+    for (int64_t r = r_begin; r < r_end; r++) {
+        const float *xr = j->x + r * j->stride_x;
+        float *o = j->out + r * hidden;
         const float *h = xr;
-        if (residual) {
-            float *hr = h_out + r * hidden;
-            const float *rr = residual + r * stride_r;
+        if (j->residual) {
+            float *hr = j->h_out + r * hidden;
+            const float *rr = j->residual + r * j->stride_r;
 #pragma omp simd
             for (int64_t i = 0; i < hidden; i++) hr[i] = xr[i] + rr[i];
             h = hr;
@@ -30,10 +44,23 @@ void add_rms_norm_f32(const float *x, int64_t stride_x, const float *residual, i
         float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
         for (int64_t i = 0; i < hidden; i++) sum += h[i] * h[i];
-        const float inv = 1.0f / sqrtf(sum / (float)hidden + eps);
+        const float inv = 1.0f / sqrtf(sum / (float)hidden + j->eps);
+        const float *w = j->weight;
 #pragma omp simd
-        for (int64_t i = 0; i < hidden; i++) o[i] = h[i] * inv * weight[i];
+        for (int64_t i = 0; i < hidden; i++) o[i] = h[i] * inv * w[i];
     }
+}
+
+static int parts_for(int64_t elements) {
+    return elements >= PARALLEL_MIN_ELEMENTS ? spin_pool_threads() : 1;
+}
+
+/* h = x + residual (when residual is not NULL, else h = x); out = h * rsqrt(mean(h^2) + eps) * w.
+ * h_out may be NULL when residual is NULL. */
+void add_rms_norm_f32(const float *x, int64_t stride_x, const float *residual, int64_t stride_r,
+                      const float *weight, float *out, float *h_out, int64_t rows, int64_t hidden, float eps) {
+    RmsJob job = {x, residual, weight, stride_x, stride_r, out, h_out, rows, hidden, eps};
+    spin_pool_run(rms_part, &job, parts_for(rows * hidden));
 }
 
 /* |x| capped at 88 (exp(-88) is below the smallest normal float, so exp_nonpositive gives 0);
@@ -48,14 +75,21 @@ static inline float abs_capped(float x) {
     return x;
 }
 
-/* out[r] = silu(gate_up[r, :inter]) * gate_up[r, inter:], silu(g) = g / (1 + exp(-g)).
- * As in torch, silu(+inf) = inf and silu(-inf) = silu(NaN) = NaN (g carries them through). */
-void silu_mul_f32(const float *gate_up, int64_t stride, float *out, int64_t rows, int64_t inter) {
-#pragma omp parallel for schedule(static) if (rows * inter >= PARALLEL_MIN_ELEMENTS)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *g = gate_up + r * stride;
+typedef struct {
+    const float *gate_up;
+    int64_t stride;
+    float *out;
+    int64_t rows, inter;
+} SiluJob;
+
+static void silu_part(void *p, int part, int parts) {
+    const SiluJob *j = p;
+    const int64_t inter = j->inter;
+    PART_RANGE(j->rows, part, parts, r_begin, r_end);
+    for (int64_t r = r_begin; r < r_end; r++) {
+        const float *g = j->gate_up + r * j->stride;
         const float *u = g + inter;
-        float *o = out + r * inter;
+        float *o = j->out + r * inter;
 #pragma omp simd
         for (int64_t i = 0; i < inter; i++) {
             const float gi = g[i];
@@ -64,6 +98,13 @@ void silu_mul_f32(const float *gate_up, int64_t stride, float *out, int64_t rows
             o[i] = gi * (e + (1.0f - e) * positive) / (1.0f + e) * u[i]; /* sigmoid(g) = 1/(1+e) or e/(1+e) */
         }
     }
+}
+
+/* out[r] = silu(gate_up[r, :inter]) * gate_up[r, inter:], silu(g) = g / (1 + exp(-g)).
+ * As in torch, silu(+inf) = inf and silu(-inf) = silu(NaN) = NaN (g carries them through). */
+void silu_mul_f32(const float *gate_up, int64_t stride, float *out, int64_t rows, int64_t inter) {
+    SiluJob job = {gate_up, stride, out, rows, inter};
+    spin_pool_run(silu_part, &job, parts_for(rows * inter));
 }
 
 /* Rotate-half (NeoX) rotary of one head vector x [D] into y with cos/sin rows [D/2]. */
@@ -76,28 +117,70 @@ static inline void rotate(const float *x, float *y, const float *cos, const floa
     }
 }
 
+typedef struct {
+    const float *q, *k, *qkv;
+    int64_t stride_qt, stride_qh, stride_kt, stride_kh, stride_t;
+    const int64_t *positions, *slots;
+    const float *cos_sin;
+    float *q_out, *k_out, *k_buffer, *v_buffer;
+    int64_t tokens, head_dim;
+    int num_q_heads, num_kv_heads;
+} RotaryJob;
+
+/* rotary_f32's tokens of the part (every position checked by the caller). */
+static void rotary_part(void *p, int part, int parts) {
+    const RotaryJob *j = p;
+    const int64_t head_dim = j->head_dim, half = head_dim / 2;
+    PART_RANGE(j->tokens, part, parts, t_begin, t_end);
+    for (int64_t t = t_begin; t < t_end; t++) {
+        const int64_t pos = j->positions[t];
+        const float *cos = j->cos_sin + pos * head_dim, *sin = cos + half;
+        for (int h = 0; h < j->num_q_heads; h++)
+            rotate(j->q + t * j->stride_qt + h * j->stride_qh, j->q_out + (t * j->num_q_heads + h) * head_dim,
+                   cos, sin, half);
+        for (int h = 0; h < j->num_kv_heads; h++)
+            rotate(j->k + t * j->stride_kt + h * j->stride_kh, j->k_out + (t * j->num_kv_heads + h) * head_dim,
+                   cos, sin, half);
+    }
+}
+
 /* q_out [N, Hq, D] and k_out [N, Hkv, D] (contiguous) from q, k (any token/head strides, unit
  * last stride) at positions [N]; cos_sin [max_pos, D] = cat(cos, sin). Returns 1 when a
- * position lies outside [0, max_pos). */
+ * position lies outside [0, max_pos) (those tokens' outputs are left as they were). */
 int rotary_f32(const float *q, int64_t stride_qt, int64_t stride_qh, const float *k, int64_t stride_kt,
                int64_t stride_kh, const int64_t *positions, const float *cos_sin, int64_t max_pos,
                float *q_out, float *k_out, int64_t tokens, int num_q_heads, int num_kv_heads, int64_t head_dim) {
-    const int64_t half = head_dim / 2;
     int bad = 0;
-#pragma omp parallel for schedule(static) if (tokens * (num_q_heads + num_kv_heads) * head_dim >= PARALLEL_MIN_ELEMENTS) reduction(| : bad)
-    for (int64_t t = 0; t < tokens; t++) {
-        const int64_t pos = positions[t];
-        if (pos < 0 || pos >= max_pos) {
-            bad = 1;
-            continue;
+    for (int64_t t = 0; t < tokens; t++) bad |= positions[t] < 0 || positions[t] >= max_pos;
+    if (bad) { /* every good token is still rotated, one thread (an error path) */
+        for (int64_t t = 0; t < tokens; t++) {
+            if (positions[t] < 0 || positions[t] >= max_pos) continue;
+            rotary_f32(q + t * stride_qt, stride_qt, stride_qh, k + t * stride_kt, stride_kt, stride_kh,
+                       positions + t, cos_sin, max_pos, q_out + t * num_q_heads * head_dim,
+                       k_out + t * num_kv_heads * head_dim, 1, num_q_heads, num_kv_heads, head_dim);
         }
-        const float *cos = cos_sin + pos * head_dim, *sin = cos + half;
-        for (int h = 0; h < num_q_heads; h++)
-            rotate(q + t * stride_qt + h * stride_qh, q_out + (t * num_q_heads + h) * head_dim, cos, sin, half);
-        for (int h = 0; h < num_kv_heads; h++)
-            rotate(k + t * stride_kt + h * stride_kh, k_out + (t * num_kv_heads + h) * head_dim, cos, sin, half);
+        return 1;
     }
-    return bad;
+    RotaryJob job = {q, k, NULL, stride_qt, stride_qh, stride_kt, stride_kh, 0, positions, NULL, cos_sin,
+                     q_out, k_out, NULL, NULL, tokens, head_dim, num_q_heads, num_kv_heads};
+    spin_pool_run(rotary_part, &job, parts_for(tokens * (num_q_heads + num_kv_heads) * head_dim));
+    return 0;
+}
+
+/* rotary_store_f32's tokens of the part. */
+static void rotary_store_part(void *p, int part, int parts) {
+    const RotaryJob *j = p;
+    const int64_t head_dim = j->head_dim, half = head_dim / 2, kv_row = (int64_t)j->num_kv_heads * head_dim;
+    PART_RANGE(j->tokens, part, parts, t_begin, t_end);
+    for (int64_t t = t_begin; t < t_end; t++) {
+        const float *cos = j->cos_sin + j->positions[t] * head_dim, *sin = cos + half;
+        const float *q = j->qkv + t * j->stride_t, *k = q + (int64_t)j->num_q_heads * head_dim, *v = k + kv_row;
+        float *k_dst = j->k_buffer + j->slots[t] * kv_row, *v_dst = j->v_buffer + j->slots[t] * kv_row;
+        for (int h = 0; h < j->num_q_heads; h++)
+            rotate(q + h * head_dim, j->q_out + (t * j->num_q_heads + h) * head_dim, cos, sin, half);
+        for (int h = 0; h < j->num_kv_heads; h++) rotate(k + h * head_dim, k_dst + h * head_dim, cos, sin, half);
+        memcpy(v_dst, v, sizeof(float) * (size_t)kv_row);
+    }
 }
 
 /* The step after the qkv projection, for tokens t < N: q_out[t] = rotary(q_t) [Hq, D]
@@ -112,17 +195,9 @@ int rotary_store_f32(const float *qkv, int64_t stride_t, const int64_t *position
         if (positions[t] < 0 || positions[t] >= max_pos) return 1;
         if (slots[t] < 0 || slots[t] >= num_slots) return 2;
     }
-    const int64_t half = head_dim / 2, kv_row = (int64_t)num_kv_heads * head_dim;
-#pragma omp parallel for schedule(static) if (tokens * (num_q_heads + 2 * num_kv_heads) * head_dim >= PARALLEL_MIN_ELEMENTS)
-    for (int64_t t = 0; t < tokens; t++) {
-        const float *cos = cos_sin + positions[t] * head_dim, *sin = cos + half;
-        const float *q = qkv + t * stride_t, *k = q + (int64_t)num_q_heads * head_dim, *v = k + kv_row;
-        float *k_dst = k_buffer + slots[t] * kv_row, *v_dst = v_buffer + slots[t] * kv_row;
-        for (int h = 0; h < num_q_heads; h++)
-            rotate(q + h * head_dim, q_out + (t * num_q_heads + h) * head_dim, cos, sin, half);
-        for (int h = 0; h < num_kv_heads; h++) rotate(k + h * head_dim, k_dst + h * head_dim, cos, sin, half);
-        memcpy(v_dst, v, sizeof(float) * (size_t)kv_row);
-    }
+    RotaryJob job = {NULL, NULL, qkv, 0, 0, 0, 0, stride_t, positions, slots, cos_sin,
+                     q_out, NULL, k_buffer, v_buffer, tokens, head_dim, num_q_heads, num_kv_heads};
+    spin_pool_run(rotary_store_part, &job, parts_for(tokens * (num_q_heads + 2 * num_kv_heads) * head_dim));
     return 0;
 }
 

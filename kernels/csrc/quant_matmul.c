@@ -783,6 +783,23 @@ static void gemm_part(void *p, int part, int parts) {
             const float *xr[GEMM_T];
             for (int r = 0; r < GEMM_T; r++) /* past the last row: read it again, store nothing */
                 xr[r] = j.x + (r0 + r < j.rows ? r0 + r : j.rows - 1) * j.stride_x;
+#if defined(__AVX512F__)
+            __m512 c[GEMM_T][GEMM_T]; /* 16 lanes of k: K is a multiple of 32 (the blocks) */
+            for (int r = 0; r < GEMM_T; r++)
+                for (int o = 0; o < GEMM_T; o++) c[r][o] = _mm512_setzero_ps();
+            for (int64_t k = 0; k < k_len; k += 16) {
+                __m512 wv[GEMM_T], xv[GEMM_T];
+                for (int o = 0; o < GEMM_T; o++) wv[o] = _mm512_load_ps(wt + o * k_len + k);
+                for (int r = 0; r < GEMM_T; r++) xv[r] = _mm512_loadu_ps(xr[r] + k);
+                for (int r = 0; r < GEMM_T; r++)
+                    for (int o = 0; o < GEMM_T; o++) c[r][o] = _mm512_fmadd_ps(xv[r], wv[o], c[r][o]);
+            }
+            for (int r = 0; r < GEMM_T && r0 + r < j.rows; r++) {
+                float *yr = j.y + (r0 + r) * j.stride_y + o0;
+                for (int o = 0; o < nout; o++)
+                    yr[o] = _mm512_reduce_add_ps(c[r][o]) + (j.bias ? j.bias[o0 + o] : 0.0f);
+            }
+#else
             __m256 c[GEMM_T][GEMM_T];
             for (int r = 0; r < GEMM_T; r++)
                 for (int o = 0; o < GEMM_T; o++) c[r][o] = _mm256_setzero_ps();
@@ -797,6 +814,7 @@ static void gemm_part(void *p, int part, int parts) {
                 float *yr = j.y + (r0 + r) * j.stride_y + o0;
                 for (int o = 0; o < nout; o++) yr[o] = hsum_ps(c[r][o]) + (j.bias ? j.bias[o0 + o] : 0.0f);
             }
+#endif
         }
     }
     free(wt);
