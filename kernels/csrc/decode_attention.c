@@ -11,8 +11,10 @@
  *   p = exp(scores - max_t), l = sum_t p              per query head j
  *   out_j = sum_t p[j][t] * v_t[j / G] / l_j           pass 2 reads V once
  *
- * Tasks are spread over the spinning pool of spin_pool.h (torch's thread count) when there are
- * enough keys (PARALLEL_MIN_KEYS), requests taken one at a time from a shared counter. Not
+ * A request with more than KEY_CHUNK keys is split into chunks of that many, attended
+ * separately and merged by their log-sum-exps (flash-decoding), so one long request uses every
+ * thread. Tasks are spread over the spinning pool of spin_pool.h (torch's thread count) when
+ * there are enough keys (PARALLEL_MIN_KEYS), taken one at a time from a shared counter. Not
  * OpenMP: the matmuls of the same step run on that pool, and an OpenMP worker spinning after
  * its region kept one of them off a core (on 2 CPUs, a batch-32 step lost ~20 % that way).
  */
@@ -31,9 +33,12 @@ static inline float dot(const float *a, const float *b, int n) {
     return s;
 }
 
-/* Below this many keys in all a call stays on the calling thread: waking torch's pool for it
- * cost ~100 us per call in a batch-1 decode step (4.8 vs 1.6-1.9 ms of attention per step). */
-#define PARALLEL_MIN_KEYS 1024
+/* Below this many keys in all a call stays on the calling thread. (On torch's OpenMP pool the
+ * threshold was 1,024: waking it cost ~100 us per call; the spinning pool hands off in a few.) */
+#define PARALLEL_MIN_KEYS 256
+
+/* A request with more keys than this is split into chunks of this many (see decode_attention_f32). */
+#define KEY_CHUNK 128
 
 /* Keys are visited in blocks that stay in L1 while every query head of their KV head reads them. */
 #define KEY_BLOCK 32
@@ -141,28 +146,65 @@ typedef struct {
     int64_t table_stride;
     const int64_t *rows, *seq_lens, *starts;
     int64_t num_slots;
-    int batch, num_q_heads, num_kv_heads, head_dim;
+    int num_q_heads, num_kv_heads, head_dim;
     float sm_scale;
     float *out, *lse;
-    _Atomic int next;   /* the next request to take */
-    _Atomic int failed; /* the largest status any request returned */
+    int64_t tasks;
+    const int32_t *task_req;   /* [tasks] the request of each task */
+    const int64_t *task_first; /* [tasks] its first key (from the request's start) */
+    const int32_t *chunks;     /* [B] tasks of each request */
+    float *part_out, *part_lse; /* [tasks, Hq, D], [tasks, Hq]: results of split requests */
+    _Atomic int64_t next;      /* the next task to take */
+    _Atomic int failed;        /* the largest status any task returned */
 } AttnJob;
 
 static void attn_part(void *p, int part, int parts) {
     (void)part;
     (void)parts;
     AttnJob *j = p;
-    for (int b; (b = atomic_fetch_add(&j->next, 1)) < j->batch;) {
-        const int64_t start = j->starts ? j->starts[b] : 0;
+    const int64_t head_elems = (int64_t)j->num_q_heads * j->head_dim;
+    for (int64_t t; (t = atomic_fetch_add(&j->next, 1)) < j->tasks;) {
+        const int b = j->task_req[t];
+        const int64_t start = (j->starts ? j->starts[b] : 0) + j->task_first[t];
+        const int64_t keys = j->seq_lens[b] - start;
         const char *row =
             (const char *)j->table + (j->rows[b] * j->table_stride + start) * (j->table_is_i64 ? 8 : 4);
-        const int64_t offset = (int64_t)b * j->num_q_heads * j->head_dim;
-        const int status = attend_one(j->q + offset, j->k_buffer, j->v_buffer, row, j->table_is_i64,
-                                      j->seq_lens[b] - start, j->num_slots, j->num_q_heads, j->num_kv_heads,
-                                      j->head_dim, j->sm_scale, j->out + offset,
-                                      j->lse ? j->lse + (int64_t)b * j->num_q_heads : NULL);
+        float *ob = j->out + b * head_elems, *lse = j->lse ? j->lse + (int64_t)b * j->num_q_heads : NULL;
+        if (j->chunks[b] > 1) {
+            ob = j->part_out + t * head_elems;
+            lse = j->part_lse + t * j->num_q_heads;
+        }
+        const int status = attend_one(j->q + b * head_elems, j->k_buffer, j->v_buffer, row, j->table_is_i64,
+                                      keys < KEY_CHUNK || j->chunks[b] == 1 ? keys : KEY_CHUNK, j->num_slots,
+                                      j->num_q_heads, j->num_kv_heads, j->head_dim, j->sm_scale, ob, lse);
         for (int seen = atomic_load(&j->failed); status > seen;)
             if (atomic_compare_exchange_weak(&j->failed, &seen, status)) break;
+    }
+}
+
+/* Request b's chunks merged by their log-sum-exps, in chunk order, into out (and lse). */
+static void merge_chunks(const AttnJob *j, int b, int64_t first, int n) {
+    const int hq = j->num_q_heads, d = j->head_dim;
+    float *ob = j->out + (int64_t)b * hq * d;
+    for (int h = 0; h < hq; h++) {
+        float peak = -INFINITY, total = 0.0f;
+        for (int c = 0; c < n; c++) {
+            const float l = j->part_lse[(first + c) * hq + h];
+            peak = l > peak ? l : peak;
+        }
+        float *o = ob + (int64_t)h * d;
+        for (int i = 0; i < d; i++) o[i] = 0.0f;
+        for (int c = 0; c < n; c++) {
+            const float w = expf(j->part_lse[(first + c) * hq + h] - peak);
+            const float *oc = j->part_out + ((first + c) * hq + h) * (int64_t)d;
+            total += w;
+#pragma omp simd
+            for (int i = 0; i < d; i++) o[i] += w * oc[i];
+        }
+        const float inv = 1.0f / total;
+#pragma omp simd
+        for (int i = 0; i < d; i++) o[i] *= inv;
+        if (j->lse) j->lse[(int64_t)b * hq + h] = peak + logf(total);
     }
 }
 
@@ -186,10 +228,48 @@ int decode_attention_f32(
     float *out,               /* [B, Hq, D] */
     float *lse)               /* [B, Hq], or NULL */
 {
-    int64_t total_keys = 0;
-    for (int b = 0; b < batch; b++) total_keys += seq_lens[b] - (starts ? starts[b] : 0);
+    /* Tasks: each request's keys in chunks of KEY_CHUNK (one task when it has no more), so that
+     * one long request (a batch of 1) spreads over the threads too. The split depends only on
+     * the request's own key count, never on the batch, so a row's result does not depend on
+     * its batch-mates (and a speculative verify row equals the decode row it stands for). */
+    int64_t tasks = 0, total_keys = 0, split = 0;
+    for (int b = 0; b < batch; b++) {
+        const int64_t keys = seq_lens[b] - (starts ? starts[b] : 0);
+        const int64_t n = keys > KEY_CHUNK ? (keys + KEY_CHUNK - 1) / KEY_CHUNK : 1;
+        tasks += n;
+        split += n > 1 ? n : 0;
+        total_keys += keys > 0 ? keys : 0;
+    }
+    int32_t *task_req = malloc(sizeof(int32_t) * (size_t)tasks), *chunks = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+    int64_t *task_first = malloc(sizeof(int64_t) * (size_t)tasks);
+    float *part_out = split ? malloc(sizeof(float) * (size_t)(tasks * num_q_heads * head_dim)) : NULL;
+    float *part_lse = split ? malloc(sizeof(float) * (size_t)(tasks * num_q_heads)) : NULL;
+    int failed = 0;
+    if (!task_req || !chunks || !task_first || (split && (!part_out || !part_lse))) {
+        failed = 1;
+        goto done;
+    }
+    for (int b = 0, t = 0; b < batch; b++) {
+        const int64_t keys = seq_lens[b] - (starts ? starts[b] : 0);
+        chunks[b] = keys > KEY_CHUNK ? (int32_t)((keys + KEY_CHUNK - 1) / KEY_CHUNK) : 1;
+        for (int c = 0; c < chunks[b]; c++, t++) {
+            task_req[t] = b;
+            task_first[t] = (int64_t)c * KEY_CHUNK;
+        }
+    }
     AttnJob job = {q, k_buffer, v_buffer, table, table_is_i64, table_stride, rows, seq_lens, starts,
-                   num_slots, batch, num_q_heads, num_kv_heads, head_dim, sm_scale, out, lse, 0, 0};
-    spin_pool_run(attn_part, &job, batch > 1 && total_keys >= PARALLEL_MIN_KEYS ? spin_pool_threads() : 1);
-    return atomic_load(&job.failed);
+                   num_slots, num_q_heads, num_kv_heads, head_dim, sm_scale, out, lse, tasks, task_req,
+                   task_first, chunks, part_out, part_lse, 0, 0};
+    spin_pool_run(attn_part, &job, tasks > 1 && total_keys >= PARALLEL_MIN_KEYS ? spin_pool_threads() : 1);
+    failed = atomic_load(&job.failed);
+    if (!failed && split)
+        for (int b = 0, t = 0; b < batch; t += chunks[b], b++)
+            if (chunks[b] > 1) merge_chunks(&job, b, t, chunks[b]);
+done:
+    free(task_req);
+    free(chunks);
+    free(task_first);
+    free(part_out);
+    free(part_lse);
+    return failed;
 }
