@@ -232,6 +232,7 @@ int decode_attention_f32(
      * one long request (a batch of 1) spreads over the threads too. The split depends only on
      * the request's own key count, never on the batch, so a row's result does not depend on
      * its batch-mates (and a speculative verify row equals the decode row it stands for). */
+    if (batch <= 0) return 0;
     int64_t tasks = 0, total_keys = 0, split = 0;
     for (int b = 0; b < batch; b++) {
         const int64_t keys = seq_lens[b] - (starts ? starts[b] : 0);
