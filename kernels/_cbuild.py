@@ -36,8 +36,9 @@ logger = logging.getLogger(__name__)
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = ("decode_attention.c", "decode_layers.c", "layer_ops.c", "quant_matmul.c", "spin_pool.c")
 HEADERS = ("common.h", "spin_pool.h")
-# Tried in order; the first that compiles wins. OpenMP shares torch's pool (see the C file);
-# without it the kernel runs on the calling thread.
+# Tried in order; the first that compiles wins. OpenMP (torch's pool, for prefill-sized
+# dequantization) and omp simd; the decode-sized kernels use spin_pool.c, which takes its thread
+# count from OpenMP (without OpenMP they run on the calling thread).
 _FLAG_SETS = (
     ["-O3", "-march=native", "-fno-math-errno", "-fopenmp"],
     ["-O3", "-fno-math-errno", "-fopenmp"],

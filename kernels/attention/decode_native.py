@@ -3,8 +3,8 @@
 Why: on a CPU the torch path must gather every request's keys out of the token pool (or make
 one call per contiguous slot run) before SDPA can read them. At batch 32 that gather and the
 many small calls took ~40 % of a decode step of SmolLM2-135M, more than transformers' whole
-attention. The kernel reads the keys through the ``req_to_token`` rows directly, one OpenMP
-task per request; with ``starts`` it attends only each request's keys from ``starts[b]`` on and
+attention. The kernel reads the keys through the ``req_to_token`` rows directly, one task
+per request or per 128 keys of a longer one (merged by log-sum-exp), on the spinning pool; with ``starts`` it attends only each request's keys from ``starts[b]`` on and
 returns the log-sum-exp too, so that ``cascade.py`` can merge a shared prefix attended once.
 """
 
