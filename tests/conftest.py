@@ -9,9 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-import torch
-from live_server import (
+# `python -m pytest` puts the repository root on sys.path, where the top-level kernels/ folder
+# (installed as radixgen.kernels) would shadow Hugging Face's `kernels` package, which
+# transformers (>= 5.25) imports. radixgen's own packages come from the installed mapping, so
+# the root is taken off the path before anything imports transformers.
+_ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _ROOT]
+
+import pytest  # noqa: E402 - after the path fix above
+import torch  # noqa: E402
+from live_server import (  # noqa: E402
     SERVER_API_KEY,
     SERVER_BODY_LIMIT,
     _free_port,
