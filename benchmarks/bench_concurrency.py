@@ -147,17 +147,12 @@ def main() -> None:
     prefix_walls: dict[str, tuple[float, float]] = {}
     if args.shared_prefix:
         nonce = random.randrange(1 << 30)  # a system prompt no earlier run has cached
+        n, words, budget = args.shared_prefix, args.prefix_words, args.prefix_max_tokens
         for i, (name, url) in enumerate(targets):
-            n, words, budget = args.shared_prefix, args.prefix_words, args.prefix_max_tokens
+            rounds = [shared_prefix_texts(n, nonce + i, q, words) for q in (1, 2)]
             try:
-                cold, warm = (
-                    asyncio.run(
-                        burst(
-                            url, models[name], shared_prefix_texts(n, nonce + i, q, words), budget
-                        )
-                    )
-                    for q in (1, 2)
-                )
+                cold = asyncio.run(burst(url, models[name], rounds[0], budget))
+                warm = asyncio.run(burst(url, models[name], rounds[1], budget))
             except httpx.HTTPStatusError as e:  # e.g. a prompt longer than the server's context
                 print(f"shared prefix  {name}: {e.response.status_code} {e.response.text[:300]}")
                 continue

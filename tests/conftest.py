@@ -13,8 +13,8 @@ from pathlib import Path
 # (installed as radixgen.kernels) would shadow Hugging Face's `kernels` package, which
 # transformers (>= 5.25) imports. radixgen's own packages come from the installed mapping, so
 # the root is taken off the path before anything imports transformers.
-_ROOT = Path(__file__).resolve().parents[1]
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _ROOT]
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != REPO_ROOT]
 
 import pytest  # noqa: E402 - after the path fix above
 import torch  # noqa: E402
@@ -31,7 +31,6 @@ from live_server import (  # noqa: E402
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("RADIXGEN_SHARED_DATA", REPO_ROOT.parent / "shared" / "data"))
 
 

@@ -175,7 +175,7 @@ static void attn_part(void *p, int part, int parts) {
             lse = j->part_lse + t * j->num_q_heads;
         }
         const int status = attend_one(j->q + b * head_elems, j->k_buffer, j->v_buffer, row, j->table_is_i64,
-                                      keys < KEY_CHUNK || j->chunks[b] == 1 ? keys : KEY_CHUNK, j->num_slots,
+                                      keys < KEY_CHUNK ? keys : KEY_CHUNK, j->num_slots,
                                       j->num_q_heads, j->num_kv_heads, j->head_dim, j->sm_scale, ob, lse);
         for (int seen = atomic_load(&j->failed); status > seen;)
             if (atomic_compare_exchange_weak(&j->failed, &seen, status)) break;
@@ -233,31 +233,30 @@ int decode_attention_f32(
      * the request's own key count, never on the batch, so a row's result does not depend on
      * its batch-mates (and a speculative verify row equals the decode row it stands for). */
     if (batch <= 0) return 0;
+    int32_t *chunks = malloc(sizeof(int32_t) * (size_t)batch);
+    if (!chunks) return 1;
     int64_t tasks = 0, total_keys = 0, split = 0;
     for (int b = 0; b < batch; b++) {
         const int64_t keys = seq_lens[b] - (starts ? starts[b] : 0);
-        const int64_t n = keys > KEY_CHUNK ? (keys + KEY_CHUNK - 1) / KEY_CHUNK : 1;
-        tasks += n;
-        split += n > 1 ? n : 0;
+        chunks[b] = keys > KEY_CHUNK ? (int32_t)((keys + KEY_CHUNK - 1) / KEY_CHUNK) : 1;
+        tasks += chunks[b];
+        split += chunks[b] > 1;
         total_keys += keys > 0 ? keys : 0;
     }
-    int32_t *task_req = malloc(sizeof(int32_t) * (size_t)tasks), *chunks = malloc(sizeof(int32_t) * (size_t)(batch + 1));
+    int32_t *task_req = malloc(sizeof(int32_t) * (size_t)tasks);
     int64_t *task_first = malloc(sizeof(int64_t) * (size_t)tasks);
     float *part_out = split ? malloc(sizeof(float) * (size_t)(tasks * num_q_heads * head_dim)) : NULL;
     float *part_lse = split ? malloc(sizeof(float) * (size_t)(tasks * num_q_heads)) : NULL;
     int failed = 0;
-    if (!task_req || !chunks || !task_first || (split && (!part_out || !part_lse))) {
+    if (!task_req || !task_first || (split && (!part_out || !part_lse))) {
         failed = 1;
         goto done;
     }
-    for (int b = 0, t = 0; b < batch; b++) {
-        const int64_t keys = seq_lens[b] - (starts ? starts[b] : 0);
-        chunks[b] = keys > KEY_CHUNK ? (int32_t)((keys + KEY_CHUNK - 1) / KEY_CHUNK) : 1;
+    for (int b = 0, t = 0; b < batch; b++)
         for (int c = 0; c < chunks[b]; c++, t++) {
             task_req[t] = b;
             task_first[t] = (int64_t)c * KEY_CHUNK;
         }
-    }
     AttnJob job = {q, k_buffer, v_buffer, table, table_is_i64, table_stride, rows, seq_lens, starts,
                    num_slots, num_q_heads, num_kv_heads, head_dim, sm_scale, out, lse, tasks, task_req,
                    task_first, chunks, part_out, part_lse, 0, 0};

@@ -120,20 +120,23 @@ static inline void rotate(const float *x, float *y, const float *cos, const floa
 typedef struct {
     const float *q, *k, *qkv;
     int64_t stride_qt, stride_qh, stride_kt, stride_kh, stride_t;
-    const int64_t *positions, *slots;
+    const int64_t *positions;
+    int64_t max_pos;
+    const int64_t *slots;
     const float *cos_sin;
     float *q_out, *k_out, *k_buffer, *v_buffer;
     int64_t tokens, head_dim;
     int num_q_heads, num_kv_heads;
 } RotaryJob;
 
-/* rotary_f32's tokens of the part (every position checked by the caller). */
+/* rotary_f32's tokens of the part; a token whose position is out of range is left as it was. */
 static void rotary_part(void *p, int part, int parts) {
     const RotaryJob *j = p;
     const int64_t head_dim = j->head_dim, half = head_dim / 2;
     PART_RANGE(j->tokens, part, parts, t_begin, t_end);
     for (int64_t t = t_begin; t < t_end; t++) {
         const int64_t pos = j->positions[t];
+        if (pos < 0 || pos >= j->max_pos) continue;
         const float *cos = j->cos_sin + pos * head_dim, *sin = cos + half;
         for (int h = 0; h < j->num_q_heads; h++)
             rotate(j->q + t * j->stride_qt + h * j->stride_qh, j->q_out + (t * j->num_q_heads + h) * head_dim,
@@ -152,19 +155,10 @@ int rotary_f32(const float *q, int64_t stride_qt, int64_t stride_qh, const float
                float *q_out, float *k_out, int64_t tokens, int num_q_heads, int num_kv_heads, int64_t head_dim) {
     int bad = 0;
     for (int64_t t = 0; t < tokens; t++) bad |= positions[t] < 0 || positions[t] >= max_pos;
-    if (bad) { /* every good token is still rotated, one thread (an error path) */
-        for (int64_t t = 0; t < tokens; t++) {
-            if (positions[t] < 0 || positions[t] >= max_pos) continue;
-            rotary_f32(q + t * stride_qt, stride_qt, stride_qh, k + t * stride_kt, stride_kt, stride_kh,
-                       positions + t, cos_sin, max_pos, q_out + t * num_q_heads * head_dim,
-                       k_out + t * num_kv_heads * head_dim, 1, num_q_heads, num_kv_heads, head_dim);
-        }
-        return 1;
-    }
-    RotaryJob job = {q, k, NULL, stride_qt, stride_qh, stride_kt, stride_kh, 0, positions, NULL, cos_sin,
-                     q_out, k_out, NULL, NULL, tokens, head_dim, num_q_heads, num_kv_heads};
+    RotaryJob job = {q, k, NULL, stride_qt, stride_qh, stride_kt, stride_kh, 0, positions, max_pos, NULL,
+                     cos_sin, q_out, k_out, NULL, NULL, tokens, head_dim, num_q_heads, num_kv_heads};
     spin_pool_run(rotary_part, &job, parts_for(tokens * (num_q_heads + num_kv_heads) * head_dim));
-    return 0;
+    return bad;
 }
 
 /* rotary_store_f32's tokens of the part. */
@@ -195,7 +189,7 @@ int rotary_store_f32(const float *qkv, int64_t stride_t, const int64_t *position
         if (positions[t] < 0 || positions[t] >= max_pos) return 1;
         if (slots[t] < 0 || slots[t] >= num_slots) return 2;
     }
-    RotaryJob job = {NULL, NULL, qkv, 0, 0, 0, 0, stride_t, positions, slots, cos_sin,
+    RotaryJob job = {NULL, NULL, qkv, 0, 0, 0, 0, stride_t, positions, max_pos, slots, cos_sin,
                      q_out, NULL, k_buffer, v_buffer, tokens, head_dim, num_q_heads, num_kv_heads};
     spin_pool_run(rotary_store_part, &job, parts_for(tokens * (num_q_heads + 2 * num_kv_heads) * head_dim));
     return 0;
