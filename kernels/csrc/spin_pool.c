@@ -21,14 +21,27 @@
  * tens of microseconds; between steps and requests the workers sleep). */
 #define SPIN_POOL_SPIN_US 2000
 #define SPIN_POOL_MAX_WORKERS 63
+/* How long a waiting thread only pauses before it also yields the core (see worker_main). */
+#define SPIN_POOL_PAUSE_US 100
+/* A job of `threads` threads is cut into this many parts per thread, taken one at a time by
+ * whichever thread is free: a thread the OS preempts (another process wants the core) delays
+ * the job by the part it holds, not by its whole share. With one part per thread, one
+ * background process at nice 10 made a decode step 4x slower. */
+#define SPIN_POOL_PARTS_PER_THREAD 4
+
+/* The job's ticket: (job number << 32) | next part to take. A thread takes part p of job g
+ * by a compare-and-swap from (g, p) to (g, p + 1), so a late worker cannot take a part of a
+ * job that is over: the number changed. */
+#define TICKET(job, part) (((uint64_t)(job) << 32) | (uint32_t)(part))
 
 static struct {
     pthread_mutex_t lock;   /* held by the caller whose job runs (and while workers start) */
     int workers;            /* started so far */
     _Atomic uint32_t generation; /* bumped per job; the futex word */
-    _Atomic int pending;    /* workers that have not finished the current job */
+    _Atomic uint64_t ticket;
+    _Atomic int done;       /* parts of the current job finished */
     _Atomic int sleepers;   /* workers in (or entering) futex_wait */
-    spin_pool_fn fn;
+    spin_pool_fn fn;        /* the current job (written before its ticket is published) */
     void *arg;
     int parts;
     uint32_t start_generation[SPIN_POOL_MAX_WORKERS + 1]; /* the last job each worker saw */
@@ -48,6 +61,26 @@ static int64_t now_us(void) {
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* Take and run parts of the job in the ticket until none is left. The job's fields are read
+ * between loading the ticket and taking a part of it: a successful take proves they were the
+ * job's own (a new job is posted only after every part of this one is done). */
+static void take_parts(void) {
+    uint64_t t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
+    for (;;) {
+        const spin_pool_fn fn = pool.fn;
+        void *const arg = pool.arg;
+        const int parts = pool.parts;
+        const uint32_t part = (uint32_t)t;
+        if (part >= (uint32_t)parts) return;
+        if (!atomic_compare_exchange_weak_explicit(&pool.ticket, &t, t + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue; /* t now holds the ticket's value: try again */
+        fn(arg, (int)part, parts);
+        atomic_fetch_add_explicit(&pool.done, 1, memory_order_acq_rel);
+        t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
+    }
+}
+
 static void *worker_main(void *p) {
     const int id = (int)(intptr_t)p; /* 1 .. workers */
     uint32_t seen = pool.start_generation[id]; /* not the current one: the job that started it
@@ -56,11 +89,14 @@ static void *worker_main(void *p) {
         uint32_t g;
         int64_t since = now_us();
         unsigned spins = 0;
+        int yielding = 0;
         while ((g = atomic_load_explicit(&pool.generation, memory_order_acquire)) == seen) {
-            /* yield, not only pause: a spinning worker must not keep torch's OpenMP threads (or
-             * any other runnable thread) off this core */
-            if (++spins % 8 == 0) sched_yield();
+            /* after SPIN_POOL_PAUSE_US, yield too: a spinning worker must not keep torch's
+             * OpenMP threads (or any other runnable thread) off this core; before it, a yield
+             * would hand the core to another process for a whole time slice in mid-step */
+            if (yielding && ++spins % 8 == 0) sched_yield();
             else cpu_relax();
+            if (++spins % 256 == 0 && !yielding) yielding = now_us() - since > SPIN_POOL_PAUSE_US;
             if (spins % 256 == 0 && now_us() - since > SPIN_POOL_SPIN_US) {
                 /* sleepers is raised before the generation is read again in the kernel: a job
                  * posted in between changes the word, and futex_wait returns at once. */
@@ -71,43 +107,53 @@ static void *worker_main(void *p) {
             }
         }
         seen = g;
-        if (id < pool.parts) pool.fn(pool.arg, id, pool.parts);
-        atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel);
+        take_parts();
     }
     return NULL;
 }
 
-void spin_pool_run(spin_pool_fn fn, void *arg, int parts) {
-    if (parts > SPIN_POOL_MAX_WORKERS + 1) parts = SPIN_POOL_MAX_WORKERS + 1;
-    if (parts <= 1 || pthread_mutex_trylock(&pool.lock) != 0) {
-        for (int i = 0; i < (parts < 1 ? 1 : parts); i++) fn(arg, i, parts < 1 ? 1 : parts);
+void spin_pool_run(spin_pool_fn fn, void *arg, int threads) {
+    if (threads > SPIN_POOL_MAX_WORKERS + 1) threads = SPIN_POOL_MAX_WORKERS + 1;
+    if (threads <= 1 || pthread_mutex_trylock(&pool.lock) != 0) {
+        fn(arg, 0, 1);
         return;
     }
-    while (pool.workers < parts - 1) {
+    while (pool.workers < threads - 1) {
         pthread_t t;
         pool.start_generation[pool.workers + 1] = atomic_load(&pool.generation);
         if (pthread_create(&t, NULL, worker_main, (void *)(intptr_t)(pool.workers + 1)) != 0) break;
         pthread_detach(t);
         pool.workers++;
     }
-    if (pool.workers < parts - 1) parts = pool.workers + 1; /* could not start them all */
+    if (pool.workers < threads - 1) threads = pool.workers + 1; /* could not start them all */
+    const int parts = threads * SPIN_POOL_PARTS_PER_THREAD;
+    const uint32_t job = atomic_load(&pool.generation) + 1;
     pool.fn = fn;
     pool.arg = arg;
     pool.parts = parts;
-    atomic_store_explicit(&pool.pending, pool.workers, memory_order_release);
-    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_acq_rel);
+    atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
+    atomic_store_explicit(&pool.ticket, TICKET(job, 0), memory_order_release);
+    atomic_store_explicit(&pool.generation, job, memory_order_release);
     if (atomic_load(&pool.sleepers) > 0)
         syscall(SYS_futex, &pool.generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-    fn(arg, 0, parts);
-    while (atomic_load_explicit(&pool.pending, memory_order_acquire) > 0) cpu_relax();
+    take_parts();
+    /* the parts other threads hold; after SPIN_POOL_PAUSE_US yield now and then, so that a
+     * worker the OS took off this core for another process can get it back */
+    const int64_t since = now_us();
+    int yielding = 0;
+    for (unsigned spins = 0; atomic_load_explicit(&pool.done, memory_order_acquire) < parts;) {
+        if (yielding && ++spins % 8 == 0) sched_yield();
+        else cpu_relax();
+        if (++spins % 256 == 0 && !yielding) yielding = now_us() - since > SPIN_POOL_PAUSE_US;
+    }
     pthread_mutex_unlock(&pool.lock);
 }
 
 #else /* no futex: every part on the caller */
 
-void spin_pool_run(spin_pool_fn fn, void *arg, int parts) {
-    if (parts < 1) parts = 1;
-    for (int i = 0; i < parts; i++) fn(arg, i, parts);
+void spin_pool_run(spin_pool_fn fn, void *arg, int threads) {
+    (void)threads;
+    fn(arg, 0, 1);
 }
 
 #endif
