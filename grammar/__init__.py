@@ -12,7 +12,8 @@ Python reference) or ``cfg/`` (rules from EBNF, structural tags and large schema
 automata -> Earley columns) -> ``tokens/`` (vocabulary bytes, token walks, masks) -> the
 per-request matchers (``matcher`` for one DFA, ``cfg/matcher`` for rules). ``compiler``
 caches, bounds and runs compiles off the engine thread (``workers``/``compile_worker``:
-worker processes); ``backends/`` puts xgrammar, llguidance and outlines behind the same
+worker processes); ``remote``/``mask_worker`` run heavy grammars' matchers in a process of
+their own, so their slow first-visit masks never stall a decode step; ``backends/`` puts xgrammar, llguidance and outlines behind the same
 calls; ``conformance/`` checks compiled schemas against labelled corpora.
 """
 

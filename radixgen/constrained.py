@@ -9,20 +9,29 @@ JSON Schema objects are closed by default: an object without ``additionalPropert
 engine) does, since the schemas pydantic makes for instructor, langchain and openai-agents
 never want them; the output still validates against the schema. A schema that wants extras says
 so (``additionalProperties: true`` or a schema).
+
+Grammars whose first-visit masks are slow (``heavy``: a closed object of thousands of optional
+properties) run in the mask worker process (``grammar/remote.py``): the request's matcher is a
+``RemoteMatcher``, and ``hold`` tells the engine when such a request cannot be sampled yet
+(its reply is not in: it sits out steps, its batch-mates go on) or has something to do first
+(tokens jump-forward took, a complete grammar, an error).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 
 from .grammar import GrammarCompiler
 from .grammar.backends import ExternalCompiler, make_compiler
+from .grammar.cfg.matcher import CfgGrammar
 from .grammar.errors import GrammarError
 from .grammar.matcher import TokenMatcher
+from .grammar.remote import MaskWorker, RemoteMatcher
 from .kernels import allocate_token_bitmask
 from .request import Req
 from .sampling_params import SamplingParams
@@ -54,6 +63,10 @@ class Constraints:
         self.backend = backend
         self._compiler: GrammarCompiler | ExternalCompiler | None = None
         self._compiler_lock = threading.Lock()
+        # "auto": heavy grammars run in the mask worker; "always" / "never" (tests, benchmarks)
+        self.remote = "auto"
+        self.on_remote_reply: Callable[[], None] | None = None  # wakes the engine loop
+        self._mask_worker: MaskWorker | None = None
 
     @property
     def compiler(self) -> GrammarCompiler | ExternalCompiler:
@@ -90,7 +103,62 @@ class Constraints:
             future = compiler.compile_async(kind, spec, strict=True)
         else:
             future = compiler.compile_async(kind, True if kind == "json_object" else spec)
-        req.matcher = future.result().matcher()
+        grammar = future.result()
+        if self._runs_remotely(grammar):
+            req.matcher = self._worker().open(grammar)
+        else:
+            req.matcher = grammar.matcher()
+
+    def _runs_remotely(self, grammar: Any) -> bool:
+        if self.remote == "never" or not isinstance(grammar, CfgGrammar):
+            return False
+        return self.remote == "always" or grammar.heavy
+
+    def _worker(self) -> MaskWorker:
+        vocab = cast(GrammarCompiler, self.compiler).vocab
+        with self._compiler_lock:
+            if self._mask_worker is None:
+                self._mask_worker = MaskWorker(
+                    vocab,
+                    self.tokenizer.backend.to_str(),
+                    jump_forward=self.jump_forward,
+                    max_forced=MAX_FORCED_TOKENS,
+                    on_reply=self._on_reply,
+                )
+            return self._mask_worker
+
+    def _on_reply(self) -> None:
+        if self.on_remote_reply is not None:
+            self.on_remote_reply()
+
+    def hold(self, req: Req) -> str | None:
+        """Whether ``req`` can be sampled now: None (yes), ``"wait"`` (its remote grammar has
+        not answered: keep its logits, sample it later) or ``"act"`` (``take_remote`` first:
+        forced tokens, a complete grammar or an error; its logits are not needed)."""
+        matcher = req.matcher
+        if not isinstance(matcher, RemoteMatcher) or req.error is not None:
+            return None
+        if not matcher.ready:
+            return "wait"
+        if matcher.error is not None or matcher.forced_ids or matcher.can_finish():
+            return "act"
+        return None
+
+    def take_remote(self, req: Req) -> tuple[list[int], bool]:
+        """(forced token ids to append, whether the grammar is then complete) of a remote
+        request ``hold`` said to act on; sets ``req.error`` when its grammar failed."""
+        matcher = req.matcher
+        assert isinstance(matcher, RemoteMatcher)
+        if matcher.error is not None:
+            req.error = matcher.error
+            return [], False
+        forced = matcher.consume_forced()
+        return forced, not forced and matcher.can_finish()
+
+    def release(self, req: Req) -> None:
+        """``req`` is over: its remote session (if any) is closed."""
+        if isinstance(req.matcher, RemoteMatcher):
+            req.matcher.close()
 
     def bitmask(self, reqs: list[Req]) -> tuple[torch.Tensor | None, list[int]]:
         """An int32 bitmask ``[len(reqs), ceil(V/32)]`` with rows filled for constrained requests."""
@@ -118,6 +186,8 @@ class Constraints:
         matcher = req.matcher
         if matcher is None:
             return draft
+        if isinstance(matcher, RemoteMatcher):  # no rollback: it does not draft
+            return []
         kept = 0
         try:
             for token_id in draft:
@@ -143,6 +213,8 @@ class Constraints:
         start = 0
         for req, draft in zip(reqs, drafts):
             matcher = req.matcher
+            if isinstance(matcher, RemoteMatcher):
+                raise AssertionError("a request whose grammar runs in the mask worker drafted")
             if matcher is not None and req.error is None:
                 stepped = 0
                 try:
@@ -168,6 +240,9 @@ class Constraints:
         """Advance ``req``'s matcher by ``token_id``; return grammar-forced tokens to jump over."""
         matcher = req.matcher
         if matcher is None or req.error is not None:
+            return []
+        if isinstance(matcher, RemoteMatcher):  # its forced tokens come with the reply
+            matcher.accept_token(token_id)
             return []
         try:
             if token_id in self.tokenizer.eos_token_ids:
@@ -200,3 +275,5 @@ class Constraints:
     def shutdown(self) -> None:
         if self._compiler is not None and hasattr(self._compiler, "shutdown"):
             self._compiler.shutdown()
+        if self._mask_worker is not None:
+            self._mask_worker.shutdown()

@@ -147,6 +147,9 @@ class Engine:
         )
         self._inbox: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
         self._reqs: dict[str, Req] = {}
+        # requests whose grammar's worker has not answered: their logits, until it does
+        self._parked: dict[Req, torch.Tensor] = {}
+        self.constraints.on_remote_reply = lambda: self._inbox.put(_wake)
         self._score_jobs: deque[ScoreJob] = deque()
         self._stopping = False
         self._shut_down = False
@@ -264,12 +267,13 @@ class Engine:
         """One iteration: schedule, forward, sample, post-process, emit (engine thread only).
         The oldest score job's next chunk joins the forward. Returns whether anything ran."""
         started = time.perf_counter()
+        resumed = self._resume_parked()
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.running.values(), self.constraints)
         batch = self.scheduler.schedule(scoring=bool(self._score_jobs))
         job, score_rows = self._plan_scoring()
         if not batch and not score_rows:
-            return False
+            return resumed
         wanted = [_sampled_positions(r) for r in batch]
         # a step of decode and draft rows only teaches the speculator what a row costs
         decode_rows = (
@@ -297,13 +301,12 @@ class Engine:
             self._verify(batch, wanted, logits[:num_sampled])
         else:
             to_sample = [r.req for r, w in zip(batch, wanted) if w]
-            bitmask, masked_rows = self.constraints.bitmask(to_sample)
-            next_ids, logprobs = self.sampler.sample(
-                logits[:num_sampled], to_sample, bitmask, masked_rows
-            )
+            to_sample, rows, act = self._hold_remote(to_sample, logits[:num_sampled])
+            next_ids, logprobs = self._sample(rows, to_sample)
             self.scheduler.advance(batch)
             for req, token_id, logprob in zip(to_sample, next_ids, logprobs):
                 self._post_process(req, token_id, logprob)
+            self._act_remote(act)
         self.stats_counters.steps += 1
         if decode_rows and self.speculator is not None:
             self.speculator.observe(decode_rows, (time.perf_counter() - started) * 1000)
@@ -323,12 +326,11 @@ class Engine:
         plain_reqs = [r.req for r, _ in plain]
         plain_ids: list[int] = []
         plain_lps: list[TokenLogprob | None] = []
+        act: list[Req] = []
         if plain:
             rows = torch.tensor([index[id(r)] for r, _ in plain], device=logits.device)
-            bitmask, masked_rows = self.constraints.bitmask(plain_reqs)
-            plain_ids, plain_lps = self.sampler.sample(
-                logits[rows], plain_reqs, bitmask, masked_rows
-            )
+            plain_reqs, plain_logits, act = self._hold_remote(plain_reqs, logits[rows])
+            plain_ids, plain_lps = self._sample(plain_logits, plain_reqs)
         spec_reqs = [r.req for r, _ in spec]
         drafts = [list(r.req.draft_ids) for r, _ in spec]
         rows = torch.cat([torch.arange(index[id(r)], index[id(r)] + len(w)) for r, w in spec]).to(
@@ -343,6 +345,81 @@ class Engine:
         for (running, _), draft, (tokens, lps) in zip(spec, drafts, kept):
             self.speculator.record(running.req, len(draft), len(tokens) - 1)
             self._post_process_verified(running, draft, tokens, lps)
+        self._act_remote(act)
+
+    # ================================================================== grammars out of process
+    def _sample(
+        self, logits: torch.Tensor, reqs: list[Req]
+    ) -> tuple[list[int], list[TokenLogprob | None]]:
+        """Draw one token per row of ``logits`` (one per request, under its grammar's mask)."""
+        if not reqs:
+            return [], []
+        bitmask, masked_rows = self.constraints.bitmask(reqs)
+        return self.sampler.sample(logits, reqs, bitmask, masked_rows)
+
+    def _hold_remote(
+        self, reqs: list[Req], logits: torch.Tensor
+    ) -> tuple[list[Req], torch.Tensor, list[Req]]:
+        """Split the requests to sample (one row of ``logits`` each): those whose grammar runs
+        in the mask worker and has not answered are parked with their logits (they sit out
+        steps, ``_resume_parked`` samples them later); those it answered with something to do
+        first are returned for ``_act_remote``. Returns (requests to sample now, their logits,
+        requests to act on)."""
+        holds = [self.constraints.hold(r) for r in reqs]
+        if not any(holds):
+            return reqs, logits, []
+        for req, hold, row in zip(reqs, holds, logits):
+            if hold == "wait":
+                self._parked[req] = row.clone()
+        keep = [i for i, hold in enumerate(holds) if hold is None]
+        act = [req for req, hold in zip(reqs, holds) if hold == "act"]
+        return [reqs[i] for i in keep], logits[keep], act
+
+    def _resume_parked(self) -> bool:
+        """Sample the parked requests whose grammar worker answered (or act on its answer).
+        A parked request that was retracted computes its logits again: its entry goes."""
+        if not self._parked:
+            return False
+        ready: list[Req] = []
+        rows: list[torch.Tensor] = []
+        act: list[Req] = []
+        for req, row in list(self._parked.items()):
+            running = self.scheduler.running.get(req)
+            if running is None or running.computed_len != running.seq_len:
+                del self._parked[req]
+                continue
+            hold = self.constraints.hold(req)
+            if hold == "wait":
+                continue
+            del self._parked[req]
+            if hold == "act":
+                act.append(req)
+            else:
+                ready.append(req)
+                rows.append(row)
+        if ready:
+            next_ids, logprobs = self._sample(torch.stack(rows), ready)
+            for req, token_id, logprob in zip(ready, next_ids, logprobs):
+                self._post_process(req, token_id, logprob)
+        self._act_remote(act)
+        return bool(ready or act)
+
+    def _act_remote(self, reqs: list[Req]) -> None:
+        """Requests whose grammar worker answered with forced tokens (appended, as jump-forward
+        appends a local grammar's), a complete grammar (they stop) or an error (they fail).
+        Their logits of this step are not used."""
+        for req in reqs:
+            try:
+                forced, done = self.constraints.take_remote(req)
+                if req.error is not None:
+                    self._emit(req, None)
+                elif forced:
+                    self._emit(req, self.output_processor.jump_forward(req, forced))
+                elif done:
+                    self._emit(req, "stop")
+            except Exception as exc:
+                if req.status is not ReqStatus.FINISHED:
+                    self._fail(req, f"internal error in this request: {type(exc).__name__}: {exc}")
 
     def _post_process_verified(
         self,
@@ -483,6 +560,8 @@ class Engine:
         req.finish_reason = reason
         if req.status is not ReqStatus.FINISHED:
             self.scheduler.finish(req)
+        self._parked.pop(req, None)
+        self.constraints.release(req)
         self._reqs.pop(req.rid, None)
         self.stats_counters.record_finish(req)
 
@@ -490,6 +569,8 @@ class Engine:
         """End ``req`` with an error delta (engine thread)."""
         logger.error("request %s failed: %s", req.rid, message)
         self.scheduler.finish(req)
+        self._parked.pop(req, None)
+        self.constraints.release(req)
         self._reqs.pop(req.rid, None)
         req.sink(error_delta(req, message))
 
@@ -748,6 +829,10 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _wake() -> None:
+    """Put in the inbox to wake the engine loop (a grammar worker answered)."""
 
 
 def _prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:

@@ -51,7 +51,7 @@ class OutputProcessor:
         req.detokenizer.push([token_id])
         reason = self._finish_reason(req, token_id, grammar_done=not forced)
         if reason is None and forced:
-            reason = self._jump_forward(req, forced)
+            reason = self.jump_forward(req, forced)
         return reason
 
     def _finish_reason(self, req: Req, token_id: int, grammar_done: bool = True) -> str | None:
@@ -70,7 +70,7 @@ class OutputProcessor:
             return "length"
         return None
 
-    def _jump_forward(self, req: Req, forced_ids: list[int]) -> str | None:
+    def jump_forward(self, req: Req, forced_ids: list[int]) -> str | None:
         """Append grammar-forced tokens without sampling; they are computed as one extend next step."""
         room = min(req.params.max_new_tokens - len(req.output_ids), self.context_len - req.seq_len)
         forced_ids = forced_ids[:room]

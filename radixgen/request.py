@@ -23,6 +23,7 @@ from .sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     from .grammar.matcher import TokenMatcher
+    from .grammar.remote import RemoteMatcher
 
 
 class ReqStatus(enum.Enum):
@@ -100,7 +101,8 @@ class Req:
     cached_tokens: int = 0  # prompt tokens served from the radix cache (first admission)
     prefix_hint: int = 0  # cached prefix length found by the policy (for ordering only)
     generator: torch.Generator | None = None
-    matcher: TokenMatcher[Any] | None = None  # when constrained
+    # when constrained: its cursor in the grammar (in the mask worker for a heavy grammar)
+    matcher: TokenMatcher[Any] | RemoteMatcher | None = None
     streamed_len: int = 0  # characters of output text already emitted
     num_sent_ids: int = 0  # output tokens already emitted
     finish_reason: str | None = None

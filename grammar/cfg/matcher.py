@@ -26,6 +26,9 @@ from .earley import Column, EarleyAutomaton
 from .masks import column_mask, native_walk
 from .rules import Grammar
 
+HEAVY_ITEMS = 1000  # Earley items in one column: ~10 ms a new column in Python
+HEAVY_MASK_S = 0.02  # one mask computed this slowly at warm-up
+
 
 def compile_rules(
     grammar: Grammar,
@@ -76,6 +79,8 @@ class CfgGrammar:
         )
         self._eos_only: np.ndarray | None = None
         self._canonical = canonical
+        # masks too slow for the engine thread (judged by ``warm_up``): run it out of process
+        self.heavy = False
 
     def matcher(self) -> CfgMatcher:
         return CfgMatcher(self)
@@ -112,14 +117,20 @@ class CfgGrammar:
     def warm_up(self, budget_s: float = 0.0, *, rare: bool = False) -> int:
         """Compute the start column's mask, then the masks of the columns one byte further,
         breadth-first, for up to ``budget_s`` (at compile time, off the engine thread: every
-        request's first steps find them ready). Returns the number of masks built."""
+        request's first steps find them ready). Marks the grammar ``heavy`` when a column
+        holds more than ``HEAVY_ITEMS`` items or a mask took more than ``HEAVY_MASK_S``: its
+        first visits would stall an engine thread (``remote.py``). Returns the number of
+        masks built."""
         auto = self.auto
         deadline = time.monotonic() + budget_s
         queue, seen = deque([auto.start]), {id(auto.start)}
         built = 0
         while queue and (built == 0 or time.monotonic() < deadline):
             col = queue.popleft()
+            started = time.perf_counter()
             self.mask(col)
+            if time.perf_counter() - started > HEAVY_MASK_S or len(col.items) > HEAVY_ITEMS:
+                self.heavy = True
             built += 1
             with auto.lock:
                 uid, classes = auto.register(col), col.live

@@ -67,7 +67,8 @@ class Scheduler:
     def schedule(self, scoring: bool = False) -> list[RunningReq]:
         """Pick this step's requests, set each ``extend_len``, allocate and record their new slots.
 
-        Every running request gets a row (decode rows one token). Prompt chunks share what is
+        Every running request gets a row (decode rows one token), but one parked with nothing
+        to compute (its grammar worker has not answered: ``Engine._hold_remote``). Prompt chunks share what is
         left of the step's budget (``StepBudget``: tokens and time); with the time bound on and a
         waiting request that could start, running chunks take ``RUNNING_CHUNK_SHARE`` of it, so a short
         prompt is not queued behind every chunk of a long one (``scoring``: a score job waits
@@ -91,7 +92,9 @@ class Scheduler:
         self.step_units = allowance.spent_units
         self.units_left = max(allowance.units, 0.0) if allowance.tokens > 0 else 0.0
         self.tokens_left = max(allowance.tokens, 0)
-        return sorted(self.running.values(), key=lambda r: r.extend_len != 1)
+        return sorted(
+            (r for r in self.running.values() if r.extend_len), key=lambda r: r.extend_len != 1
+        )
 
     def observe(self, elapsed_ms: float, extra_units: float = 0.0) -> None:
         """The step ``schedule`` made (plus ``extra_units`` of prompt work others added to its
@@ -111,7 +114,9 @@ class Scheduler:
         extend_lens: dict[Req, int] = {}
         for running in sorted(self.running.values(), key=lambda r: r.req.arrival_time):
             remaining = running.seq_len - running.computed_len
-            if remaining == 1 or running.num_draft:
+            if remaining == 0 and not running.num_draft:
+                extend_lens[running.req] = 0  # parked: its grammar worker has not answered
+            elif remaining == 1 or running.num_draft:
                 # its last token (and jump-forward text), then its draft
                 extend_lens[running.req] = remaining + running.num_draft
             else:
