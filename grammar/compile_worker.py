@@ -1,7 +1,8 @@
 """A compile worker process: ``python -m radixgen.grammar.compile_worker`` (see ``workers.py``).
 
 Reads the vocabulary and the compiler's settings, then compiles each request it reads and
-answers with the grammar, or its ``GrammarError``, and the peak memory of that task.
+answers with the grammar (pickled on its own, so that one that cannot be is that request's
+``GrammarError``), or its ``GrammarError``, and the peak memory of that task.
 
 The front ends recurse once per nesting level of the spec (about six Python frames per
 level of a JSON Schema object), so Python's default limit of 1,000 frames would refuse
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import os
+import pickle
 import resource
 import sys
 import threading
@@ -56,7 +58,9 @@ def _serve() -> None:
         try:
             if isinstance(spec, JsonSpec):
                 spec = spec.load()
-            reply = ("ok", compiler._build(kind, key, spec, options))
+            grammar = compiler._build(kind, key, spec, options)
+            # pickled here, so that a grammar that cannot be is this request's error
+            reply = ("ok", pickle.dumps(grammar, protocol=pickle.HIGHEST_PROTOCOL))
         except GrammarError as err:
             reply = ("error", err)
         except Exception as exc:  # a bug: this request fails, the worker goes on

@@ -140,8 +140,12 @@ class CompileWorkers:
                 worker.kill()
         if status == "error":
             raise value
-        value.attach(self.vocab)
-        return value
+        try:
+            grammar = pickle.loads(value)  # the worker pickled it on its own
+        except Exception as exc:
+            raise GrammarError(f"{kind}: the compiled grammar did not unpickle: {exc}") from None
+        grammar.attach(self.vocab)
+        return grammar
 
     def shutdown(self) -> None:
         with self._lock:

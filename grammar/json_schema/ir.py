@@ -47,6 +47,13 @@ class EmitContext:
     compiled_cache: dict = field(default_factory=dict)
     extras: dict[str, None] = field(default_factory=dict)  # groups of undeclared properties
 
+    def __getstate__(self) -> dict:
+        """Pickled (with a compiled grammar's canonical writer) without the matchers of
+        ``accepts``: they are closures over a DFA, rebuilt on use."""
+        state = self.__dict__.copy()
+        state["compiled_cache"] = {}
+        return state
+
     def regex(self, node: Node) -> str | None:
         key = id(node)
         if key not in self.regex_cache:
