@@ -29,6 +29,9 @@ from .tokens.index import MaskIndex
 from .tokens.vocabulary import Vocabulary
 
 S = TypeVar("S")  # a matcher's automaton state
+# A grammar that computed a mask this slowly at warm-up is ``heavy``: its matchers run in the
+# mask worker process (``remote.py``), where first visits do not stall a decode step.
+HEAVY_MASK_S = 0.02
 
 
 class CompiledGrammar:
@@ -54,6 +57,7 @@ class CompiledGrammar:
         self.regex = regex
         self.index = MaskIndex(dfa, vocab)
         self._canonical = canonical
+        self.heavy = False  # judged by ``warm_up``
 
     def matcher(self) -> GrammarMatcher:
         return GrammarMatcher(self)
@@ -81,9 +85,13 @@ class CompiledGrammar:
     def warm_up(self, budget_s: float = 0.0, *, rare: bool = False) -> int:
         """Compute the start state's mask, then more breadth-first for up to ``budget_s``
         (done at compile time, off the engine thread): the likely states, and the rare ones
-        (undeclared properties, escapes) only if ``rare``. Returns the number of masks built."""
+        (undeclared properties, escapes) only if ``rare``. A mask slower than ``HEAVY_MASK_S``
+        makes the grammar ``heavy``. Returns the number of masks built."""
         self.index.mask(self.dfa.start)
-        return 1 + (self.index.precompute(budget_s, rare=rare) if budget_s > 0 else 0)
+        self.index.slowest_s = 0.0  # the start's mask is computed here, whatever it costs
+        built = 1 + (self.index.precompute(budget_s, rare=rare) if budget_s > 0 else 0)
+        self.heavy = self.index.slowest_s > HEAVY_MASK_S
+        return built
 
     @property
     def num_states(self) -> int:

@@ -30,7 +30,7 @@ from .grammar import GrammarCompiler
 from .grammar.backends import ExternalCompiler, make_compiler
 from .grammar.cfg.matcher import CfgGrammar
 from .grammar.errors import GrammarError
-from .grammar.matcher import TokenMatcher
+from .grammar.matcher import CompiledGrammar, TokenMatcher
 from .grammar.remote import MaskWorker, RemoteMatcher
 from .kernels import allocate_token_bitmask
 from .request import Req
@@ -110,8 +110,8 @@ class Constraints:
             req.matcher = grammar.matcher()
 
     def _runs_remotely(self, grammar: Any) -> bool:
-        if self.remote == "never" or not isinstance(grammar, CfgGrammar):
-            return False
+        if self.remote == "never" or not isinstance(grammar, CfgGrammar | CompiledGrammar):
+            return False  # another back end's grammar stays here
         return self.remote == "always" or grammar.heavy
 
     def _worker(self) -> MaskWorker:

@@ -61,6 +61,7 @@ class MaskIndex:
         self._rows: OrderedDict[int, tuple[np.ndarray, int]] = OrderedDict()  # key -> (row, count)
         self._masks: OrderedDict[tuple[int, bool], np.ndarray] = OrderedDict()
         self._eos_only: np.ndarray | None = None
+        self.slowest_s = 0.0  # the slowest row computed so far (``CompiledGrammar.warm_up``)
 
     def __getstate__(self) -> dict:
         """Pickled without the vocabulary (``attach`` gives it back), rows compact
@@ -153,7 +154,9 @@ class MaskIndex:
 
     def _compute(self, state: int) -> set[int]:
         """Build and cache the row of ``state``; return the states its tokens lead to."""
+        started = time.perf_counter()
         ids, safe, successors = self._allowed(state)
+        self.slowest_s = max(self.slowest_s, time.perf_counter() - started)
         count = len(ids) + (int(np.count_nonzero(safe)) if safe is not None else 0)
         self._rows[self.dfa.mask_key(state)] = (self.table.pack(ids, safe), count)
         if len(self._rows) > self.max_masks:

@@ -41,13 +41,22 @@ def _run(engine: Engine, mode: str, params: list[SamplingParams]) -> list[list[i
 
 
 def test_remote_matchers_give_the_local_tokens(tiny):
-    """Greedy and seeded sampling, every EBNF grammar and a heavy schema, in one batch."""
+    """Greedy and seeded sampling, every EBNF grammar, a heavy schema and DFA grammars (a
+    schema, a regex, choices), in one batch."""
     params = [
         SamplingParams(ebnf=GRAMMARS[name][0], max_new_tokens=24, temperature=t, seed=i)
         for i, name in enumerate(sorted(GRAMMARS))
         for t in (0.0, 1.0)
     ]
     params.append(SamplingParams(json_schema=closed_object(1200), max_new_tokens=40, seed=7))
+    person = {  # a DFA grammar (one regex)
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+    }
+    params.append(SamplingParams(json_schema=person, max_new_tokens=30, seed=8))
+    params.append(SamplingParams(regex=r"[0-9]{3}-[a-z]+", max_new_tokens=12, seed=9))
+    params.append(SamplingParams(choices=["alpha", "beta", "gamma"], max_new_tokens=4, seed=10))
     params.append(SamplingParams(max_new_tokens=24, temperature=0.0))  # a plain batch-mate
     local = _run(tiny, "never", params)
     remote = _run(tiny, "always", params)
