@@ -60,7 +60,8 @@ def _serve() -> None:
                 spec = spec.load()
             grammar = compiler._build(kind, key, spec, options)
             # pickled here, so that a grammar that cannot be is this request's error
-            reply = ("ok", pickle.dumps(grammar, protocol=pickle.HIGHEST_PROTOCOL))
+            data = pickle.dumps(grammar, protocol=pickle.HIGHEST_PROTOCOL)
+            reply = ("ok", (data, bool(getattr(grammar, "heavy", False))))
         except GrammarError as err:
             reply = ("error", err)
         except Exception as exc:  # a bug: this request fails, the worker goes on

@@ -68,6 +68,9 @@ class GrammarCompiler:
             killed. The engine uses it; tests and scripts may keep the threads.
         native_lexer: regex and JSON Schema grammars step bytes with the C lexer
             (``native_lexer``) where it builds; False keeps the Python reference.
+        defer_heavy: with ``isolate``, a heavy grammar (``remote.py``) comes back as a
+            ``workers.PickledGrammar``, unpickled only when asked for more than its bytes
+            (the engine hands them to its mask worker as they are).
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class GrammarCompiler:
         precompute_s: float = 0.08,
         isolate: bool = False,
         native_lexer: bool = True,
+        defer_heavy: bool = False,
     ) -> None:
         vocab = tokenizer_or_vocabulary
         self.vocab = vocab if isinstance(vocab, Vocabulary) else Vocabulary.from_tokenizer(vocab)
@@ -106,7 +110,11 @@ class GrammarCompiler:
                 "native_lexer": native_lexer,
             }
             self._workers = CompileWorkers(
-                self.vocab, settings, count=max_workers, timeout_s=timeout_s
+                self.vocab,
+                settings,
+                count=max_workers,
+                timeout_s=timeout_s,
+                defer_heavy=defer_heavy,
             )
 
     # ------------------------------------------------------------------ public entry points

@@ -142,8 +142,10 @@ class MaskWorker:
             payload = None
             if key in self._sent_grammars:
                 self._sent_grammars.move_to_end(key)
-            else:
-                payload = pickle.dumps(grammar, protocol=pickle.HIGHEST_PROTOCOL)
+            else:  # as the compile worker sent it, where it is still pickled
+                payload = getattr(grammar, "payload", None) or pickle.dumps(
+                    grammar, protocol=pickle.HIGHEST_PROTOCOL
+                )
                 self._sent_grammars[key] = None
             self.post(("open", matcher.sid, key, payload))
             if len(self._sent_grammars) > MAX_GRAMMARS:  # its sessions keep their own reference

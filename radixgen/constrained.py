@@ -32,6 +32,7 @@ from .grammar.cfg.matcher import CfgGrammar
 from .grammar.errors import GrammarError
 from .grammar.matcher import CompiledGrammar, TokenMatcher
 from .grammar.remote import MaskWorker, RemoteMatcher
+from .grammar.workers import PickledGrammar
 from .kernels import allocate_token_bitmask
 from .request import Req
 from .sampling_params import SamplingParams
@@ -76,7 +77,7 @@ class Constraints:
         with self._compiler_lock:
             if self._compiler is None:
                 self._compiler = make_compiler(
-                    self.backend, self.tokenizer, self.vocab_size, isolate=True
+                    self.backend, self.tokenizer, self.vocab_size, isolate=True, defer_heavy=True
                 )
             return self._compiler
 
@@ -110,7 +111,9 @@ class Constraints:
             req.matcher = grammar.matcher()
 
     def _runs_remotely(self, grammar: Any) -> bool:
-        if self.remote == "never" or not isinstance(grammar, CfgGrammar | CompiledGrammar):
+        if self.remote == "never" or not isinstance(
+            grammar, CfgGrammar | CompiledGrammar | PickledGrammar
+        ):
             return False  # another back end's grammar stays here
         return self.remote == "always" or grammar.heavy
 

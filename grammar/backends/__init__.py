@@ -22,13 +22,19 @@ _PACKAGES = {"xgrammar": "xgrammar", "llguidance": "llguidance", "outlines": "ou
 
 
 def make_compiler(
-    backend: str, tokenizer: Any, vocab_size: int, *, isolate: bool = False
+    backend: str,
+    tokenizer: Any,
+    vocab_size: int,
+    *,
+    isolate: bool = False,
+    defer_heavy: bool = False,
 ) -> GrammarCompiler | ExternalCompiler:
     """The compiler of ``backend`` for ``tokenizer`` (a radixgen ``Tokenizer``), its masks
     ``vocab_size`` (the model's logits) wide. ``isolate``: radixgen's compiles run in
-    worker processes (see ``GrammarCompiler``)."""
+    worker processes, and with ``defer_heavy`` heavy grammars come back still pickled (see
+    ``GrammarCompiler``)."""
     if backend == "radixgen":
-        return GrammarCompiler(tokenizer, isolate=isolate)
+        return GrammarCompiler(tokenizer, isolate=isolate, defer_heavy=defer_heavy)
     if backend not in GRAMMAR_BACKENDS:
         raise GrammarError(
             f"grammar_backend: expected one of {', '.join(GRAMMAR_BACKENDS)}, got {backend!r}",

@@ -121,10 +121,10 @@ class CfgGrammar:
         first visits would stall an engine thread (``remote.py``). Returns the number of
         masks built."""
         auto = self.auto
+        native_walk()  # loaded once per process: not part of any mask's time
         deadline = time.monotonic() + budget_s
         queue, seen = deque([auto.start]), {id(auto.start)}
         built = 0
-        native_walk()  # loaded once per process: not part of any mask's time
         while queue and (built == 0 or time.monotonic() < deadline):
             col = queue.popleft()
             started = time.perf_counter()
@@ -143,6 +143,8 @@ class CfgGrammar:
                     if id(nxt) not in seen:
                         seen.add(id(nxt))
                         queue.append(nxt)
+        if any(len(col.items) > HEAVY_ITEMS for col in queue):  # built, not yet masked
+            self.heavy = True
         return built
 
     @property

@@ -10,6 +10,7 @@ from grammar_support import shared_compiler
 from radixgen.grammar import GrammarCompiler, GrammarError
 from radixgen.grammar.cfg import CfgGrammar
 from radixgen.grammar.matcher import CompiledGrammar
+from radixgen.grammar.workers import PickledGrammar
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +122,23 @@ def test_a_worker_that_grew_is_replaced(tokenizer):
     assert workers._idle[0].process.pid != first
     assert compiler.compile_regex("b+").matcher().accept_string("bb")
     compiler.shutdown()
+
+
+def test_heavy_grammars_can_come_back_still_pickled(tokenizer):
+    """``defer_heavy`` (the engine's): a heavy grammar stays bytes until used here."""
+    compiler = GrammarCompiler(
+        shared_compiler(tokenizer).vocab, isolate=True, max_workers=1, defer_heavy=True
+    )
+    try:
+        schema = {
+            "type": "object",
+            "properties": {f"p{i}": {"type": "integer"} for i in range(1200)},
+        }
+        grammar = compiler.compile_json_schema(schema, strict=True)
+        assert isinstance(grammar, PickledGrammar) and grammar.heavy
+        assert grammar._grammar is None and len(grammar.payload) > 0
+        matcher = grammar.matcher()  # unpickled now
+        assert matcher.accept_string('{"p3":1,"p9":2}') and matcher.is_accepting()
+        assert not isinstance(compiler.compile_regex("a+"), PickledGrammar)
+    finally:
+        compiler.shutdown()
