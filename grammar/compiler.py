@@ -36,7 +36,7 @@ from .lexer.terms import Budget, TermStore
 from .matcher import CompiledGrammar
 from .tokens.table import TokenTable
 from .tokens.vocabulary import Vocabulary
-from .workers import CompileWorkers
+from .workers import CompileWorkers, JsonSpec
 
 logger = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class GrammarCompiler:
         """
         options = {k: v for k, v in options.items() if v is not None}  # None: the default
         try:
-            key, spec = self._key(kind, spec, options)
+            key, spec, wire = self._key(kind, spec, options)
         except GrammarError as err:
             failed: Future = Future()
             failed.set_exception(err)
@@ -189,7 +189,7 @@ class GrammarCompiler:
                 self._cache.move_to_end(key)
                 return future
             self.misses += 1
-            future = self._pool.submit(self._build, kind, key, spec, options)
+            future = self._pool.submit(self._build, kind, key, spec, options, wire)
             self._cache[key] = future
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
@@ -213,7 +213,9 @@ class GrammarCompiler:
 
     def _key(
         self, kind: str, spec: Any, options: dict[str, Any]
-    ) -> tuple[tuple[str, str, str], Any]:
+    ) -> tuple[tuple[str, str, str], Any, Any]:
+        """(cache key, validated spec, the spec as the workers' pipe carries it). The key
+        keeps the spec's own key order: a schema's property order is its output's."""
         if kind not in KINDS:
             raise GrammarError(
                 f"grammar: unknown kind {kind!r}, expected one of {', '.join(KINDS)}",
@@ -221,16 +223,16 @@ class GrammarCompiler:
             )
         spec = _validate_spec(kind, spec)
         try:
-            text = json.dumps(
-                {"spec": spec, "options": options}, sort_keys=True, separators=(",", ":")
-            )
+            spec_text = json.dumps(spec, ensure_ascii=False, separators=(",", ":"))
+            text = spec_text + json.dumps(options, sort_keys=True, separators=(",", ":"))
         except (TypeError, ValueError) as err:
             raise GrammarError(
                 f"{kind}: spec is not JSON-serializable ({err})", source=kind
             ) from None
         except RecursionError:
             raise GrammarError(f"{kind}: nested too deeply to compile", source=kind) from None
-        return (kind, text, self.vocab.fingerprint), spec
+        wire = JsonSpec(spec_text) if isinstance(spec, dict | list) else spec
+        return (kind, text, self.vocab.fingerprint), spec, wire
 
     def _forget_unexpected(self, key: tuple[str, str, str], future: Future) -> None:
         """Keep GrammarError failures cached, but not bugs or cancellations."""
@@ -240,10 +242,15 @@ class GrammarCompiler:
                     del self._cache[key]
 
     def _build(
-        self, kind: str, key: tuple[str, str, str], spec: Any, options: dict[str, Any]
+        self,
+        kind: str,
+        key: tuple[str, str, str],
+        spec: Any,
+        options: dict[str, Any],
+        wire: Any = None,
     ) -> CompiledGrammar | CfgGrammar:
-        if self._workers is not None:
-            return self._workers.run(kind, key, spec, options)
+        if self._workers is not None:  # the JSON text the key was made of, not dumped again
+            return self._workers.run(kind, key, spec if wire is None else wire, options)
         try:
             return self._build_any(kind, key, spec, options)
         except RecursionError:  # a front end's recursion over a deeply nested spec

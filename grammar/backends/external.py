@@ -36,7 +36,7 @@ class ExternalCompiler:
     def compile_async(self, kind: str, spec: Any = None) -> Future:
         if kind not in KINDS:
             raise GrammarError(f"{self.name}: unknown grammar kind {kind!r}", source="grammar")
-        key = (kind, json.dumps(spec, sort_keys=True))
+        key = (kind, json.dumps(spec))  # in its own order: property order is output order
         with self._lock:
             future = self._cache.get(key)
             if future is None:

@@ -32,8 +32,13 @@ def test_cache_hit_returns_the_same_grammar(compiler: GrammarCompiler) -> None:
     assert compiler.compile_regex(r"[a-z]+@[a-z]+\.com") is first
     assert compiler.cache_info()["hits"] == before["hits"] + 1
     schema_a = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
-    schema_b = {"required": ["a"], "properties": {"a": {"type": "integer"}}, "type": "object"}
-    assert compiler.compile_json_schema(schema_a) is compiler.compile_json_schema(schema_b)
+    assert compiler.compile_json_schema(schema_a) is compiler.compile_json_schema(dict(schema_a))
+    # the key keeps the spec's order: a schema's property order is the order it writes
+    ab = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
+    ba = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "integer"}}}
+    grammar_ab, grammar_ba = compiler.compile_json_schema(ab), compiler.compile_json_schema(ba)
+    assert grammar_ab.canonical_json({"a": 1, "b": 2}) == '{"a":1,"b":2}'
+    assert grammar_ba.canonical_json({"a": 1, "b": 2}) == '{"b":2,"a":1}'
     assert compiler.compile_json_schema(schema_a) is not compiler.compile_json_schema(
         schema_a, whitespace="flexible"
     )
