@@ -3,9 +3,9 @@
 Reads the vocabulary, the tokenizer (its JSON) and the settings, then serves messages in
 order: ``open`` a session on a grammar (sent pickled the first time its key is used),
 ``accept`` a token, ``close`` a session, ``forget`` a grammar. Each ``open`` and ``accept``
-is answered with ``(session, seq, mask row, forced ids, can finish, error)``: the state's
-mask after the token and after the tokens jump-forward takes, as ``constrained.py`` takes
-them for a local matcher.
+is answered with ``(session, seq, mask row, forced ids, can finish, error, RSS MB)``: the
+state's mask after the token and after the tokens jump-forward takes, as ``constrained.py``
+takes them for a local matcher, and this process's memory.
 """
 
 from __future__ import annotations
@@ -41,7 +41,15 @@ def main() -> None:
             return
         reply = server.handle(message)
         if reply is not None:
-            send(stdout, reply)
+            send(stdout, (*reply, rss_mb()))
+
+
+def rss_mb() -> int:
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") >> 20
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class _Server:

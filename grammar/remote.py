@@ -42,7 +42,10 @@ from .workers import receive, send
 
 logger = logging.getLogger(__name__)
 WORKER_MODULE = "radixgen.grammar.mask_worker"
-MAX_GRAMMARS = 32  # grammars the worker keeps for new requests
+MAX_GRAMMARS = 16  # grammars the worker keeps for new requests
+# a worker past this much memory is replaced once it serves no request (a closed object of
+# 2,000 properties grows it by ~60 MB as its requests visit new states)
+MAX_RSS_MB = 1536
 
 
 class RemoteMatcher:
@@ -128,6 +131,7 @@ class MaskWorker:
         self._process: subprocess.Popen[bytes] | None = None
         self._outbox: queue.SimpleQueue[Any] | None = None
         self._sessions: dict[int, RemoteMatcher] = {}
+        self.rss_mb = 0  # the worker's memory, as its last reply said
         # grammars the worker holds, oldest first (it drops one when told to)
         self._sent_grammars: OrderedDict[tuple[str, str, str], None] = OrderedDict()
 
@@ -158,6 +162,18 @@ class MaskWorker:
             outbox.put(message)
         if message[0] == "close":
             self._sessions.pop(message[1], None)
+            if not self._sessions and self.rss_mb > MAX_RSS_MB:
+                self._retire()
+
+    def _retire(self) -> None:
+        """Let the (idle) worker exit; the next ``open`` starts a fresh one."""
+        with self._lock:
+            if self._sessions or self._outbox is None:
+                return
+            logger.info("grammar mask worker at %d MB: replacing it", self.rss_mb)
+            self._outbox.put(None)
+            self._process = self._outbox = None
+            self.rss_mb = 0
 
     def _start(self) -> None:
         process = subprocess.Popen(
@@ -196,9 +212,10 @@ class MaskWorker:
         assert stdout is not None
         while True:
             try:
-                sid, seq, mask, forced, done, error = receive(stdout)
+                sid, seq, mask, forced, done, error, rss_mb = receive(stdout)
             except (EOFError, OSError, pickle.UnpicklingError):
                 break
+            self.rss_mb = rss_mb
             matcher = self._sessions.get(sid)
             if matcher is not None:
                 matcher._reply(seq, mask, forced, done, error)

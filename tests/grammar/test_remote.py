@@ -158,3 +158,24 @@ def test_aborting_a_parked_request_frees_it(tiny):
     finally:
         tiny.constraints.remote = "auto"
     tiny.check_integrity()
+
+
+def test_a_worker_that_grew_is_replaced_once_idle(tiny, monkeypatch):
+    from radixgen.grammar import remote
+
+    tiny.constraints.remote = "always"
+    try:
+        params = SamplingParams(ebnf=GRAMMARS["dates"][0], max_new_tokens=4)
+        tiny.generate(["x"], params)
+        worker = tiny.constraints._mask_worker
+        assert worker is not None and worker._process is not None and worker.rss_mb > 0
+        first = worker._process.pid
+        monkeypatch.setattr(remote, "MAX_RSS_MB", 0)  # every worker is too big
+        tiny.generate(["x"], params)  # served, then its worker retires
+        assert worker._process is None
+        monkeypatch.setattr(remote, "MAX_RSS_MB", 1 << 20)
+        out = tiny.generate(["x"], params)[0]
+        assert out.completion_tokens >= 1 and worker._process.pid != first
+    finally:
+        tiny.constraints.remote = "auto"
+    tiny.check_integrity()
