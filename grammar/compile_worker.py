@@ -24,7 +24,7 @@ from typing import Any
 
 from .compiler import GrammarCompiler
 from .errors import GrammarError
-from .workers import JsonSpec, receive, send
+from .workers import JsonSpec, receive, send, send_bytes
 
 RECURSION_LIMIT = 50_000
 STACK_BYTES = 1 << 30
@@ -61,12 +61,14 @@ def _serve() -> None:
             grammar = compiler._build(kind, key, spec, options)
             # pickled here, so that a grammar that cannot be is this request's error
             data = pickle.dumps(grammar, protocol=pickle.HIGHEST_PROTOCOL)
-            reply = ("ok", (data, bool(getattr(grammar, "heavy", False))))
+            reply = ("ok", bool(getattr(grammar, "heavy", False)))
         except GrammarError as err:
             reply = ("error", err)
         except Exception as exc:  # a bug: this request fails, the worker goes on
             reply = ("error", GrammarError(f"{kind}: {type(exc).__name__}: {exc}", source=kind))
         send(stdout, (*reply, peak_rss_mb()))
+        if reply[0] == "ok":  # then the grammar, as its own frame (no copy into the reply)
+            send_bytes(stdout, data)
 
 
 def reset_peak_rss() -> None:

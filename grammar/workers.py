@@ -56,14 +56,23 @@ def to_wire(kind: str, spec: Any) -> Any:
 
 
 def send(stream: IO[bytes], value: Any) -> None:
-    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)) + data)
+    send_bytes(stream, pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def send_bytes(stream: IO[bytes], data: bytes) -> None:
+    """One frame of raw bytes (a grammar pickled already: not copied into another pickle)."""
+    stream.write(_HEADER.pack(len(data)))
+    stream.write(data)
     stream.flush()
 
 
 def receive(stream: IO[bytes]) -> Any:
+    return pickle.loads(receive_bytes(stream))
+
+
+def receive_bytes(stream: IO[bytes]) -> bytes:
     header = _read_exactly(stream, _HEADER.size)
-    return pickle.loads(_read_exactly(stream, _HEADER.unpack(header)[0]))
+    return _read_exactly(stream, _HEADER.unpack(header)[0])
 
 
 def _read_exactly(stream: IO[bytes], size: int) -> bytes:
@@ -213,6 +222,8 @@ class _Worker:
             if not ready:
                 raise _WorkerLost(f"compilation timed out after {timeout_s - 1.0:g} s")
             reply: tuple[str, Any, int] = receive(stdout)
+            if reply[0] == "ok":  # the grammar follows, pickled (and whether it is heavy)
+                reply = ("ok", (receive_bytes(stdout), reply[1]), reply[2])
         except (EOFError, OSError, pickle.UnpicklingError) as exc:
             raise _WorkerLost(f"the compile worker died ({type(exc).__name__})") from None
         return reply
