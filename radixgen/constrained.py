@@ -130,6 +130,12 @@ class Constraints:
                 )
             return self._mask_worker
 
+    @property
+    def mask_worker_mb(self) -> int:
+        """The mask worker's memory (MB) as its last reply said; 0 when none runs."""
+        worker = self._mask_worker
+        return worker.rss_mb if worker is not None and worker._process is not None else 0
+
     def _on_reply(self) -> None:
         if self.on_remote_reply is not None:
             self.on_remote_reply()

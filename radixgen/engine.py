@@ -757,6 +757,8 @@ class Engine:
             **s.as_dict(),
             "running": len(self.scheduler.running),
             "waiting": len(self.scheduler.waiting),
+            "grammar_parked": len(self._parked),  # waiting for the grammar mask worker
+            "grammar_mask_worker_mb": self.constraints.mask_worker_mb,
             "max_total_tokens": self.max_total_tokens,
             "kv_pool_bytes": self.kv_pool_bytes,
             "kv_pool_sizing": self.kv_pool_sizing,

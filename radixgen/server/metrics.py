@@ -82,6 +82,18 @@ def render_metrics(engine: Any, server: ServerMetrics, in_flight: int) -> str:
     w.metric("num_requests_running", "gauge", "requests in the running batch", stats["running"])
     w.metric("num_requests_waiting", "gauge", "requests waiting for admission", stats["waiting"])
     w.metric(
+        "num_requests_parked",
+        "gauge",
+        "running requests waiting for their grammar's mask worker (heavy grammars)",
+        stats.get("grammar_parked", 0),
+    )
+    w.metric(
+        "grammar_mask_worker_bytes",
+        "gauge",
+        "memory of the heavy grammars' mask worker process",
+        stats.get("grammar_mask_worker_mb", 0) * 2**20,
+    )
+    w.metric(
         "requests_finished_total",
         "counter",
         "requests finished (any reason)",

@@ -21,6 +21,8 @@ def _engine() -> SimpleNamespace:
         "free_tokens": 4000,
         "tokens_in_tree": 96,
         "retractions": 0,
+        "grammar_parked": 1,
+        "grammar_mask_worker_mb": 3,
         **SpecStats(verify_rows=4, draft_tokens=10, accepted_tokens=6).as_dict(),
     }
     return SimpleNamespace(stats=lambda: stats, stats_counters=counters)
@@ -40,6 +42,8 @@ def test_gauges_counters_and_histograms():
     samples = _samples(render_metrics(_engine(), server, in_flight=3))
     assert samples["radixgen:num_requests_running"] == 1
     assert samples["radixgen:num_requests_waiting"] == 2
+    assert samples["radixgen:num_requests_parked"] == 1
+    assert samples["radixgen:grammar_mask_worker_bytes"] == 3 * 2**20
     assert samples["radixgen:prompt_tokens_total"] == 100
     assert samples["radixgen:cache_hit_rate"] == 0.4
     assert samples["radixgen:requests_rejected_total"] == 4
