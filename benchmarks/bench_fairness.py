@@ -17,7 +17,10 @@ copy made distinct by its ``title`` (an annotation) so that none is a cache hit.
 
 ``--generate`` makes the hostile requests generate instead: closed objects (the engine's
 default for a schema), which compile, so what is measured is their decoding beside the plain
-request, first-visit token masks included (a mask is computed on the engine thread).
+request, first-visit token masks included. Batch-mates cost a plain request something
+whatever they are (a step of 7 rows takes longer than a step of 1), so ``--generate`` also
+measures a control: as many batch-mates generating 64 tokens without a grammar. The grammar's
+own cost is the ratio to the control.
 """
 
 from __future__ import annotations
@@ -56,14 +59,26 @@ def hostile(i: int, properties: int, case: str | None = None) -> dict:
 
 
 def generating_round(
-    engine: Engine, r: int, count: int, properties: int, case: str | None = None
+    engine: Engine,
+    r: int,
+    count: int,
+    properties: int,
+    case: str | None = None,
+    grammar: bool = True,
 ) -> tuple[float, float]:
-    """The plain request's (TTFT, TPOT) while ``count`` hostile schemas compile and generate."""
+    """The plain request's (TTFT, TPOT) while ``count`` hostile schemas compile and generate
+    (``grammar=False``: the control, as many requests generating 64 tokens unconstrained)."""
     outcomes: list[str] = []
 
     def one(i: int) -> None:
-        params = SamplingParams(
-            max_new_tokens=64, temperature=1.0, json_schema=hostile(r * 100 + i, properties, case)
+        params = (
+            SamplingParams(
+                max_new_tokens=64,
+                temperature=1.0,
+                json_schema=hostile(r * 100 + i, properties, case),
+            )
+            if grammar
+            else SamplingParams(max_new_tokens=64, temperature=1.0, ignore_eos=True)
         )
         try:
             out = engine.generate(["Fill in a record as JSON."], params)[0]
@@ -105,6 +120,10 @@ def main() -> None:
     compiler = engine.grammar_compiler
     plain_request(engine)  # warm up
     idle = [plain_request(engine) for _ in range(args.repeat)]
+    control = [  # what the batch-mates cost without a grammar
+        generating_round(engine, r, args.hostile, args.properties, grammar=False)
+        for r in range(args.repeat if args.generate else 0)
+    ]
     loaded = []
     for r in range(args.repeat):
         if args.generate:
@@ -141,6 +160,13 @@ def main() -> None:
         + (f"of {args.case})" if args.case else f"with {args.properties}-property objects)")
     )
     print(f"ratio:  TTFT {ttft1 / ttft0:.2f}x  TPOT {tpot1 / tpot0:.2f}x")
+    if control:
+        ttft2, tpot2 = (statistics.median(x[i] for x in control) for i in (0, 1))
+        print(
+            f"control: TTFT {ttft2 * 1e3:6.1f} ms  TPOT {tpot2 * 1e3:6.1f} ms (as many batch-mates "
+            "generating 64 tokens without a grammar)"
+        )
+        print(f"ratio to control: TTFT {ttft1 / ttft2:.2f}x  TPOT {tpot1 / tpot2:.2f}x")
 
 
 if __name__ == "__main__":
