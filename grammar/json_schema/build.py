@@ -330,9 +330,20 @@ class SchemaBuilder:
                 or (self.value_type(v) == "integer" and "number" in types)
             ]
             return self.const(kept, [write_generic(v) for v in kept], candidates)
-        node = self.lower(rest, pointer, base)
+        # Each value is checked against the rest narrowed to its own type: the same answer,
+        # from a much smaller regex where the rest is a `not` (its complement spans every type).
+        declared = self.allowed_types(rest, pointer) if "type" in rest else None
+        nodes: dict[str, Node] = {}
         kept, texts = [], []
         for value in values:
+            kind = self.value_type(value)
+            if declared is not None and not (
+                kind in declared or (kind == "integer" and "number" in declared)
+            ):
+                continue
+            node = nodes.get(kind)
+            if node is None:
+                node = nodes[kind] = self.lower({**rest, "type": kind}, pointer, base)
             text = node.write(value, self.ctx)
             if self.ctx.accepts(node, text):
                 kept.append(value)

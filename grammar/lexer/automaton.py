@@ -84,6 +84,11 @@ class DFAQueries:
         False so a token table's ``first_byte`` can index it directly)."""
         return byte_flags(self.store.first_bytes(self.state_terms[s]))
 
+    @property
+    def known_mask_keys(self) -> dict[int, int]:
+        """``mask_key``'s cache (state -> key), for callers that learn keys in bulk."""
+        return self._mask_keys
+
     def mask_key(self, s: int) -> int:
         """``clipped(s)``: the state whose token mask ``s`` shares (fast path, cached)."""
         key = self._mask_keys.get(s)

@@ -19,9 +19,9 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -69,6 +69,15 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_dfa_walk_tokens": (_I64, [_P, _I64, _P, _P, _I32, _I32, _P, _P, _P, _F64]),
     "rg_dfa_narrow": (_I64, [_P, _I32, ctypes.c_char_p, *[_P] * 7, _F64]),
     "rg_dfa_walk_lex": (_I64, [_P, _I32, _I64, *[_P] * 7, _F64]),
+    "rg_dfa_narrow_row": (_I64, [_P, _I32, ctypes.c_char_p, _I32, *[_P] * 9, _F64]),
+    "rg_pre_new": (_P, [_P, _I32, _I32]),
+    "rg_pre_free": (None, [_P]),
+    "rg_pre_slowest": (_F64, [_P]),
+    "rg_pre_offer": (_I32, [_P, _P, _I64, _I32, _F64]),
+    "rg_pre_run": (
+        _I64,
+        [_P, _I64, _F64, ctypes.c_char_p, _I32, *[_P] * 8, _I64, *[_P] * 5, _F64],
+    ),
     "rg_dfa_size": (_I32, [_P]),
     "rg_dfa_term": (_I32, [_P, _I32]),
     "rg_dfa_accepting": (_I32, [_P, _I32]),
@@ -76,6 +85,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_dfa_import": (_P, [_P, _P, _P, _I32, _I32, _I32, _P, _P]),
     "rg_table_walk": (_I64, [_P, _P, _I32, _I64, *[_P] * 6]),
 }
+_NARROW_WIDE = -1000  # rg_dfa_narrow_row: more live first bytes than asked for
 _LEX_MIN = 256  # from this many ids on, a walk goes in lexicographic order
 _COUNTER_MAX = 1 << 62  # counters past this are as good as unbounded (no output is that long)
 
@@ -527,6 +537,31 @@ class NativeDFA(DFAQueries):
         )
         return buffers.out_ids[:count].copy(), buffers.out_states[:count].copy()
 
+    def narrow_row(
+        self, table: TokenTable, state: int, row: np.ndarray, few: int
+    ) -> tuple[int, list[int]] | None:
+        """``narrow`` over the state's live first bytes the table can use, when at most ``few``,
+        straight into a mask row: sets the allowed tokens' bits in ``row`` (int32 [num_words],
+        zeroed) and returns (how many, their distinct end states); None when more first bytes
+        are live (``rg_dfa_narrow_row``)."""
+        buffers = self._buffers(table)
+        count = self.store._lib.rg_dfa_narrow_row(
+            self._ptr,
+            state,
+            buffers.usable,
+            few,
+            buffers.pair_starts_ptr,
+            *buffers.lex_ptrs,
+            *buffers.out_ptrs,
+            row.ctypes.data,
+            buffers.num_ends_ptr,
+            self.store._deadline(),
+        )
+        if count == _NARROW_WIDE:
+            return None
+        self._call(count)
+        return count, buffers.out_states[: buffers.num_ends[0]].tolist()
+
     def _buffers(self, table: TokenTable) -> _WalkBuffers:
         """This DFA's output buffers and the table's arrays as pointers (made once per table;
         the walks run under ``lock``, so one set per DFA is enough)."""
@@ -535,6 +570,107 @@ class NativeDFA(DFAQueries):
             buffers = _WalkBuffers(table)
             self.__dict__["_walk_buffers"] = buffers
         return buffers
+
+
+class PrecomputedRows(NamedTuple):
+    """A batch of ``NativePrecompute.run``: row i is ``rows[i]`` (int32 [num_words], a view of
+    a chunk), computed for the state ``taken[i]`` (whose mask key is ``keys[i]``), with
+    ``counts[i]`` tokens allowed; ``accepting[i]``: whether ``taken[i]`` accepts (its mask
+    then adds EOS)."""
+
+    rows: np.ndarray
+    taken: list[int]
+    keys: list[int]
+    counts: list[int]
+    accepting: list[bool]
+
+
+class NativePrecompute:
+    """``TokenIndex.precompute``'s breadth-first walk over narrow states, in C (``rg_pre_*``):
+    ``run`` returns rows until a wide state comes up, which the caller computes and whose
+    successors it ``offer``s back. The DFA's lock is held by the caller throughout."""
+
+    PRE_DONE, PRE_FULL, PRE_TIME, PRE_WIDE, PRE_ERROR = range(5)
+
+    def __init__(
+        self, dfa: NativeDFA, table: TokenTable, *, bound: int, rare: bool, few: int
+    ) -> None:
+        """``bound``: the clip bound states are taken at; ``rare`` queues the rare states
+        too (after the others); ``few``: the most live first bytes of a narrow state."""
+        self.dfa, self.table, self._lib, self.few = dfa, table, dfa.store._lib, few
+        self._ptr = int(self._lib.rg_pre_new(dfa._ptr, bound, int(rare)) or 0)
+        if not self._ptr:
+            raise MemoryError("native lexer: out of memory")
+        self._chunk = 16  # rows per chunk, doubling: few rows waste little, many cost few calls
+        self._rows, self._used = np.zeros((0, 0), dtype=np.int32), 0
+        self._status = np.zeros(2, np.int32)
+
+    def __del__(self) -> None:
+        ptr, self._ptr = getattr(self, "_ptr", 0), 0
+        if ptr:
+            self._lib.rg_pre_free(ptr)
+
+    @property
+    def slowest_s(self) -> float:
+        return float(self._lib.rg_pre_slowest(self._ptr))
+
+    def offer(self, states: Iterable[int], *, likely: bool = False) -> None:
+        """Queue the states whose mask keys were not met yet."""
+        items = np.fromiter(states, dtype=np.int32)
+        self.dfa._call(
+            self._lib.rg_pre_offer(
+                self._ptr, items.ctypes.data, items.size, int(likely), self.dfa.store._deadline()
+            )
+        )
+
+    def run(self, max_rows: int, until: float) -> tuple[PrecomputedRows, int]:
+        """(the rows computed, why it stopped: ``PRE_*``). Up to ``max_rows``, until the clock
+        (``time.monotonic``) passes ``until``; a wide state (``wide``) or an error (raised once
+        the rows are kept: ``raise_error``) ends the batch too."""
+        if self._used == len(self._rows):  # rows go into chunks, each used to its end
+            self._rows = np.zeros((self._chunk, self.table.num_words), dtype=np.int32)
+            self._used, self._chunk = 0, min(2 * self._chunk, 256)
+        rows = self._rows[self._used :]
+        size = min(max_rows, len(rows))
+        taken, keys = np.empty(size, np.int32), np.empty(size, np.int32)
+        counts, accepting = np.empty(size, np.int64), np.empty(size, np.uint8)
+        buffers = self.dfa._buffers(self.table)
+        n = self._lib.rg_pre_run(
+            self._ptr,
+            size,
+            until,
+            buffers.usable,
+            self.few,
+            buffers.pair_starts_ptr,
+            *buffers.lex_ptrs,
+            *buffers.out_ptrs,
+            rows.ctypes.data,
+            self.table.num_words,
+            taken.ctypes.data,
+            keys.ctypes.data,
+            counts.ctypes.data,
+            accepting.ctypes.data,
+            self._status.ctypes.data,
+            self.dfa.store._deadline(),
+        )
+        self._used += n
+        batch = PrecomputedRows(
+            rows[:n],
+            taken[:n].tolist(),
+            keys[:n].tolist(),
+            counts[:n].tolist(),
+            accepting[:n].astype(bool).tolist(),
+        )
+        return batch, int(self._status[0])
+
+    @property
+    def wide(self) -> int:
+        """The (clipped) wide state that ended the last ``run`` with ``PRE_WIDE``."""
+        return int(self._status[1])
+
+    def raise_error(self) -> None:
+        """Raise the error that ended the last ``run`` with ``PRE_ERROR``."""
+        self.dfa._call(-int(self._status[1]))
 
 
 class _WalkBuffers:
@@ -550,6 +686,9 @@ class _WalkBuffers:
         self.pair_starts_ptr = table.pair_starts.ctypes.data
         self.lex_ptrs = tuple(a.ctypes.data for a in (lex.ids, lex.shared, lex.buffer, lex.offsets))
         self.out_ptrs = (self.out_ids.ctypes.data, self.out_states.ctypes.data)
+        self.usable = table.usable_first_mask.to_bytes(32, "little")
+        self.num_ends = np.zeros(1, np.int64)
+        self.num_ends_ptr = self.num_ends.ctypes.data
 
 
 DFA = LazyDFA | NativeDFA  # what a compiled regex grammar steps

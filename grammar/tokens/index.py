@@ -28,7 +28,7 @@ from typing import cast
 import numpy as np
 
 from ..lexer.automaton import DEAD, UNKNOWN, LazyDFA
-from ..lexer.native import DFA, NativeDFA
+from ..lexer.native import DFA, NativeDFA, NativePrecompute, PrecomputedRows
 from ..lexer.terms import CompileTimeout
 from .safe_runs import NO_RUN, Run, SafeRuns
 from .table import TokenTable, decode_row, encode_row
@@ -121,6 +121,9 @@ class MaskIndex:
         store = dfa.store
         limit = min(max_rows or self.max_masks, self.max_masks)
         bound = 2 * store.clip_bound
+        if isinstance(dfa, NativeDFA):
+            with dfa.lock:
+                return self._precompute_native(dfa, deadline, limit, bound, rare)
         likely: deque[int] = deque([dfa.start])
         later: deque[int] = deque()
         seen, built = {dfa.mask_key(dfa.start)}, 0
@@ -143,6 +146,47 @@ class MaskIndex:
                             later.append(nxt)
         return built
 
+    def _precompute_native(
+        self, dfa: NativeDFA, deadline: float, limit: int, bound: int, rare: bool
+    ) -> int:
+        """``precompute`` with the walk over narrow states in C (``NativePrecompute``); the
+        wide states it meets are computed here, their successors offered back."""
+        walk = NativePrecompute(dfa, self.table, bound=bound, rare=rare, few=_FEW_FIRST_BYTES)
+        walk.offer([dfa.start], likely=True)
+        built = 0
+        try:
+            while built < limit:
+                batch, why = walk.run(limit - built, deadline)
+                self._keep_rows(batch)
+                built += len(batch.keys)
+                if why == walk.PRE_WIDE:
+                    walk.offer(self._compute(walk.wide))
+                    built += 1
+                elif why == walk.PRE_ERROR:
+                    walk.raise_error()
+                elif why != walk.PRE_FULL:  # done, or out of time
+                    break
+        except CompileTimeout:  # out of compile time: the rest stays lazy
+            pass
+        self.slowest_s = max(self.slowest_s, walk.slowest_s)
+        return built
+
+    def _keep_rows(self, batch: PrecomputedRows) -> None:
+        """Cache a precomputed batch: the rows, and the masks ``mask`` would make of them."""
+        rows, masks, table = self._rows, self._masks, self.table
+        known = self.dfa.known_mask_keys
+        for row, state, key, count, accepting in zip(*batch, strict=True):
+            known[state] = key
+            rows[key] = (row, count)
+            row.flags.writeable = False
+            mask = table.with_eos(row) if accepting else row
+            mask.flags.writeable = False
+            masks[(key, accepting)] = mask
+        while len(rows) > self.max_masks:
+            rows.popitem(last=False)
+        while len(masks) > self.max_masks:
+            masks.popitem(last=False)
+
     # ------------------------------------------------------------------ computing rows
 
     def _row(self, state: int) -> tuple[np.ndarray, int]:
@@ -155,13 +199,24 @@ class MaskIndex:
     def _compute(self, state: int) -> set[int]:
         """Build and cache the row of ``state``; return the states its tokens lead to."""
         started = time.perf_counter()
+        dfa = self.dfa
+        if isinstance(dfa, NativeDFA):  # a narrow state: its row straight from C
+            row = np.zeros(self.table.num_words, dtype=np.int32)
+            narrow = dfa.narrow_row(self.table, state, row, _FEW_FIRST_BYTES)
+            if narrow is not None:
+                self.slowest_s = max(self.slowest_s, time.perf_counter() - started)
+                self._store_row(state, row, narrow[0])
+                return set(narrow[1])
         ids, safe, successors = self._allowed(state)
         self.slowest_s = max(self.slowest_s, time.perf_counter() - started)
         count = len(ids) + (int(np.count_nonzero(safe)) if safe is not None else 0)
-        self._rows[self.dfa.mask_key(state)] = (self.table.pack(ids, safe), count)
+        self._store_row(state, self.table.pack(ids, safe), count)
+        return successors
+
+    def _store_row(self, state: int, row: np.ndarray, count: int) -> None:
+        self._rows[self.dfa.mask_key(state)] = (row, count)
         if len(self._rows) > self.max_masks:
             self._rows.popitem(last=False)
-        return successors
 
     def _allowed(self, state: int) -> tuple[np.ndarray | list[int], np.ndarray | None, set[int]]:
         """(allowed ids, bool [V] more allowed tokens or None, successor states)."""

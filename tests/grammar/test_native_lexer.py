@@ -155,21 +155,26 @@ def corpora(shared_data):
 
 def test_masks_equal_the_python_lexer_on_every_corpus(corpora, tokenizer):
     """Mask for mask (and forced bytes) along valid and invalid instances, 8 schemas per
-    corpus, computed lazily so both lexers build their states in the same order."""
+    corpus: both lexers computing lazily (so they build their states in the same order), and
+    the native one after precomputing every reachable row in C (``NativePrecompute``, rare
+    states included)."""
     compilers = [
         GrammarCompiler(tokenizer, precompute_s=0.0, native_lexer=native)
         for native in (False, True)
     ]
+    precomputing = GrammarCompiler(tokenizer, precompute_s=0.0, native_lexer=True)
     compared = 0
     for name, cases in sorted(corpora.items()):
         for case in sample(cases, 8, seed=3):
             results = []
-            for compiler in compilers:
+            for compiler in [*compilers, precomputing]:
                 try:
                     grammar = compiler.compile_json_schema(case.schema)
                 except GrammarError as err:
                     results.append(("refused", str(err)))
                     continue
+                if compiler is precomputing:
+                    assert grammar.index.precompute(30.0, rare=True) > 0
                 texts = []
                 for data, valid, _ in case.tests:
                     try:
@@ -177,7 +182,7 @@ def test_masks_equal_the_python_lexer_on_every_corpus(corpora, tokenizer):
                     except Exception:  # noqa: BLE001 - not writable as the grammar writes
                         texts.append(json.dumps(data, separators=(",", ":")))
                 results.append(("walked", _walk_masks(grammar, texts, tokenizer)))
-            assert results[0] == results[1], (name, case.case_id)
+            assert results[0] == results[1] == results[2], (name, case.case_id)
             compared += results[0][0] == "walked"
     assert compared >= 40
 

@@ -749,6 +749,8 @@ typedef struct {
     int32_t *table; /* [cap, num_classes], UNKNOWN where not computed yet */
     int32_t *terms;
     uint8_t *accepting;
+    uint32_t *seen; /* [cap]: == stamp where a walk already met the state (rg_dfa_narrow_row) */
+    uint32_t stamp;
     Memo state_of; /* term -> state */
 } Dfa;
 
@@ -771,13 +773,16 @@ static int32_t dfa_state(Dfa *d, int32_t term) {
         int32_t *table = realloc(d->table, (size_t)cap * d->num_classes * sizeof(int32_t));
         int32_t *terms = table ? realloc(d->terms, (size_t)cap * sizeof(int32_t)) : NULL;
         uint8_t *acc = terms ? realloc(d->accepting, (size_t)cap) : NULL;
+        uint32_t *seen = acc ? realloc(d->seen, (size_t)cap * sizeof(uint32_t)) : NULL;
         if (table) d->table = table;
         if (terms) d->terms = terms;
-        if (!acc) {
+        if (acc) d->accepting = acc;
+        if (!seen) {
             st->err = ERR_MEMORY;
             return DEAD;
         }
-        d->accepting = acc;
+        memset(seen + d->cap, 0, (size_t)(cap - d->cap) * sizeof(uint32_t));
+        d->seen = seen;
         d->cap = cap;
     }
     for (int32_t k = 0; k < d->num_classes; k++) d->table[(int64_t)s * d->num_classes + k] = UNKNOWN;
@@ -815,7 +820,8 @@ Dfa *rg_dfa_new(Store *st, const int32_t *class_of, const int32_t *reps, int32_t
     d->table = malloc((size_t)d->cap * num_classes * sizeof(int32_t));
     d->terms = malloc((size_t)d->cap * sizeof(int32_t));
     d->accepting = malloc((size_t)d->cap);
-    if (!d->table || !d->terms || !d->accepting || !memo_init(&d->state_of, 256)) return NULL;
+    d->seen = calloc((size_t)d->cap, sizeof(uint32_t));
+    if (!d->table || !d->terms || !d->accepting || !d->seen || !memo_init(&d->state_of, 256)) return NULL;
     begin(st, 0);
     dfa_state(d, EMPTY); /* state 0, DEAD: every transition stays there */
     for (int32_t k = 0; k < num_classes; k++) d->table[k] = DEAD;
@@ -827,6 +833,7 @@ void rg_dfa_free(Dfa *d) {
     free(d->table);
     free(d->terms);
     free(d->accepting);
+    free(d->seen);
     memo_free(&d->state_of);
     free(d);
 }
@@ -974,6 +981,48 @@ int64_t rg_dfa_narrow(Dfa *d, int32_t state, const uint64_t *firsts, const int64
     return count;
 }
 
+#define NARROW_WIDE (-1000)
+
+/* A narrow state's whole mask row in one call: `state`'s live first bytes that are also in
+ * `usable` (bit b = byte b), when there are at most `few` of them, walked as rg_dfa_narrow
+ * does. Sets the allowed tokens' bits in `row` (uint32 words, bit j of word w = token 32w + j;
+ * the caller zeroes it) and leaves the distinct end states at the front of
+ * `out_states`, their number in *num_ends (`out_ids` is scratch). Returns the number of allowed
+ * tokens, NARROW_WIDE when more first bytes are live (the caller's wide path), or minus the
+ * error code. */
+int64_t rg_dfa_narrow_row(Dfa *d, int32_t state, const uint64_t *usable, int32_t few,
+                          const int64_t *pair_starts, const int64_t *ids, const int32_t *shared,
+                          const uint8_t *buf, const int64_t *offsets, int64_t *out_ids,
+                          int32_t *out_states, uint32_t *row, int64_t *num_ends, double deadline) {
+    Mask firsts;
+    const Mask *live = &d->st->first[d->terms[state]];
+    int bits = 0;
+    for (int k = 0; k < 4; k++) {
+        firsts.w[k] = live->w[k] & usable[k];
+        bits += __builtin_popcountll(firsts.w[k]);
+    }
+    *num_ends = 0;
+    if (bits > few) return NARROW_WIDE;
+    int64_t count = rg_dfa_narrow(d, state, firsts.w, pair_starts, ids, shared, buf, offsets, out_ids,
+                                  out_states, deadline);
+    if (count <= 0) return count;
+    for (int64_t i = 0; i < count; i++) row[out_ids[i] >> 5] |= (uint32_t)1 << (out_ids[i] & 31);
+    if (++d->stamp == 0) { /* wrapped: forget every mark */
+        memset(d->seen, 0, (size_t)d->cap * sizeof(uint32_t));
+        d->stamp = 1;
+    }
+    int64_t n = 0;
+    for (int64_t i = 0; i < count; i++) {
+        int32_t s = out_states[i];
+        if (d->seen[s] != d->stamp) {
+            d->seen[s] = d->stamp;
+            out_states[n++] = s;
+        }
+    }
+    *num_ends = n;
+    return count;
+}
+
 /* The walk of rg_dfa_walk_tokens from one state, for the tokens at the `selected` positions of
  * the lexicographic order `ids` (`shared` as for rg_dfa_narrow): each token resumes from the
  * bytes it shares with the last one walked, and is skipped when those were rejected. Writes
@@ -999,4 +1048,153 @@ int64_t rg_dfa_walk_lex(Dfa *d, int32_t state, int64_t n, const uint8_t *selecte
         }
     }
     return count;
+}
+
+/* ------------------------------------------------------------------ mask precompute */
+
+/* The breadth-first walk of TokenIndex.precompute over narrow states, in C: a queue of likely
+ * states and one of rare ones (their every continuation starts inside a tagged term), and the
+ * mask keys already met. The caller computes the wide states' rows (their safe runs are
+ * Python) and offers their successors back. */
+typedef struct {
+    int32_t *items;
+    int64_t head, n, cap;
+} Queue;
+
+typedef struct {
+    Dfa *d;
+    Queue likely, later;
+    Memo seen; /* mask keys met */
+    int32_t bound, rare;
+    double slowest; /* seconds, the slowest row */
+} Pre;
+
+enum { PRE_DONE, PRE_FULL, PRE_TIME, PRE_WIDE, PRE_ERROR };
+
+static int queue_push(Queue *q, int32_t s) {
+    if (q->n == q->cap) {
+        int64_t cap = q->cap ? 2 * q->cap : 256;
+        int32_t *items = realloc(q->items, (size_t)cap * sizeof(int32_t));
+        if (!items) return 0;
+        q->items = items;
+        q->cap = cap;
+    }
+    q->items[q->n++] = s;
+    return 1;
+}
+
+static inline int32_t mask_key(Dfa *d, int32_t s) {
+    return dfa_state(d, clip(d->st, d->terms[s], d->st->clip_bound));
+}
+
+/* Queue `s` unless its mask key was met; `likely` queues it as likely whatever its head. */
+static void pre_offer(Pre *p, int32_t s, int likely) {
+    Dfa *d = p->d;
+    Store *st = d->st;
+    int32_t key = mask_key(d, s), met;
+    if (st->err || memo_get(&p->seen, key, &met)) return;
+    if (!memo_put(&p->seen, key, 1)) {
+        st->err = ERR_MEMORY;
+        return;
+    }
+    int ok = 1;
+    if (likely || !(st->has_tags && head_tagged(st, d->terms[s])))
+        ok = queue_push(&p->likely, s);
+    else if (p->rare)
+        ok = queue_push(&p->later, s);
+    if (!ok && !st->err) st->err = ERR_MEMORY;
+}
+
+Pre *rg_pre_new(Dfa *d, int32_t bound, int32_t rare) {
+    Pre *p = calloc(1, sizeof(Pre));
+    if (!p) return NULL;
+    if (!memo_init(&p->seen, 256)) {
+        free(p);
+        return NULL;
+    }
+    p->d = d;
+    p->bound = bound;
+    p->rare = rare;
+    return p;
+}
+
+void rg_pre_free(Pre *p) {
+    if (!p) return;
+    free(p->likely.items);
+    free(p->later.items);
+    memo_free(&p->seen);
+    free(p);
+}
+
+double rg_pre_slowest(const Pre *p) { return p->slowest; }
+
+/* Offer `n` states met (the start, or a wide row's successors); `likely` as for pre_offer.
+ * Returns 0 or minus the error code. */
+int32_t rg_pre_offer(Pre *p, const int32_t *states, int64_t n, int32_t likely, double deadline) {
+    Store *st = p->d->st;
+    begin(st, deadline);
+    for (int64_t i = 0; i < n && !st->err; i++) pre_offer(p, states[i], likely);
+    return -st->err;
+}
+
+/* Rows breadth-first, likely states first, until `max_rows` are written, the clock passes
+ * `until`, the queues are empty, a wide state comes up or an error. Each state is taken
+ * clipped at `bound`; row r (uint32 [num_words] at rows + r * num_words, zeroed by the caller)
+ * is computed by rg_dfa_narrow_row for the state taken[r] (as queued, unclipped), with keys[r]
+ * its mask key, counts[r] its number of allowed tokens and accepting[r] whether taken[r]
+ * accepts. Returns the number of rows written; status[0] says why it stopped (PRE_*),
+ * status[1] is the wide state (clipped) for PRE_WIDE, the error code for PRE_ERROR. */
+int64_t rg_pre_run(Pre *p, int64_t max_rows, double until, const uint64_t *usable, int32_t few,
+                   const int64_t *pair_starts, const int64_t *ids, const int32_t *shared, const uint8_t *buf,
+                   const int64_t *offsets, int64_t *out_ids, int32_t *out_states, uint32_t *rows,
+                   int64_t num_words, int32_t *taken, int32_t *keys, int64_t *counts, uint8_t *accepting,
+                   int32_t *status, double deadline) {
+    Dfa *d = p->d;
+    Store *st = d->st;
+    int64_t r = 0;
+    status[0] = PRE_FULL;
+    status[1] = 0;
+    while (r < max_rows) {
+        Queue *q = p->likely.head < p->likely.n ? &p->likely : &p->later;
+        if (q->head == q->n) {
+            status[0] = PRE_DONE;
+            break;
+        }
+        double start = now_s();
+        if (start >= until) {
+            status[0] = PRE_TIME;
+            break;
+        }
+        int32_t s = q->items[q->head++];
+        begin(st, deadline);
+        int32_t c = dfa_state(d, clip(st, d->terms[s], p->bound));
+        int64_t ends = 0;
+        int64_t count = st->err ? -st->err
+                                : rg_dfa_narrow_row(d, c, usable, few, pair_starts, ids, shared, buf, offsets,
+                                                    out_ids, out_states, rows + r * num_words, &ends, deadline);
+        if (count == NARROW_WIDE) {
+            status[0] = PRE_WIDE;
+            status[1] = c;
+            break;
+        }
+        int32_t key = count < 0 ? DEAD : mask_key(d, c);
+        if (count < 0 || st->err) {
+            status[0] = PRE_ERROR;
+            status[1] = count < 0 ? (int32_t)-count : st->err;
+            break;
+        }
+        double took = now_s() - start;
+        if (took > p->slowest) p->slowest = took;
+        taken[r] = s;
+        keys[r] = key;
+        accepting[r] = d->accepting[s];
+        counts[r++] = count;
+        for (int64_t i = 0; i < ends && !st->err; i++) pre_offer(p, out_states[i], 0);
+        if (st->err) {
+            status[0] = PRE_ERROR;
+            status[1] = st->err;
+            break;
+        }
+    }
+    return r;
 }
