@@ -247,12 +247,24 @@ class TermStore:
             head, tail = args
             if self.kinds[head] == K_SET:  # a byte, then the tail (most concatenations)
                 return tail if (self.args[head] >> byte) & 1 else EMPTY
-            d = self.cat(self.deriv(head, byte), tail)
-            if self.nullable[head]:
-                rest = self.deriv(tail, byte)
-                if rest != EMPTY:
-                    d = self.alt((d, rest)) if d != EMPTY else rest
-            return d
+            # Down the chain of nullable heads at once: d(h1 h2 .. t) = d(h1) h2 .. t |
+            # d(h2 .. t) when h1 is nullable. One alternation of every part, not one per
+            # link: a chain of n optional members costs n, not n^2 (as in C).
+            parts = []
+            cur = t
+            while True:
+                if self.kinds[cur] != K_CAT:
+                    parts.append(self.deriv(cur, byte))
+                    break
+                head, tail = self.args[cur]
+                if self.kinds[head] == K_SET:
+                    parts.append(tail if (self.args[head] >> byte) & 1 else EMPTY)
+                    break
+                parts.append(self.cat(self.deriv(head, byte), tail))
+                if not self.nullable[head]:
+                    break
+                cur = tail
+            return self.alt(p for p in parts if p != EMPTY)
         if kind == K_ALT:  # members' first bytes are known: first_bytes(t) computed them
             firsts = self._firsts
             return self.alt([self.deriv(u, byte) for u in args if (firsts[u] >> byte) & 1])

@@ -431,16 +431,48 @@ static int32_t derive(Store *st, int32_t t, int byte) {
     case K_SET:
         return EPS; /* the caller checked the byte is in the set */
     case K_CAT: {
-        int32_t head = st->a[t], tail = (int32_t)st->b[t];
-        if (st->kind[head] == K_SET) return tail; /* a byte, then the tail */
-        int32_t d = cat(st, deriv(st, head, byte), tail);
-        if (st->nullable[head]) {
-            int32_t rest = deriv(st, tail, byte);
-            if (rest != EMPTY) {
-                int32_t pair[2] = {d, rest};
-                d = d != EMPTY ? alt(st, pair, 2) : rest;
+        if (st->kind[st->a[t]] == K_SET) return (int32_t)st->b[t]; /* a byte, then the tail */
+        /* Down the chain of nullable heads at once: d(h1 h2 .. t) = d(h1) h2 .. t | d(h2 .. t)
+         * when h1 is nullable. One alternation of every part, not one per link: a chain of
+         * n optional members (an object's optional properties) costs n, not n^2. */
+        int32_t local[16];
+        int32_t *parts = local;
+        int64_t k = 0, cap = 16;
+        int32_t cur = t;
+        for (;;) {
+            int32_t d;
+            int last = 0;
+            if (st->kind[cur] != K_CAT) {
+                d = deriv(st, cur, byte);
+                last = 1;
+            } else if (st->kind[st->a[cur]] == K_SET) {
+                d = mask_has(&st->first[st->a[cur]], byte) ? (int32_t)st->b[cur] : EMPTY;
+                last = 1;
+            } else {
+                int32_t head = st->a[cur], tail = (int32_t)st->b[cur];
+                d = cat(st, deriv(st, head, byte), tail);
+                last = !st->nullable[head];
+                cur = tail;
             }
+            if (st->err) break;
+            if (d != EMPTY) {
+                if (k == cap) {
+                    int32_t *grown = malloc((size_t)(2 * cap) * sizeof(int32_t));
+                    if (!grown) {
+                        st->err = ERR_MEMORY;
+                        break;
+                    }
+                    memcpy(grown, parts, (size_t)k * sizeof(int32_t));
+                    if (parts != local) free(parts);
+                    parts = grown;
+                    cap *= 2;
+                }
+                parts[k++] = d;
+            }
+            if (last) break;
         }
+        int32_t d = st->err ? EMPTY : alt(st, parts, k);
+        if (parts != local) free(parts);
         return d;
     }
     case K_ALT: {
