@@ -86,10 +86,16 @@ class CompiledGrammar:
         """Compute the start state's mask, then more breadth-first for up to ``budget_s``
         (done at compile time, off the engine thread): the likely states, and the rare ones
         (undeclared properties, escapes) only if ``rare``. A mask slower than ``HEAVY_MASK_S``
-        makes the grammar ``heavy``. Returns the number of masks built."""
+        makes the grammar ``heavy`` and ends the precompute there: a heavy grammar's masks
+        are computed in the mask worker, as its requests need them. Returns the number of
+        masks built."""
         self.index.mask(self.dfa.start)
         self.index.slowest_s = 0.0  # the start's mask is computed here, whatever it costs
-        built = 1 + (self.index.precompute(budget_s, rare=rare) if budget_s > 0 else 0)
+        built = 1 + (
+            self.index.precompute(budget_s, rare=rare, stop_over_s=HEAVY_MASK_S)
+            if budget_s > 0
+            else 0
+        )
         self.heavy = self.index.slowest_s > HEAVY_MASK_S
         return built
 

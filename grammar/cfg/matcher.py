@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import GrammarError
 from ..lexer.terms import Budget
 from ..matcher import HEAVY_MASK_S, TokenMatcher
-from ..tokens.table import TokenTable, decode_row, encode_row
+from ..tokens.table import TokenTable, decode_rows, encode_rows
 from ..tokens.vocabulary import Vocabulary
 from .automata import build_automata
 from .earley import Column, EarleyAutomaton
@@ -86,16 +86,24 @@ class CfgGrammar:
 
     def __getstate__(self) -> dict:
         """Pickled without the vocabulary (compile workers send grammars back), mask rows
-        compact (``encode_row``)."""
+        compact (``encode_rows``)."""
         state = self.__dict__.copy()
         state["vocab"] = state["table"] = None
-        state["_masks"] = [(key, encode_row(row), n) for key, (row, n) in self._masks.items()]
+        keys = list(self._masks)
+        state["_masks"] = (
+            keys,
+            [self._masks[k][1] for k in keys],
+            encode_rows([self._masks[k][0] for k in keys]),
+        )
         return state
 
     def __setstate__(self, state: dict) -> None:
         masks = state.pop("_masks")
         self.__dict__.update(state)
-        self._masks = OrderedDict((key, (decode_row(code), n)) for key, code, n in masks)
+        keys, counts, code = masks
+        self._masks = OrderedDict(
+            zip(keys, zip(decode_rows(code), counts, strict=True), strict=True)
+        )
 
     def attach(self, vocab: Vocabulary) -> None:
         """Give an unpickled grammar its vocabulary (the receiver's own object), and load
@@ -118,8 +126,8 @@ class CfgGrammar:
         breadth-first, for up to ``budget_s`` (at compile time, off the engine thread: every
         request's first steps find them ready). Marks the grammar ``heavy`` when a column
         holds more than ``HEAVY_ITEMS`` items or a mask took more than ``HEAVY_MASK_S``: its
-        first visits would stall an engine thread (``remote.py``). Returns the number of
-        masks built."""
+        first visits would stall an engine thread (``remote.py``), and stops there. Returns
+        the number of masks built."""
         auto = self.auto
         native_walk()  # loaded once per process: not part of any mask's time
         deadline = time.monotonic() + budget_s
@@ -131,9 +139,10 @@ class CfgGrammar:
             self.mask(col)
             slow = built > 0 and time.perf_counter() - started > HEAVY_MASK_S  # (the start's
             # mask is computed here, at compile time, whatever it costs)
-            if slow or len(col.items) > HEAVY_ITEMS:
-                self.heavy = True
             built += 1
+            if slow or len(col.items) > HEAVY_ITEMS:
+                self.heavy = True  # its masks run in the mask worker, as requests need them
+                break
             with auto.lock:
                 uid, classes = auto.register(col), col.live
                 while classes:

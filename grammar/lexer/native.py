@@ -76,7 +76,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_pre_offer": (_I32, [_P, _P, _I64, _I32, _F64]),
     "rg_pre_run": (
         _I64,
-        [_P, _I64, _F64, ctypes.c_char_p, _I32, *[_P] * 8, _I64, *[_P] * 5, _F64],
+        [_P, _I64, _F64, _F64, ctypes.c_char_p, _I32, *[_P] * 8, _I64, *[_P] * 5, _F64],
     ),
     "rg_dfa_size": (_I32, [_P]),
     "rg_dfa_term": (_I32, [_P, _I32]),
@@ -590,7 +590,7 @@ class NativePrecompute:
     ``run`` returns rows until a wide state comes up, which the caller computes and whose
     successors it ``offer``s back. The DFA's lock is held by the caller throughout."""
 
-    PRE_DONE, PRE_FULL, PRE_TIME, PRE_WIDE, PRE_ERROR = range(5)
+    PRE_DONE, PRE_FULL, PRE_TIME, PRE_WIDE, PRE_ERROR, PRE_SLOW = range(6)
 
     def __init__(
         self, dfa: NativeDFA, table: TokenTable, *, bound: int, rare: bool, few: int
@@ -623,10 +623,11 @@ class NativePrecompute:
             )
         )
 
-    def run(self, max_rows: int, until: float) -> tuple[PrecomputedRows, int]:
+    def run(self, max_rows: int, until: float, slow: float = 0.0) -> tuple[PrecomputedRows, int]:
         """(the rows computed, why it stopped: ``PRE_*``). Up to ``max_rows``, until the clock
-        (``time.monotonic``) passes ``until``; a wide state (``wide``) or an error (raised once
-        the rows are kept: ``raise_error``) ends the batch too."""
+        (``time.monotonic``) passes ``until``; a wide state (``wide``), a row slower than
+        ``slow`` seconds (if > 0) or an error (raised once the rows are kept:
+        ``raise_error``) ends the batch too."""
         if self._used == len(self._rows):  # rows go into chunks, each used to its end
             self._rows = np.zeros((self._chunk, self.table.num_words), dtype=np.int32)
             self._used, self._chunk = 0, min(2 * self._chunk, 256)
@@ -639,6 +640,7 @@ class NativePrecompute:
             self._ptr,
             size,
             until,
+            slow,
             buffers.usable,
             self.few,
             buffers.pair_starts_ptr,

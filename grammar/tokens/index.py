@@ -31,7 +31,7 @@ from ..lexer.automaton import DEAD, UNKNOWN, LazyDFA
 from ..lexer.native import DFA, NativeDFA, NativePrecompute, PrecomputedRows
 from ..lexer.terms import CompileTimeout
 from .safe_runs import NO_RUN, Run, SafeRuns
-from .table import TokenTable, decode_row, encode_row
+from .table import TokenTable, decode_rows, encode_rows
 from .vocabulary import Vocabulary
 
 _SCALAR_MAX = 256  # candidates up to this many walk in a Python loop, more in numpy
@@ -65,17 +65,25 @@ class MaskIndex:
 
     def __getstate__(self) -> dict:
         """Pickled without the vocabulary (``attach`` gives it back), rows compact
-        (``encode_row``), and without the EOS variants (rebuilt from the rows on use)."""
+        (``encode_rows``), and without the EOS variants (rebuilt from the rows on use)."""
         state = self.__dict__.copy()
         state["vocab"] = state["table"] = None
         state["_masks"] = OrderedDict()
-        state["_rows"] = [(key, encode_row(row), n) for key, (row, n) in self._rows.items()]
+        keys = list(self._rows)
+        state["_rows"] = (
+            keys,
+            [self._rows[k][1] for k in keys],
+            encode_rows([self._rows[k][0] for k in keys]),
+        )
         return state
 
     def __setstate__(self, state: dict) -> None:
         rows = state.pop("_rows")
         self.__dict__.update(state)
-        self._rows = OrderedDict((key, (decode_row(code), n)) for key, code, n in rows)
+        keys, counts, code = rows
+        self._rows = OrderedDict(
+            zip(keys, zip(decode_rows(code), counts, strict=True), strict=True)
+        )
 
     def attach(self, vocab: Vocabulary) -> None:
         self.vocab, self.table = vocab, TokenTable.of(vocab)
@@ -106,15 +114,24 @@ class MaskIndex:
         with self.dfa.lock:
             return self._row(state)[1]
 
-    def precompute(self, budget_s: float, max_rows: int | None = None, *, rare: bool = True) -> int:
+    def precompute(
+        self,
+        budget_s: float,
+        max_rows: int | None = None,
+        *,
+        rare: bool = True,
+        stop_over_s: float | None = None,
+    ) -> int:
         """Compute masks breadth-first from the start state for up to ``budget_s`` seconds.
 
         Likely states come first: a state whose every continuation starts inside a tagged
         part (an undeclared property of a JSON object, an escape in a string, see
         ``TermStore.tag``) waits until no other state is left, and is skipped unless
         ``rare``. States are explored clipped at twice the mask bound, so a
-        counter's successors share the mask of their source instead of unrolling. Returns
-        the number of rows built. Running out of compile time stops it; exceeding the
+        counter's successors share the mask of their source instead of unrolling.
+        ``stop_over_s``: stop once a row took longer (its grammar is heavy, see
+        ``CompiledGrammar.warm_up``: its masks are computed elsewhere). Returns the number
+        of rows built. Running out of compile time stops it; exceeding the
         state limit raises ``GrammarError`` (the grammar would fail while decoding anyway).
         """
         dfa, deadline = self.dfa, time.monotonic() + budget_s
@@ -123,12 +140,14 @@ class MaskIndex:
         bound = 2 * store.clip_bound
         if isinstance(dfa, NativeDFA):
             with dfa.lock:
-                return self._precompute_native(dfa, deadline, limit, bound, rare)
+                return self._precompute_native(dfa, deadline, limit, bound, rare, stop_over_s)
         likely: deque[int] = deque([dfa.start])
         later: deque[int] = deque()
         seen, built = {dfa.mask_key(dfa.start)}, 0
         with dfa.lock:
             while (likely or later) and built < limit and time.monotonic() < deadline:
+                if stop_over_s is not None and self.slowest_s > stop_over_s:
+                    break
                 state = likely.popleft() if likely else later.popleft()
                 try:
                     successors = self._compute(dfa.clipped(state, bound))
@@ -147,7 +166,13 @@ class MaskIndex:
         return built
 
     def _precompute_native(
-        self, dfa: NativeDFA, deadline: float, limit: int, bound: int, rare: bool
+        self,
+        dfa: NativeDFA,
+        deadline: float,
+        limit: int,
+        bound: int,
+        rare: bool,
+        stop_over_s: float | None,
     ) -> int:
         """``precompute`` with the walk over narrow states in C (``NativePrecompute``); the
         wide states it meets are computed here, their successors offered back."""
@@ -156,15 +181,17 @@ class MaskIndex:
         built = 0
         try:
             while built < limit:
-                batch, why = walk.run(limit - built, deadline)
+                batch, why = walk.run(limit - built, deadline, stop_over_s or 0.0)
                 self._keep_rows(batch)
                 built += len(batch.keys)
                 if why == walk.PRE_WIDE:
                     walk.offer(self._compute(walk.wide))
                     built += 1
+                    if stop_over_s is not None and self.slowest_s > stop_over_s:
+                        break
                 elif why == walk.PRE_ERROR:
                     walk.raise_error()
-                elif why != walk.PRE_FULL:  # done, or out of time
+                elif why != walk.PRE_FULL:  # done, out of time, or a slow row
                     break
         except CompileTimeout:  # out of compile time: the rest stays lazy
             pass

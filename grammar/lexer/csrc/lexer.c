@@ -1101,7 +1101,7 @@ typedef struct {
     double slowest; /* seconds, the slowest row */
 } Pre;
 
-enum { PRE_DONE, PRE_FULL, PRE_TIME, PRE_WIDE, PRE_ERROR };
+enum { PRE_DONE, PRE_FULL, PRE_TIME, PRE_WIDE, PRE_ERROR, PRE_SLOW };
 
 static int queue_push(Queue *q, int32_t s) {
     if (q->n == q->cap) {
@@ -1170,13 +1170,14 @@ int32_t rg_pre_offer(Pre *p, const int32_t *states, int64_t n, int32_t likely, d
 }
 
 /* Rows breadth-first, likely states first, until `max_rows` are written, the clock passes
- * `until`, the queues are empty, a wide state comes up or an error. Each state is taken
+ * `until`, the queues are empty, a wide state comes up, a row took over `slow` seconds (if
+ * > 0) or an error. Each state is taken
  * clipped at `bound`; row r (uint32 [num_words] at rows + r * num_words, zeroed by the caller)
  * is computed by rg_dfa_narrow_row for the state taken[r] (as queued, unclipped), with keys[r]
  * its mask key, counts[r] its number of allowed tokens and accepting[r] whether taken[r]
  * accepts. Returns the number of rows written; status[0] says why it stopped (PRE_*),
  * status[1] is the wide state (clipped) for PRE_WIDE, the error code for PRE_ERROR. */
-int64_t rg_pre_run(Pre *p, int64_t max_rows, double until, const uint64_t *usable, int32_t few,
+int64_t rg_pre_run(Pre *p, int64_t max_rows, double until, double slow, const uint64_t *usable, int32_t few,
                    const int64_t *pair_starts, const int64_t *ids, const int32_t *shared, const uint8_t *buf,
                    const int64_t *offsets, int64_t *out_ids, int32_t *out_states, uint32_t *rows,
                    int64_t num_words, int32_t *taken, int32_t *keys, int64_t *counts, uint8_t *accepting,
@@ -1225,6 +1226,10 @@ int64_t rg_pre_run(Pre *p, int64_t max_rows, double until, const uint64_t *usabl
         if (st->err) {
             status[0] = PRE_ERROR;
             status[1] = st->err;
+            break;
+        }
+        if (slow > 0 && took > slow) {
+            status[0] = PRE_SLOW;
             break;
         }
     }
