@@ -137,6 +137,9 @@ class MaskWorker:
 
     def open(self, grammar: Any) -> RemoteMatcher:
         """A matcher at ``grammar``'s start (a ``CfgGrammar``); the first reply is its mask."""
+        process = self._process
+        if process is not None and process.poll() is not None:  # died; the reader may not
+            self._lost(process)  # have seen it yet: a new request goes to a new worker
         with self._lock:
             if self._process is None:
                 self._start()

@@ -133,7 +133,9 @@ def test_a_dead_worker_fails_only_its_requests(tiny):
         thread = threading.Thread(target=constrained)
         thread.start()
         time.sleep(0.3)
-        worker._process.kill()
+        process = worker._process
+        process.kill()
+        process.wait()  # dead (its pipes may close before it can be reaped)
         plain = tiny.generate(["Hello"], SamplingParams(max_new_tokens=8, ignore_eos=True))[0]
         assert plain.completion_tokens == 8
         thread.join(timeout=60)
