@@ -44,9 +44,11 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_store_free": (None, [_P]),
     "rg_byteset": (_I32, [_P, ctypes.c_char_p, _F64]),
     "rg_cat": (_I32, [_P, _I32, _I32, _F64]),
+    "rg_seq": (_I32, [_P, _P, _I64, _F64]),
     "rg_alt": (_I32, [_P, _P, _I64, _F64]),
     "rg_literal": (_I32, [_P, ctypes.c_char_p, _I64, _F64]),
     "rg_trie": (_I32, [_P, ctypes.c_char_p, _P, _I64, _F64]),
+    "rg_spans": (_I64, [ctypes.c_char_p, _I64, _P, _P]),
     "rg_rep": (_I32, [_P, _I32, _I64, _I64, _F64]),
     "rg_tag": (_I32, [_P, _I32, _F64]),
     "rg_deriv": (_I32, [_P, _I32, _I32, _F64]),
@@ -280,6 +282,20 @@ class NativeTermStore:
         """``TermStore.literal`` in one call (the same terms, made in the same order)."""
         return self._check(self._lib.rg_literal(self._ptr, data, len(data), self._deadline()))
 
+    def spans(self, pattern: str) -> dict[int, int] | None:
+        """``regex._group_and_class_spans`` in one call (None: the Python scan must do it,
+        for a pattern with a lone surrogate)."""
+        try:
+            text = pattern.encode("utf-32-le")
+        except UnicodeEncodeError:
+            return None
+        room = pattern.count("(") + pattern.count("[")
+        starts, ends = np.empty(room, dtype=np.int64), np.empty(room, dtype=np.int64)
+        count = self._lib.rg_spans(text, len(pattern), starts.ctypes.data, ends.ctypes.data)
+        if count < 0:
+            raise MemoryError("regex spans")
+        return dict(zip(starts[:count].tolist(), ends[:count].tolist(), strict=True))
+
     def trie(self, words: list[bytes]) -> int:
         """``regex._trie`` in one call: the alternation of ``words`` (sorted, distinct)
         factored by prefix, with the same terms made in the same order."""
@@ -290,8 +306,14 @@ class NativeTermStore:
             self._lib.rg_trie(self._ptr, data, offsets.ctypes.data, len(words), self._deadline())
         )
 
+    def seq(self, items: list[int]) -> int:
+        """``TermStore.seq`` in one call (the same cat calls)."""
+        if len(items) <= 2:
+            return self.cat(items[0], items[1]) if len(items) == 2 else items[0] if items else EPS
+        ids = np.array(items, dtype=np.int32)
+        return self._check(self._lib.rg_seq(self._ptr, ids.ctypes.data, ids.size, self._deadline()))
+
     # built from byteset / cat, as TermStore builds them
-    seq = TermStore.seq
     ref = TermStore.ref
     single_bytes = TermStore.single_bytes  # reads kinds / args
 

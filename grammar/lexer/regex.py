@@ -151,9 +151,17 @@ class _Parser:
         # distinct source text once. Spans come from a C-speed scan; a span is only trusted
         # as a cache key after the parser ended exactly there.
         long = len(pattern) > _MEMO_MIN_LEN
-        self._spans = _group_and_class_spans(pattern) if long or tag else {}
+        self._spans: dict[int, int] = {}
+        if long or tag:
+            native = getattr(store, "spans", None)  # the C store scans in one call
+            spans = native(pattern) if native is not None else None
+            self._spans = spans if spans is not None else _group_and_class_spans(pattern)
         self._memo: dict[str, int] = {}
         self._tag = tag
+        # (the store hash-conses terms; these spare it the calls, a C call each for the C
+        # store, for the same small literals and quantifiers met again and again)
+        self._literals: dict[bytes, int] = {}
+        self._reps: dict[tuple[int, int, int | None], int] = {}
 
     def parse(self) -> int:
         src = self.src
@@ -192,7 +200,7 @@ class _Parser:
             words = sorted(set(cast("list[bytes]", branches)))
             if max(map(len, words)) <= _TRIE_MAX_LEN:
                 return self._trie(words)
-        return self.store.alt(b if isinstance(b, int) else self.store.literal(b) for b in branches)
+        return self.store.alt(b if isinstance(b, int) else self._literal(b) for b in branches)
 
     def _trie(self, words: list[bytes]) -> int:
         native = getattr(self.store, "trie", None)  # the C store builds it in one call
@@ -256,7 +264,7 @@ class _Parser:
         if len(items) == 1 and isinstance(items[0], bytes):
             return items[0]
         return self.store.seq(
-            [t if isinstance(t, int) else self.store.literal(t) for t in _join_runs(items)]
+            [t if isinstance(t, int) else self._literal(t) for t in _join_runs(items)]
         )
 
     def _quantified(self, term: int) -> int:
@@ -273,7 +281,9 @@ class _Parser:
                 self.pos += 1
             elif self._peek() == "+":
                 self._fail("possessive quantifiers are not supported")
-            term = self.store.rep(term, lo, hi)
+            key = (term, lo, hi)
+            known = self._reps.get(key)
+            term = known if known is not None else self._reps.setdefault(key, self.store.rep(*key))
 
     def _braces(self) -> tuple[int, int | None] | None:
         """``{n}``, ``{n,}``, ``{n,m}``, ``{,m}``; None (a literal '{') if it is not one."""
@@ -315,7 +325,13 @@ class _Parser:
             return self._class_term(ranges)
         if ch in "^$":
             self._fail(f"anchor {ch!r} inside the pattern is not supported")
-        return self.store.literal(ch.encode("utf-8"))
+        return self._literal(ch.encode("utf-8"))
+
+    def _literal(self, data: bytes) -> int:
+        term = self._literals.get(data)
+        if term is None:
+            term = self._literals[data] = self.store.literal(data)
+        return term
 
     def _memoized(self, parse: Callable[[], int]) -> int:
         """Parse the group or class opening at ``pos - 1``, reusing an identical earlier one."""

@@ -35,6 +35,11 @@ def escape_char(c: str, *, in_class: bool = False) -> str:
 _NEEDS_ESCAPE = re.compile(r"[\\.+*?()|\[\]{}^$\x00-\x1f\x7f]")
 
 
+def needs_escape(text: str) -> bool:
+    """Whether ``escape_literal(text)`` differs from ``text``."""
+    return _NEEDS_ESCAPE.search(text) is not None
+
+
 def escape_literal(text: str) -> str:
     """A regex matching exactly `text`."""
     return _NEEDS_ESCAPE.sub(lambda m: escape_char(m.group()), text)

@@ -253,3 +253,37 @@ def test_big_literal_alternations_build_the_same_trie_in_c():
         for dfa in (py_dfa, c_dfa):
             end = dfa.walk(dfa.start, (word + "x").encode())
             assert end != DEAD and dfa.accepting[end]
+
+
+def test_group_and_class_spans_match_the_python_scan():
+    """``rg_spans`` finds the spans ``regex._group_and_class_spans`` finds, on fuzzed
+    patterns full of escapes, unclosed and leading-']' classes, stray parentheses and
+    non-ASCII characters."""
+    from radixgen.grammar.lexer.regex import _group_and_class_spans
+
+    store = NativeTermStore(clip_bound=17, budget=Budget())
+    rng = random.Random(11)
+    patterns = ["", "\\", "[", "[]", "[^]", "[]]", "[^]]x]", "(()", "())", "[\\]]", "a\\"]
+    patterns += [
+        "".join(rng.choice("\\[]()^aé") for _ in range(rng.randint(1, 30))) for _ in range(3000)
+    ]
+    for pattern in patterns:
+        assert store.spans(pattern) == _group_and_class_spans(pattern), pattern
+    assert store.spans("(\ud800)") is None  # a lone surrogate: the Python scan does it
+
+
+def test_group_and_class_spans_match_on_the_corpora(corpora):
+    from radixgen.grammar.json_schema.to_regex import schema_to_regex
+    from radixgen.grammar.lexer.regex import _group_and_class_spans
+
+    store = NativeTermStore(clip_bound=17, budget=Budget())
+    checked = 0
+    for cases in corpora.values():
+        for case in sample(cases, 6, seed=2):
+            try:
+                pattern = schema_to_regex(case.schema)
+            except GrammarError:
+                continue
+            assert store.spans(pattern) == _group_and_class_spans(pattern)
+            checked += 1
+    assert checked >= 20

@@ -594,6 +594,14 @@ int32_t rg_cat(Store *st, int32_t a, int32_t b, double deadline) {
     return finish(st, cat(st, a, b));
 }
 
+/* TermStore.seq: items[0..n) concatenated, nested to the right (the same cat calls). */
+int32_t rg_seq(Store *st, const int32_t *items, int64_t n, double deadline) {
+    begin(st, deadline);
+    int32_t term = EPS;
+    for (int64_t i = n - 1; i >= 0 && !st->err; i--) term = cat(st, items[i], term);
+    return finish(st, term);
+}
+
 /* The byte string `data`: its bytes' sets in order, then concatenated from the right (the
    calls, and so the ids, of TermStore.literal). */
 static int32_t literal(Store *st, const uint8_t *data, int64_t n) {
@@ -660,6 +668,56 @@ static int32_t trie(Store *st, const uint8_t *data, const int64_t *offs, int64_t
 int32_t rg_trie(Store *st, const uint8_t *data, const int64_t *offs, int64_t n, double deadline) {
     begin(st, deadline);
     return finish(st, n ? trie(st, data, offs, 0, n, 0) : EMPTY);
+}
+
+/* Start -> end (exclusive) of every parenthesized group and character class of a regex
+ * given as n code points, as regex._group_and_class_spans finds them (its STRUCTURE pattern:
+ * an escape, a class, a parenthesis; a '[' that never closes is a plain character). Writes
+ * up to one span per '(' or '[' into starts/ends (room for that many); returns how many, or
+ * -1 out of memory. */
+int64_t rg_spans(const uint32_t *s, int64_t n, int64_t *starts, int64_t *ends) {
+    int64_t *opens = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+    if (!opens) return -1;
+    int64_t depth = 0, count = 0, i = 0;
+    while (i < n) {
+        uint32_t c = s[i];
+        if (c == '\\') {
+            i += i + 1 < n ? 2 : 1;
+            continue;
+        }
+        if (c == '[') {
+            int64_t j = i + 1, end = -1;
+            if (j < n && s[j] == '^') j++;
+            int64_t bracket = j < n && s[j] == ']' ? j : -1; /* a leading ']' is literal... */
+            if (bracket >= 0) j++;
+            while (j < n) {
+                if (s[j] == '\\') {
+                    if (j + 1 >= n) break;
+                    j += 2;
+                } else if (s[j] == ']') {
+                    end = j + 1;
+                    break;
+                } else {
+                    j++;
+                }
+            }
+            if (end < 0 && bracket >= 0) end = bracket + 1; /* ...unless nothing else closes */
+            if (end >= 0) {
+                starts[count] = i;
+                ends[count++] = end;
+                i = end;
+                continue;
+            }
+        } else if (c == '(') {
+            opens[depth++] = i;
+        } else if (c == ')' && depth > 0) {
+            starts[count] = opens[--depth];
+            ends[count++] = i + 1;
+        }
+        i++;
+    }
+    free(opens);
+    return count;
 }
 
 int32_t rg_alt(Store *st, const int32_t *items, int64_t n, double deadline) {
