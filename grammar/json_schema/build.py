@@ -38,6 +38,7 @@ from .resolve import (
     named_values,
     normalize,
 )
+from .strings import encode_string
 from .types import TypeLowering
 from .values import json_equal, json_type, write_generic
 
@@ -323,6 +324,9 @@ class SchemaBuilder:
         constraining = set(rest) - METADATA
         if constraining <= {"type"}:
             types = self.allowed_types(rest, pointer)
+            if all(type(v) is str for v in values):  # (big enums are words: one pass each)
+                kept = values if "string" in types else []
+                return self.const(kept, list(map(encode_string, kept)), candidates)
             kept = [
                 v
                 for v in values

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from ..errors import GrammarTooLarge
 from ..lexer.native import regex_matcher
-from ..lexer.regex_builders import alt, escape_literal
+from ..lexer.regex_builders import alt, escape_literal, needs_escape
 from .containers import MAX_REGEX_CHARS, ObjectShape, object_body, sequence_regex
 from .numbers import INTEGER, NUMBER, Bound
 from .strings import (
@@ -183,9 +183,12 @@ class Const(Node):
         )
 
     def regex(self, ctx: EmitContext) -> str | None:
+        texts = self.texts
+        if not needs_escape("".join(texts)):  # (no container, nothing to escape: one scan)
+            return alt(texts)
         return alt(
             literal_regex(json.loads(t), ctx) if t[0] in "[{" else escape_literal(t)
-            for t in self.texts  # a scalar's text is already how it is written
+            for t in texts  # a scalar's text is already how it is written
         )
 
     def write(self, value: object, ctx: EmitContext) -> str:
