@@ -82,7 +82,7 @@ class GrammarCompiler:
         max_states: int = 200_000,
         max_terms: int = 4_000_000,
         cache_size: int = 128,
-        precompute_s: float = 0.08,
+        precompute_s: float = 0.03,
         isolate: bool = False,
         native_lexer: bool = True,
         defer_heavy: bool = False,
