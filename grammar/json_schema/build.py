@@ -13,6 +13,7 @@ becomes `Never(cutoff=True)` (the grammar is narrower than the schema there, nev
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from functools import reduce
 
@@ -129,6 +130,7 @@ class SchemaBuilder:
         self.targets: dict[str, Node] = {}  # lowered $ref targets by URI (recursive mode)
         self.refs: dict[str, Ref] = {}  # back references to targets still being lowered
         self.memo: dict[tuple, tuple[list, Node]] = {}
+        self.leaves: dict[str, Node] = {}  # leaf schemas by their JSON text (_leaf_text)
         self.num_nodes = 0
         self.num_condition_branches = 0
         self._lowering: list[str] = []  # $ref targets being lowered, outermost first
@@ -196,6 +198,12 @@ class SchemaBuilder:
             node = self.pure_ref(parts[0][0], parts[0][1], base)
             if node is not None:
                 return node
+        leaf = _leaf_text(parts[0][0]) if len(parts) == 1 else None
+        if leaf is not None:  # the same small schema under another name (5,000 properties
+            node = self.leaves.get(leaf)  # of one type): lowered once
+            if node is None:
+                node = self.leaves[leaf] = self._build_merged(parts, base, pointer)
+            return node
         key = (
             tuple(id(schema) for schema, _ in parts),
             base,
@@ -358,6 +366,23 @@ class SchemaBuilder:
         if not values:
             return Never()
         return Const(values, texts, list(candidates), float_is_integer=self.draft > 4)
+
+
+def _leaf_text(schema: object) -> str | None:
+    """A small schema's JSON text (sorted keys; 1, 1.0 and true stay apart) when its node
+    depends on nothing but that text: no subschemas, and no ``$`` keyword or ``id`` (a
+    reference or a base URI). None otherwise: such schemas are memoized by identity."""
+    if not isinstance(schema, dict) or len(schema) > 8:
+        return None
+    for key, value in schema.items():
+        if key.startswith("$") or key == "id" or isinstance(value, dict):
+            return None
+        if isinstance(value, list) and any(isinstance(v, dict | list) for v in value):
+            return None
+    try:
+        return json.dumps(schema, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
 
 
 def _loops_without_container(ref: Ref) -> bool:
