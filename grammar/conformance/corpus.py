@@ -87,6 +87,9 @@ def load_maskbench(path: Path) -> list[Case]:
     return cases
 
 
+SUITE = "JSONSchemaTestSuite"  # the corpus name of the JSON-Schema-Test-Suite
+
+
 def load_test_suite(directory: Path) -> list[Case]:
     cases = []
     for path in sorted(directory.glob("*.json")):
@@ -105,7 +108,7 @@ def load_corpora(data_dir: Path) -> dict[str, list[Case]]:
         corpora[path.stem] = load_maskbench(path)
     suite = data_dir / "json-schema-test-suite" / "draft2020-12"
     if suite.is_dir():
-        corpora["JSONSchemaTestSuite"] = load_test_suite(suite)
+        corpora[SUITE] = load_test_suite(suite)
     return corpora
 
 
@@ -239,6 +242,29 @@ def summarize(name: str, outcomes: list[Outcome]) -> Summary:
     )
 
 
+def render_suite_files(outcomes: list[Outcome]) -> list[str]:
+    """The test suite's rows per keyword file (a case id is ``file/index: description``)."""
+    files: dict[str, list[Outcome]] = {}
+    for o in outcomes:
+        files.setdefault(o.case_id.split("/", 1)[0], []).append(o)
+    lines = [
+        f"## {SUITE} (draft 2020-12), per keyword file",
+        "",
+        "A row per file of the suite; a schema is one test group. *refused*: the keywords refused.",
+        "",
+        "| file | schemas | compiled | passing | false pos. | false neg. | narrowed | refused |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for name, outs in sorted(files.items()):
+        s = summarize(name, outs)
+        refused = ", ".join(f"`{k}` {n}" for k, n in s.refusals.most_common())
+        lines.append(
+            f"| {name} | {s.num_schemas} | {s.num_compiled} | {s.num_passing} | "
+            f"{s.num_false_positives} | {s.num_false_negatives} | {s.num_narrowed} | {refused} |"
+        )
+    return lines
+
+
 def render_markdown(
     summaries: list[Summary], outcomes: dict[str, list[Outcome]], options: str
 ) -> str:
@@ -304,6 +330,9 @@ def render_markdown(
     for s in summaries:
         refusals = ", ".join(f"`{k}` {n}" for k, n in s.refusals.most_common()) or "none"
         lines.append(f"- **{s.name}**: {refusals}")
+    suite = outcomes.get(SUITE)
+    if suite:
+        lines += ["", *render_suite_files(suite)]
     failures = [
         (name, o) for name, outs in outcomes.items() for o in outs if o.status in ("fail", "crash")
     ]

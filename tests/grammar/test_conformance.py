@@ -10,7 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from radixgen.grammar.conformance.corpus import Case, RegexChecker, check_case, load_corpora, sample
+from radixgen.grammar.conformance.corpus import (
+    SUITE,
+    Case,
+    RegexChecker,
+    check_case,
+    load_corpora,
+    render_markdown,
+    sample,
+    summarize,
+)
 from radixgen.grammar.json_schema.to_regex import CompiledSchema
 
 DATA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -71,6 +80,20 @@ def test_refusal_is_reported_not_failed() -> None:
     case = Case("refused", {"type": "array", "uniqueItems": True}, [([1, 2], True, "")])
     outcome = check_case(case, RegexChecker())
     assert (outcome.status, outcome.refusal) == ("refused", "uniqueItems")
+
+
+def test_the_report_has_a_row_per_test_suite_file() -> None:
+    """docs/grammar_coverage.md shows the JSON-Schema-Test-Suite per keyword file."""
+    cases = [
+        Case("maxLength/0: a", {"maxLength": 2}, [("ab", True, ""), ("abc", False, "")]),
+        Case("maxLength/1: b", {"maxLength": 0}, [("", True, "")]),
+        Case("uniqueItems/0: c", {"type": "array", "uniqueItems": True}, [([1], True, "")]),
+    ]
+    outcomes = [check_case(case, RegexChecker()) for case in cases]
+    report = render_markdown([summarize(SUITE, outcomes)], {SUITE: outcomes}, "test")
+    assert "per keyword file" in report
+    assert "| maxLength | 2 | 2 | 2 | 0 | 0 | 0 |  |" in report
+    assert "| uniqueItems | 1 | 0 | 0 | 0 | 0 | 0 | `uniqueItems` 1 |" in report
 
 
 def test_documented_narrowings_are_told_apart_from_false_negatives() -> None:
