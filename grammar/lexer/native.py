@@ -45,6 +45,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_byteset": (_I32, [_P, ctypes.c_char_p, _F64]),
     "rg_cat": (_I32, [_P, _I32, _I32, _F64]),
     "rg_seq": (_I32, [_P, _P, _I64, _F64]),
+    "rg_byte_sequences": (_I32, [_P, ctypes.c_char_p, _P, _I64, _F64]),
     "rg_alt": (_I32, [_P, _P, _I64, _F64]),
     "rg_literal": (_I32, [_P, ctypes.c_char_p, _I64, _F64]),
     "rg_trie": (_I32, [_P, ctypes.c_char_p, _P, _I64, _F64]),
@@ -295,6 +296,17 @@ class NativeTermStore:
         if count < 0:
             raise MemoryError("regex spans")
         return dict(zip(starts[:count].tolist(), ends[:count].tolist(), strict=True))
+
+    def byte_sequences(self, sequences: tuple[tuple[int, ...], ...]) -> int:
+        """``regex.ranges_to_term``'s alternation of byte-set sequences in one call (the same
+        terms, made in the same order)."""
+        data = b"".join(m.to_bytes(32, "little") for masks in sequences for m in masks)
+        lengths = np.array([len(masks) for masks in sequences], dtype=np.int64)
+        return self._check(
+            self._lib.rg_byte_sequences(
+                self._ptr, data, lengths.ctypes.data, lengths.size, self._deadline()
+            )
+        )
 
     def trie(self, words: list[bytes]) -> int:
         """``regex._trie`` in one call: the alternation of ``words`` (sorted, distinct)

@@ -12,6 +12,7 @@ flags, possessive quantifiers) raises ``GrammarError("regex: ...")``.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from typing import NoReturn, Protocol, cast
@@ -131,12 +132,22 @@ def _trie(store: TermBuilder, words: list[bytes], depth: int) -> int:
 
 def ranges_to_term(ranges: Ranges, store: TermBuilder) -> int:
     """The term matching one character from ``ranges`` (code points), as UTF-8 bytes."""
-    alternatives = []
-    for lo, hi in normalize(ranges):
-        for sequence in utf8_sequences(lo, hi):
-            sets = [store.byteset(((1 << (b + 1)) - 1) ^ ((1 << a) - 1)) for a, b in sequence]
-            alternatives.append(store.seq(sets))
-    return store.alt(alternatives)
+    sequences = class_byte_masks(tuple(ranges))
+    native = getattr(store, "byte_sequences", None)  # the C store builds it in one call
+    if native is not None:
+        return int(native(sequences))
+    return store.alt([store.seq([store.byteset(m) for m in masks]) for masks in sequences])
+
+
+@functools.lru_cache(maxsize=1024)
+def class_byte_masks(ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, ...], ...]:
+    """The byte sets (bit b = byte b) of each UTF-8 byte sequence that spells a character of
+    ``ranges``, in order (cached: every grammar has the same few string classes)."""
+    return tuple(
+        tuple(((1 << (b + 1)) - 1) ^ ((1 << a) - 1) for a, b in sequence)
+        for lo, hi in normalize(list(ranges))
+        for sequence in utf8_sequences(lo, hi)
+    )
 
 
 class _Parser:

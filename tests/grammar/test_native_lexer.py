@@ -287,3 +287,22 @@ def test_group_and_class_spans_match_on_the_corpora(corpora):
             assert store.spans(pattern) == _group_and_class_spans(pattern)
             checked += 1
     assert checked >= 20
+
+
+def test_character_classes_build_the_same_terms_in_c():
+    """``rg_byte_sequences`` (a class in one call) makes the terms of the Python reference
+    in the same order: ASCII, 2-, 3- and 4-byte ranges, surrogates cut out, complements."""
+    from radixgen.grammar.lexer.regex import ranges_to_term
+    from radixgen.grammar.lexer.utf8 import complement
+
+    rng = random.Random(7)
+    classes = [[(0x41, 0x5A)], [(0x22, 0x22)], complement([(0x22, 0x22), (0x5C, 0x5C)])]
+    classes += [[(0xD000, 0xE100)], [(0x80, 0x10FFFF)], complement([(0x0A, 0x0A)])]
+    for _ in range(40):
+        lo = rng.randint(0, 0x10FFFF)
+        classes.append([(lo, min(0x10FFFF, lo + rng.choice([0, 5, 300, 70000])))])
+    py = TermStore(clip_bound=17, budget=Budget())
+    c = NativeTermStore(clip_bound=17, budget=Budget())
+    for ranges in classes:
+        assert ranges_to_term(ranges, py) == ranges_to_term(ranges, c)
+    assert len(py) == len(c)

@@ -602,6 +602,32 @@ int32_t rg_seq(Store *st, const int32_t *items, int64_t n, double deadline) {
     return finish(st, term);
 }
 
+/* regex.ranges_to_term: the alternation of n sequences of byte sets, sequence i being
+ * lengths[i] sets of 32 bytes (bit b = byte b) read in order from `masks`; each sequence's sets
+ * are made in order, then concatenated from the right, as the Python reference does. */
+int32_t rg_byte_sequences(Store *st, const uint8_t *masks, const int64_t *lengths, int64_t n,
+                          double deadline) {
+    begin(st, deadline);
+    int32_t local[32];
+    int32_t *items = n <= 32 ? local : malloc((size_t)n * sizeof(int32_t));
+    if (!items) return -ERR_MEMORY;
+    for (int64_t i = 0; i < n && !st->err; i++) {
+        int32_t sets[4], term = EPS;
+        int64_t len = lengths[i] < 4 ? lengths[i] : 4; /* UTF-8: at most 4 bytes */
+        for (int64_t k = 0; k < len && !st->err; k++) {
+            Mask m;
+            memcpy(&m, masks + 32 * k, sizeof m);
+            sets[k] = byteset(st, &m);
+        }
+        for (int64_t k = len - 1; k >= 0 && !st->err; k--) term = cat(st, sets[k], term);
+        masks += 32 * lengths[i];
+        items[i] = term;
+    }
+    int32_t result = st->err ? EMPTY : alt(st, items, n);
+    if (items != local) free(items);
+    return finish(st, result);
+}
+
 /* The byte string `data`: its bytes' sets in order, then concatenated from the right (the
    calls, and so the ids, of TermStore.literal). */
 static int32_t literal(Store *st, const uint8_t *data, int64_t n) {
