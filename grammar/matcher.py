@@ -32,10 +32,6 @@ S = TypeVar("S")  # a matcher's automaton state
 # A grammar that computed a mask this slowly at warm-up is ``heavy``: its matchers run in the
 # mask worker process (``remote.py``), where first visits do not stall a decode step.
 HEAVY_MASK_S = 0.02
-# Masks a compile computes ahead at most: past that, the states are a large grammar's long
-# tail (each of 5,000 property names), cheap to compute on first visit (C, ~20 µs a row),
-# while precomputing them costs compile time and grows the grammar pickled back.
-PRECOMPUTE_MAX_ROWS = 512
 
 
 class CompiledGrammar:
@@ -96,9 +92,7 @@ class CompiledGrammar:
         self.index.mask(self.dfa.start)
         self.index.slowest_s = 0.0  # the start's mask is computed here, whatever it costs
         built = 1 + (
-            self.index.precompute(
-                budget_s, PRECOMPUTE_MAX_ROWS, rare=rare, stop_over_s=HEAVY_MASK_S
-            )
+            self.index.precompute(budget_s, rare=rare, stop_over_s=HEAVY_MASK_S)
             if budget_s > 0
             else 0
         )
