@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,6 +40,8 @@ from .tokens.vocabulary import Vocabulary
 from .workers import CompileWorkers, JsonSpec
 
 logger = logging.getLogger(__name__)
+
+SLOW_COMPILE_S = 0.1  # compiles at least this slow are logged at INFO, the others at DEBUG
 
 KINDS = (  # = SamplingParams' constraint fields
     "json_schema",
@@ -249,12 +252,25 @@ class GrammarCompiler:
         options: dict[str, Any],
         wire: Any = None,
     ) -> CompiledGrammar | CfgGrammar:
+        started = time.perf_counter()
         if self._workers is not None:  # the JSON text the key was made of, not dumped again
-            return self._workers.run(kind, key, spec if wire is None else wire, options)
-        try:
-            return self._build_any(kind, key, spec, options)
-        except RecursionError:  # a front end's recursion over a deeply nested spec
-            raise GrammarError(f"{kind}: nested too deeply to compile", source=kind) from None
+            grammar = self._workers.run(kind, key, spec if wire is None else wire, options)
+        else:
+            try:
+                grammar = self._build_any(kind, key, spec, options)
+            except RecursionError:  # a front end's recursion over a deeply nested spec
+                raise GrammarError(f"{kind}: nested too deeply to compile", source=kind) from None
+        seconds = time.perf_counter() - started
+        logger.log(
+            logging.INFO if seconds >= SLOW_COMPILE_S else logging.DEBUG,
+            "grammar: %s compiled in %.0f ms%s",
+            kind,
+            seconds * 1e3,
+            "; heavy: its masks are computed in the mask worker"
+            if getattr(grammar, "heavy", False)
+            else "",
+        )
+        return grammar
 
     def _build_any(
         self, kind: str, key: tuple[str, str, str], spec: Any, options: dict[str, Any]

@@ -171,3 +171,13 @@ def test_vocabulary_is_part_of_the_key(compiler: GrammarCompiler, vocab: Vocabul
     assert grammar.key[2] != compiler.compile_regex("ab").key[2]
     assert grammar.matcher().allowed_token_ids() == [0, 2]
     other.shutdown()
+
+
+def test_a_slow_compile_is_logged(vocab: Vocabulary, monkeypatch, caplog) -> None:
+    """The server's log says what each slow compile cost (the others at DEBUG)."""
+    from radixgen.grammar import compiler as compiler_module
+
+    monkeypatch.setattr(compiler_module, "SLOW_COMPILE_S", 0.0)
+    with caplog.at_level("INFO", logger="radixgen.grammar.compiler"):
+        GrammarCompiler(vocab).compile_regex("[a-c]{2,4}")
+    assert any("grammar: regex compiled in" in r.message for r in caplog.records)
