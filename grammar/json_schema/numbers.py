@@ -60,6 +60,40 @@ def to_decimal(value: int | float) -> Decimal:
 # ---------------------------------------------------------------- integers
 
 
+_MAX_LISTED_MULTIPLES = 4096
+
+
+def multiple_regex(k: int, lo: int | None, hi: int | None) -> str | None:
+    """Integers in [lo, hi] (None: unbounded) that are multiples of ``k`` >= 2; None if
+    there are none. Exact, written without leading zeros. A bounded range of at most 4,096
+    multiples is their list; otherwise ``k`` must divide 10, 100 or 1,000 (then a number is a
+    multiple exactly when its last digits are) and the range must be all integers, or start
+    or end within one step of 0 (``minimum: 0``, ``exclusiveMinimum: 0``...). Raises
+    ``ValueError`` saying why for anything else (no compact exact regex)."""
+    if lo is not None and hi is not None:
+        first = -(-lo // k) * k
+        if first > hi:
+            return None
+        if (hi - first) // k + 1 <= _MAX_LISTED_MULTIPLES:
+            return alt([str(v) for v in range(first, hi + 1, k)])
+    digits = next((m for m in (1, 2, 3) if 10**m % k == 0), None)
+    if digits is None:
+        raise ValueError(
+            "an unbounded multiple of a step that does not divide 1000 has no compact exact regex"
+        )
+    endings = alt([f"{e:0{digits}d}" for e in range(0, 10**digits, k)])
+    assert endings is not None
+    positive = alt([*(str(n) for n in range(k, 10**digits, k)), "[1-9][0-9]*" + group(endings)])
+    assert positive is not None
+    if lo is None and hi is None:
+        return "-?" + group(f"0|{positive}")
+    if hi is None and lo is not None and -k < lo <= k:  # from 0 or the first positive multiple
+        return group(f"0|{positive}") if lo <= 0 else positive
+    if lo is None and hi is not None and -k <= hi < k:
+        return group(f"0|-{group(positive)}") if hi >= 0 else "-" + group(positive)
+    raise ValueError("bounds other than around 0 with more than 4,096 multiples between them")
+
+
 def integer_range_regex(lo: int | None, hi: int | None) -> str | None:
     """Integers in [lo, hi] (None: unbounded), written without leading zeros or -0."""
     if lo is None and hi is None:

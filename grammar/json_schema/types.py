@@ -3,7 +3,9 @@
 Each `lower_<type>` reads only the keywords of its type and raises GrammarError for any it
 cannot honor exactly. Keywords honored only in special cases:
 
-* multipleOf: integers with a divisor of 1 (trivially true); `number` + multipleOf 1.
+* multipleOf: integers with a divisor of 1 (trivially true); `number` + multipleOf 1 (an
+  integer); an integer step k >= 2 on either type (`numbers.multiple_regex`: a bounded range's
+  list of multiples, or k dividing 1000 with the range unbounded or starting/ending at 0).
 * uniqueItems: when at most one item is possible, or items take finitely many values
   (`unique`).
 * contains / minContains / maxContains: `contains`.
@@ -28,6 +30,7 @@ from .numbers import (
     NUMBER,
     Bound,
     integer_range_regex,
+    multiple_regex,
     number_range_regex,
 )
 from .objects import lower_object, non_negative_int
@@ -106,18 +109,23 @@ class TypeLowering:
 
     def lower_number(self, s: dict, pointer: str, *, integer: bool) -> Node:
         step = s.get("multipleOf")
+        multiple: int | None = None  # an integer step >= 2: only its multiples
+        number_as_integer = False  # a `number` whose step makes it an integer: 2.0 is "2"
         if step is not None:
             step_value = _decimal(step, "multipleOf", pointer)
             if step_value <= 0:
                 raise GrammarError(
                     keyword="multipleOf", pointer=pointer, detail="expected a positive number"
                 )
-            if Decimal(1) % step_value == 0:
-                integer = integer or step_value == 1
-            if not integer or Decimal(1) % step_value != 0:
-                raise GrammarError(
-                    keyword="multipleOf", pointer=pointer, detail=f"multipleOf {step}"
-                )
+            if step_value >= 2 and step_value == step_value.to_integral_value():
+                multiple, number_as_integer, integer = int(step_value), not integer, True
+            else:
+                if Decimal(1) % step_value == 0 and not integer and step_value == 1:
+                    number_as_integer = integer = True
+                if not integer or Decimal(1) % step_value != 0:
+                    raise GrammarError(
+                        keyword="multipleOf", pointer=pointer, detail=f"multipleOf {step}"
+                    )
         lo = self._bound(s, "minimum", "exclusiveMinimum", pointer, upper=False)
         hi = self._bound(s, "maximum", "exclusiveMaximum", pointer, upper=True)
         if integer:
@@ -133,12 +141,22 @@ class TypeLowering:
                 else math.floor(hi.value)
                 - (1 if hi.strict and hi.value == math.floor(hi.value) else 0)
             )
-            regex = integer_range_regex(lo_int, hi_int)
+            if multiple is None:
+                regex = integer_range_regex(lo_int, hi_int)
+            else:
+                try:
+                    regex = multiple_regex(multiple, lo_int, hi_int)
+                except ValueError as exc:
+                    raise GrammarError(
+                        keyword="multipleOf", pointer=pointer, detail=f"multipleOf {step}: {exc}"
+                    ) from None
             bounds = [None if b is None else Bound(Decimal(b), False) for b in (lo_int, hi_int)]
             return (
                 Never()
                 if regex is None
-                else Integer(regex, bounds[0], bounds[1], self.builder.draft > 4)
+                else Integer(
+                    regex, bounds[0], bounds[1], self.builder.draft > 4 or number_as_integer
+                )
             )
         safe_lo, safe_hi = (
             self._float_safe(lo, pointer, upper=False),

@@ -14,6 +14,7 @@ from radixgen.grammar.json_schema.numbers import (
     Bound,
     canonical_number,
     integer_range_regex,
+    multiple_regex,
     number_range_regex,
 )
 from radixgen.grammar.json_schema.to_regex import (
@@ -476,7 +477,8 @@ REFUSALS = [
     ),
     (
         {"type": "integer", "multipleOf": 3},
-        "json_schema: unsupported keyword 'multipleOf' at # (multipleOf 3)",
+        "json_schema: unsupported keyword 'multipleOf' at # (multipleOf 3: an unbounded multiple"
+        " of a step that does not divide 1000 has no compact exact regex)",
     ),
     (
         {"oneOf": [{"type": "integer"}, {"minimum": 0}]},
@@ -539,3 +541,56 @@ def test_regex_dialect_parses_in_interegular() -> None:
         {"type": "string", "pattern": "^[^\\s]+$"},
     ):
         interegular.parse_pattern(schema_to_regex(schema)).to_fsm()
+
+
+@pytest.mark.parametrize(
+    ("k", "lo", "hi"),
+    [
+        (k, lo, hi)
+        for k in (2, 3, 4, 5, 7, 8, 20, 25, 125, 1000)
+        for lo, hi in [(None, None), (0, None), (1, None), (None, 0), (None, -1), (-40, 90)]
+    ],
+)
+def test_multiple_of_regex_is_exact(k: int, lo: int | None, hi: int | None) -> None:
+    """``multiple_regex`` against arithmetic, or a ValueError where no compact regex exists
+    (a step not dividing 1000, unbounded)."""
+    try:
+        regex = multiple_regex(k, lo, hi)
+    except ValueError:
+        assert 1000 % k and (lo is None or hi is None)
+        return
+    pattern = re.compile(regex or r"[^\s\S]")
+    for n in [*range(-2100, 2101), 10**9, 10**9 + k, -(10**12) + 1]:
+        want = n % k == 0 and (lo is None or n >= lo) and (hi is None or n <= hi)
+        assert (pattern.fullmatch(str(n)) is not None) == want, n
+    assert not pattern.fullmatch("00") and not pattern.fullmatch("+" + str(k))
+
+
+def test_multiple_of_in_schemas() -> None:
+    """Integer steps of both types: the canonical text of a valid value is accepted (a
+    `number`'s 20.0 is written "20"), an invalid one rejected; other steps stay refused."""
+    cases = [
+        ({"type": "integer", "multipleOf": 5}, [0, 5, -15, 2025], [3, 7.5]),
+        ({"type": "number", "multipleOf": 10, "minimum": 0}, [0, 20.0, 110], [-10, 5, 10.5]),
+        ({"type": "number", "multipleOf": 11, "maximum": 99, "minimum": -9}, [0, 22.0], [110, 5]),
+        ({"multipleOf": 7, "minimum": 0, "maximum": 100}, [0, 7, 98, "x"], [100, 105, -7]),
+        (
+            {
+                "$schema": "http://json-schema.org/draft-04/schema#",
+                "type": "number",
+                "multipleOf": 2,
+            },
+            [4.0, 6],
+            [5],
+        ),
+    ]
+    for schema, valid, invalid in cases:
+        compiled = compile_schema(schema)
+        pattern = re.compile(compiled.regex)
+        for value in valid:
+            assert pattern.fullmatch(compiled.canonical_json(value)), (schema, value)
+        for value in invalid:
+            assert not pattern.fullmatch(compiled.canonical_json(value)), (schema, value)
+    for schema in ({"type": "integer", "multipleOf": 3}, {"type": "number", "multipleOf": 0.01}):
+        with pytest.raises(GrammarError, match="multipleOf"):
+            compile_schema(schema)
