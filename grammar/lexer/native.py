@@ -320,8 +320,10 @@ class NativeTermStore:
 
     def seq(self, items: list[int]) -> int:
         """``TermStore.seq`` in one call (the same cat calls)."""
-        if len(items) <= 2:
-            return self.cat(items[0], items[1]) if len(items) == 2 else items[0] if items else EPS
+        if not items:
+            return EPS
+        if len(items) <= 2:  # seq([a]) is a; seq([a, b]) is cat(a, b)
+            return self.cat(items[0], items[-1]) if len(items) == 2 else items[0]
         ids = np.array(items, dtype=np.int32)
         return self._check(self._lib.rg_seq(self._ptr, ids.ctypes.data, ids.size, self._deadline()))
 

@@ -135,7 +135,7 @@ def ranges_to_term(ranges: Ranges, store: TermBuilder) -> int:
     sequences = class_byte_masks(tuple(ranges))
     native = getattr(store, "byte_sequences", None)  # the C store builds it in one call
     if native is not None:
-        return int(native(sequences))
+        return native(sequences)
     return store.alt([store.seq([store.byteset(m) for m in masks]) for masks in sequences])
 
 
@@ -292,9 +292,7 @@ class _Parser:
                 self.pos += 1
             elif self._peek() == "+":
                 self._fail("possessive quantifiers are not supported")
-            key = (term, lo, hi)
-            known = self._reps.get(key)
-            term = known if known is not None else self._reps.setdefault(key, self.store.rep(*key))
+            term = self._rep(term, lo, hi)
 
     def _braces(self) -> tuple[int, int | None] | None:
         """``{n}``, ``{n,}``, ``{n,m}``, ``{,m}``; None (a literal '{') if it is not one."""
@@ -343,6 +341,13 @@ class _Parser:
         if term is None:
             term = self._literals[data] = self.store.literal(data)
         return term
+
+    def _rep(self, term: int, lo: int, hi: int | None) -> int:
+        key = (term, lo, hi)
+        rep = self._reps.get(key)
+        if rep is None:
+            rep = self._reps[key] = self.store.rep(term, lo, hi)
+        return rep
 
     def _memoized(self, parse: Callable[[], int]) -> int:
         """Parse the group or class opening at ``pos - 1``, reusing an identical earlier one."""
