@@ -62,7 +62,10 @@ class DFAQueries:
 
     def _init_classes(self, store: Terms, max_states: int) -> None:
         """The byte classes of ``store``'s sets, the limit, the lock and the empty caches."""
-        self.class_of_byte, self.class_rep = byte_classes(store.byte_sets())
+        native_classes = getattr(store, "byte_classes", None)  # the C store's, in one call
+        self.class_of_byte, self.class_rep = (
+            native_classes() if native_classes is not None else byte_classes(store.byte_sets())
+        )
         self.class_list = self.class_of_byte.tolist()
         self.num_classes = len(self.class_rep)
         self.max_states = max_states

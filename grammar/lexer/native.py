@@ -56,7 +56,9 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_clip": (_I32, [_P, _I32, _I32, _F64]),
     "rg_head_tagged": (_I32, [_P, _I32]),
     "rg_find": (_I32, [_P, _I32, ctypes.c_char_p, _I32, _I32]),
+    "rg_safe_run": (_I32, [_P, _I32, _P, _I64, _P]),
     "rg_set_terms": (_I32, [_P, _P]),
+    "rg_byte_classes": (_I32, [_P, _P, _P]),
     "rg_size": (_I32, [_P]),
     "rg_has_tags": (_I32, [_P]),
     "rg_term": (None, [_P, _I32, _P, _P]),
@@ -224,6 +226,7 @@ class NativeTermStore:
         if not ptr:
             raise MemoryError("native lexer: out of memory")
         self._ptr = ptr
+        self._run_out = np.zeros(10, np.uint64)
         terms = _Terms(self._lib, ptr)
         self._term = terms.get
         self.kinds = _Lookup(lambda t: terms.get(t)[0])
@@ -278,6 +281,22 @@ class NativeTermStore:
             if term < 0:
                 return None
         return term
+
+    def safe_run(self, t: int, non_ascii: np.ndarray) -> tuple[int, int, int] | None:
+        """``SafeRuns``'s run of ``t`` computed in C (memoized in the store), or None where the
+        C analysis gives up (terms nested past its depth limit, out of memory).
+        ``non_ascii``: the sorted int32 terms ``SafeRuns._has_non_ascii`` looks for (empty:
+        the store lacks one)."""
+        out = self._run_out
+        if self._lib.rg_safe_run(
+            self._ptr, t, non_ascii.ctypes.data, non_ascii.size, out.ctypes.data
+        ):
+            return None
+        words = out.tolist()
+        flags = words[8]
+        first = words[0] | words[1] << 64 | words[2] << 128 | words[3] << 192 | (flags & 1) << 256
+        rest = words[4] | words[5] << 64 | words[6] << 128 | words[7] << 192 | (flags >> 1) << 256
+        return first, rest, words[9]
 
     def literal(self, data: bytes) -> int:
         """``TermStore.literal`` in one call (the same terms, made in the same order)."""
@@ -359,6 +378,12 @@ class NativeTermStore:
 
     def first_bytes(self, t: int) -> int:
         return self._term(t)[3]
+
+    def byte_classes(self) -> tuple[np.ndarray, list[int]]:
+        """``automaton.byte_classes(self.byte_sets())`` in one call."""
+        class_of, reps = np.empty(256, np.int32), np.empty(256, np.int32)
+        count = self._lib.rg_byte_classes(self._ptr, class_of.ctypes.data, reps.ctypes.data)
+        return class_of.astype(np.int64), reps[:count].tolist()
 
     def byte_sets(self) -> set[int]:
         ids = np.empty(len(self), dtype=np.int32)
@@ -528,8 +553,8 @@ class NativeDFA(DFAQueries):
     def allowed(
         self, table: TokenTable, ids: np.ndarray, state: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(the ``ids`` whose bytes ``state`` accepts, their end states), in some order. Many
-        ids are walked in the table's lexicographic order (``rg_dfa_walk_lex``), each resuming
+        """(the ``ids`` (distinct) whose bytes ``state`` accepts, their end states), in some
+        order. Many ids are walked in the table's lexicographic order (``rg_dfa_walk_lex``), each resuming
         from the bytes it shares with the one before."""
         lex = table.lex_by_pair
         places = lex.position[ids]
@@ -538,22 +563,18 @@ class NativeDFA(DFAQueries):
             keep = ends != DEAD
             return ids[keep], ends[keep]
         buffers = self._buffers(table)
-        selected = buffers.selected
-        selected[places] = 1
-        try:
-            count = self._call(
-                self.store._lib.rg_dfa_walk_lex(
-                    self._ptr,
-                    state,
-                    lex.ids.size,
-                    buffers.selected_ptr,
-                    *buffers.lex_ptrs,
-                    *buffers.out_ptrs,
-                    self.store._deadline(),
-                )
+        places.sort()
+        count = self._call(
+            self.store._lib.rg_dfa_walk_lex(
+                self._ptr,
+                state,
+                places.size,
+                places.ctypes.data,
+                *buffers.lex_ptrs,
+                *buffers.out_ptrs,
+                self.store._deadline(),
             )
-        finally:
-            selected[places] = 0
+        )
         return buffers.out_ids[:count].copy(), buffers.out_states[:count].copy()
 
     def narrow(self, table: TokenTable, state: int, firsts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -719,8 +740,6 @@ class _WalkBuffers:
         lex, size = table.lex_by_pair, table.ids_by_pair.size
         self.table = table
         self.out_ids, self.out_states = np.empty(size, np.int64), np.empty(size, np.int32)
-        self.selected = np.zeros(lex.ids.size, np.uint8)
-        self.selected_ptr = self.selected.ctypes.data
         self.pair_starts_ptr = table.pair_starts.ctypes.data
         self.lex_ptrs = tuple(a.ctypes.data for a in (lex.ids, lex.shared, lex.buffer, lex.offsets))
         self.out_ptrs = (self.out_ids.ctypes.data, self.out_states.ctypes.data)

@@ -20,9 +20,14 @@ as complete UTF-8 (a token may end inside one)". It is set for ``r{lo,hi}`` when
 alternatives include every non-ASCII character (JSON string contents): a token like
 ``café`` is then allowed outright, not walked. Lengths count bytes, so a run of n characters
 admits tokens of at most n bytes.
+
+This module is the reference; over a native store the same analysis runs in C
+(``rg_safe_run``, tested equal on the corpora), memoized in the store.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ..lexer.terms import K_ALT, K_CAT, K_REP, K_SET, K_TAG, Terms
 from ..lexer.utf8 import MAX_CODE_POINT, utf8_sequences
@@ -46,15 +51,24 @@ def run_score(run: Run) -> int:
 class SafeRuns:
     """Memoized safe runs of one store's terms."""
 
-    def __init__(self, store: Terms) -> None:
+    def __init__(self, store: Terms, *, native: bool = True) -> None:
+        """``native``: compute runs in C when the store is a native one (else, and where C
+        gives up, this module's analysis, the reference)."""
         self.store = store
         self._runs: dict[int, Run] = {}
         self._non_ascii: frozenset[int] | None = None
+        self._native = native and getattr(store, "native", False)
+        self._non_ascii_ids: np.ndarray | None = None
 
     def __call__(self, t: int) -> Run:
         run = self._runs.get(t)
         if run is None:
-            run = self._run(t)
+            if self._native:
+                if self._non_ascii_ids is None:
+                    self._non_ascii_ids = np.array(sorted(self._non_ascii_terms()), np.int32)
+                run = self.store.safe_run(t, self._non_ascii_ids)  # type: ignore[attr-defined]
+            if run is None:
+                run = self._run(t)
             self._runs[t] = run
         return run
 
@@ -91,11 +105,17 @@ class SafeRuns:
     def _has_non_ascii(self, r: int) -> bool:
         """Whether ``r``'s alternatives include the UTF-8 sequences of every non-ASCII
         character (as a character class covering U+0080..U+10FFFF builds them)."""
+        non_ascii = self._non_ascii_terms()
+        store = self.store
+        members = store.args[r] if store.kinds[r] == K_ALT else (r,)
+        return bool(non_ascii) and non_ascii.issubset(members)
+
+    def _non_ascii_terms(self) -> frozenset[int]:
+        """The terms of the UTF-8 sequences of every non-ASCII character, found once (empty:
+        the store lacks one of them)."""
         if self._non_ascii is None:
             found = [self.store.find_seq(masks) for masks in _NON_ASCII]
             self._non_ascii = (
                 frozenset(f for f in found if f is not None) if None not in found else frozenset()
             )
-        store = self.store
-        members = store.args[r] if store.kinds[r] == K_ALT else (r,)
-        return bool(self._non_ascii) and self._non_ascii.issubset(members)
+        return self._non_ascii

@@ -306,3 +306,54 @@ def test_character_classes_build_the_same_terms_in_c():
     for ranges in classes:
         assert ranges_to_term(ranges, py) == ranges_to_term(ranges, c)
     assert len(py) == len(c)
+
+
+def _corpus_stores(corpora, per_corpus: int):
+    """Native stores of corpus schemas' regexes, walked a little (so derivatives exist)."""
+    from radixgen.grammar.json_schema.to_regex import compile_schema
+
+    for cases in corpora.values():
+        for case in sample(cases, per_corpus, seed=5):
+            try:
+                lowered = compile_schema(case.schema, max_depth=None)
+                store = NativeTermStore(clip_bound=40, budget=Budget())
+                root = regex_to_term(lowered.regex, store, tag=lowered.rare_groups)
+            except GrammarError:
+                continue
+            dfa = NativeDFA(store, root, max_states=50_000)
+            random_walk(dfa, random.Random(1), 30)
+            yield store
+
+
+def test_safe_runs_in_c_equal_the_python_analysis_on_the_corpora(corpora):
+    """``rg_safe_run`` against ``SafeRuns._run`` (the reference) for every term."""
+    from radixgen.grammar.tokens.safe_runs import SafeRuns
+
+    compared = 0
+    for store in _corpus_stores(corpora, 10):
+        in_c, in_python = SafeRuns(store), SafeRuns(store, native=False)
+        for t in range(len(store)):
+            assert in_c(t) == in_python(t), t
+            compared += 1
+    assert compared > 10_000
+    # the UTF-8 bit: a string's content admits any non-ASCII character
+    store = NativeTermStore(clip_bound=17, budget=Budget())
+    root = regex_to_term(r'[^"\\]{0,30}"', store)
+    assert SafeRuns(store)(root) == SafeRuns(store, native=False)(root)
+    assert SafeRuns(store)(root)[1] >> 256 == 1
+
+
+def test_byte_classes_in_c_equal_the_python_partition():
+    from radixgen.grammar.lexer.automaton import byte_classes
+
+    rng = random.Random(11)
+    for _ in range(200):
+        store = NativeTermStore(clip_bound=17, budget=Budget())
+        for _ in range(rng.randint(0, 300)):
+            mask = 0
+            for _ in range(rng.choice([1, 2, 5, 40, 200, 250])):
+                mask |= 1 << rng.randrange(256)
+            store.byteset(mask)
+        classes, reps = store.byte_classes()
+        expected, expected_reps = byte_classes(store.byte_sets())
+        assert classes.tolist() == expected.tolist() and reps == expected_reps

@@ -119,6 +119,8 @@ typedef struct {
     int32_t *ids; /* hash-consing: term ids by structure, -1 empty */
     int64_t ids_cap, ids_n;
     Memo derivs, clips;
+    struct SafeRun *runs; /* safe runs, by term (rg_safe_run); length -1: not known yet */
+    int32_t runs_cap;
     int32_t clip_bound, max_terms, has_tags, err, depth;
     double deadline; /* CLOCK_MONOTONIC seconds (Python's time.monotonic), 0: none */
 } Store;
@@ -317,6 +319,7 @@ void rg_store_free(Store *st) {
     free(st->ids);
     memo_free(&st->derivs);
     memo_free(&st->clips);
+    free(st->runs);
     free(st);
 }
 
@@ -776,6 +779,200 @@ int32_t rg_head_tagged(Store *st, int32_t t) {
     return finish(st, head_tagged(st, t));
 }
 
+/* ------------------------------------------------------------------ safe runs
+ *
+ * grammar/tokens/safe_runs.py's analysis (the reference, tested equal): a run (F, R, n) of a
+ * term says every string whose first byte is in F, other bytes in R, and length at most n is
+ * a prefix of one of its matches. A mask has 256 byte bits and one more, `utf8` ("any
+ * complete non-ASCII character"). Ties between runs go to the first, as Python's max does. */
+
+#define RUN_UNBOUNDED (INT64_C(1) << 62)
+#define SAFE_RUN_MAX_DEPTH 4096 /* deeper: the caller falls back to the Python analysis */
+
+typedef struct SafeRun {
+    Mask first, rest;
+    uint8_t first_utf8, rest_utf8;
+    int64_t length; /* 0: no run; -1: not computed (the memo) */
+} SafeRun;
+
+static int64_t run_score(const SafeRun *r) {
+    if (!r->length) return 0;
+    int64_t f = r->first_utf8, o = r->rest_utf8;
+    for (int i = 0; i < 4; i++) {
+        f += __builtin_popcountll(r->first.w[i]);
+        o += __builtin_popcountll(r->rest.w[i]);
+    }
+    int64_t len = r->length - 1 < 15 ? r->length - 1 : 15;
+    return f + o * len;
+}
+
+static inline void run_pick(SafeRun *best, int64_t *best_score, const SafeRun *candidate) {
+    int64_t score = run_score(candidate);
+    if (score > *best_score) {
+        *best = *candidate;
+        *best_score = score;
+    }
+}
+
+/* Bytes b such that t matches the one-byte string b (TermStore.single_bytes). */
+static Mask single_bytes(const Store *st, int32_t t) {
+    Mask none = {{0, 0, 0, 0}};
+    while (st->kind[t] == K_TAG) t = st->a[t];
+    if (st->kind[t] == K_SET) return st->first[t];
+    if (st->kind[t] == K_ALT) {
+        const int32_t *m = st->pool + st->b[t];
+        for (int64_t i = 0; i < st->c[t]; i++)
+            if (st->kind[m[i]] == K_SET) return st->first[m[i]];
+    }
+    return none;
+}
+
+/* Whether r's alternatives include every term of `non_ascii` (sorted; n = 0: never). */
+static int has_non_ascii(const Store *st, int32_t r, const int32_t *non_ascii, int64_t n) {
+    if (!n) return 0;
+    const int32_t *m = &r;
+    int64_t count = 1;
+    if (st->kind[r] == K_ALT) {
+        m = st->pool + st->b[r];
+        count = st->c[r];
+    }
+    int64_t j = 0;
+    for (int64_t i = 0; i < n; i++) { /* both sorted */
+        while (j < count && m[j] < non_ascii[i]) j++;
+        if (j == count || m[j] != non_ascii[i]) return 0;
+    }
+    return 1;
+}
+
+static const SafeRun *safe_run(Store *st, int32_t t, const int32_t *non_ascii, int64_t n);
+
+static void safe_run_of(Store *st, int32_t t, const int32_t *non_ascii, int64_t n, SafeRun *out) {
+    SafeRun best;
+    memset(&best, 0, sizeof best);
+    int64_t score = 0;
+    switch (st->kind[t]) {
+    case K_SET:
+        best.first = st->first[t];
+        best.length = 1;
+        break;
+    case K_CAT: {
+        int32_t head = st->a[t], tail = (int32_t)st->b[t];
+        const SafeRun *h = safe_run(st, head, non_ascii, n);
+        if (!h) return;
+        best = *h;
+        score = run_score(&best);
+        Mask single = single_bytes(st, head);
+        int bits = 0;
+        for (int i = 0; i < 4; i++) bits += __builtin_popcountll(single.w[i]);
+        if (bits >= 8) {
+            const SafeRun *tr = safe_run(st, tail, non_ascii, n);
+            if (!tr) return;
+            SafeRun joined;
+            memset(&joined, 0, sizeof joined);
+            joined.first = single;
+            joined.rest = tr->first;
+            joined.rest_utf8 = tr->first_utf8;
+            if (tr->length > 1) {
+                for (int i = 0; i < 4; i++) joined.rest.w[i] &= tr->rest.w[i];
+                joined.rest_utf8 &= tr->rest_utf8;
+            }
+            if (!mask_empty(&joined.rest) || joined.rest_utf8) {
+                joined.length = 1 + tr->length;
+                run_pick(&best, &score, &joined);
+            }
+        }
+        if (st->nullable[head]) {
+            const SafeRun *tr = safe_run(st, tail, non_ascii, n);
+            if (!tr) return;
+            run_pick(&best, &score, tr);
+        }
+        break;
+    }
+    case K_ALT: {
+        int64_t count = st->c[t];
+        for (int64_t i = 0; i < count; i++) {
+            int32_t u = st->pool[st->b[t] + i]; /* the pool does not move during this walk */
+            const SafeRun *r = safe_run(st, u, non_ascii, n);
+            if (!r) return;
+            if (i == 0) {
+                best = *r;
+                score = run_score(&best);
+            } else {
+                run_pick(&best, &score, r);
+            }
+        }
+        break;
+    }
+    case K_TAG: {
+        const SafeRun *r = safe_run(st, st->a[t], non_ascii, n);
+        if (!r) return;
+        best = *r;
+        break;
+    }
+    case K_REP: {
+        int32_t r = st->a[t];
+        const SafeRun *body = safe_run(st, r, non_ascii, n);
+        if (!body) return;
+        best = *body;
+        score = run_score(&best);
+        Mask single = single_bytes(st, r);
+        if (!mask_empty(&single)) {
+            SafeRun per_byte;
+            per_byte.first = per_byte.rest = single;
+            per_byte.first_utf8 = per_byte.rest_utf8 = (uint8_t)has_non_ascii(st, r, non_ascii, n);
+            per_byte.length = st->c[t] < 0 ? RUN_UNBOUNDED : st->c[t];
+            run_pick(&best, &score, &per_byte);
+        }
+        break;
+    }
+    default: /* EMPTY, EPS: no run */
+        break;
+    }
+    *out = best;
+}
+
+/* The memoized run of t, or NULL on an error (err set). */
+static const SafeRun *safe_run(Store *st, int32_t t, const int32_t *non_ascii, int64_t n) {
+    if (t >= st->runs_cap) {
+        int32_t cap = st->cap;
+        SafeRun *runs = realloc(st->runs, (size_t)cap * sizeof(SafeRun));
+        if (!runs) {
+            st->err = ERR_MEMORY;
+            return NULL;
+        }
+        for (int32_t i = st->runs_cap; i < cap; i++) runs[i].length = -1;
+        st->runs = runs;
+        st->runs_cap = cap;
+    }
+    if (st->runs[t].length >= 0) return &st->runs[t];
+    if (++st->depth > SAFE_RUN_MAX_DEPTH) { /* frames are big: a thread's stack must hold them */
+        st->err = ERR_DEPTH;
+        st->depth--;
+        return NULL;
+    }
+    SafeRun run;
+    run.length = -1;
+    safe_run_of(st, t, non_ascii, n, &run);
+    st->depth--;
+    if (run.length < 0) return NULL; /* an error below */
+    st->runs[t] = run;
+    return &st->runs[t];
+}
+
+/* The safe run of t into out: {first words 0-3, rest words 0-3, utf8 bits (first | rest << 1),
+ * length}; `non_ascii`: the sorted terms of the UTF-8 sequences of every non-ASCII character
+ * (n = 0: the store lacks one of them). Returns 0, or -err. */
+int32_t rg_safe_run(Store *st, int32_t t, const int32_t *non_ascii, int64_t n, uint64_t *out) {
+    begin(st, 0);
+    const SafeRun *r = safe_run(st, t, non_ascii, n);
+    if (!r) return finish(st, 0);
+    memcpy(out, &r->first, sizeof(Mask));
+    memcpy(out + 4, &r->rest, sizeof(Mask));
+    out[8] = (uint64_t)r->first_utf8 | ((uint64_t)r->rest_utf8 << 1);
+    out[9] = (uint64_t)r->length;
+    return 0;
+}
+
 /* The existing SET term of `mask` or CAT term (a, b), else -1 (never creates). */
 int32_t rg_find(const Store *st, int32_t kind, const uint64_t *mask, int32_t a, int32_t b) {
     uint64_t h = kind == K_SET ? hash_mask((const Mask *)mask) : hash_fields(K_CAT, a, b, 0);
@@ -785,6 +982,50 @@ int32_t rg_find(const Store *st, int32_t kind, const uint64_t *mask, int32_t a, 
         i = (i + 1) & (st->ids_cap - 1);
     }
     return -1;
+}
+
+/* The byte classes of the store's sets (automaton.byte_classes: the coarsest partition of
+ * bytes 0..255 in which every SET term's mask is a union of classes, classes numbered by
+ * their first byte): class_of[256] and reps (each class's first byte); returns how many.
+ * Each set splits the classes it cuts, visiting only its bytes or only the others. */
+int32_t rg_byte_classes(const Store *st, int32_t *class_of, int32_t *reps) {
+    int32_t cls[256], fresh[1024], next = 1;
+    memset(cls, 0, sizeof cls);
+    for (int32_t t = 2; t < st->n; t++) {
+        if (st->kind[t] != K_SET) continue;
+        const Mask *m = &st->first[t];
+        int bits = 0;
+        for (int i = 0; i < 4; i++) bits += __builtin_popcountll(m->w[i]);
+        int inside = bits <= 128; /* move the smaller side to new classes */
+        if (next + 256 > 1024) { /* renumber densely before the ids run out */
+            int32_t dense[1024];
+            memset(dense, 0xff, sizeof dense);
+            next = 0;
+            for (int b = 0; b < 256; b++) {
+                if (dense[cls[b]] < 0) dense[cls[b]] = next++;
+                cls[b] = dense[cls[b]];
+            }
+        }
+        for (int32_t c = 0; c < next; c++) fresh[c] = -1;
+        for (int i = 0; i < 4; i++) {
+            for (uint64_t w = inside ? m->w[i] : ~m->w[i]; w; w &= w - 1) {
+                int b = 64 * i + __builtin_ctzll(w);
+                int32_t c = cls[b];
+                if (fresh[c] < 0) fresh[c] = next++;
+                cls[b] = fresh[c];
+            }
+        }
+    }
+    int32_t dense[1024], n = 0;
+    memset(dense, 0xff, sizeof dense);
+    for (int b = 0; b < 256; b++) {
+        if (dense[cls[b]] < 0) {
+            dense[cls[b]] = n;
+            reps[n++] = b;
+        }
+        class_of[b] = dense[cls[b]];
+    }
+    return n;
 }
 
 /* The ids of every SET term into out (room for rg_size ids); returns how many. */
@@ -1139,24 +1380,32 @@ int64_t rg_dfa_narrow_row(Dfa *d, int32_t state, const uint64_t *usable, int32_t
     return count;
 }
 
-/* The walk of rg_dfa_walk_tokens from one state, for the tokens at the `selected` positions of
- * the lexicographic order `ids` (`shared` as for rg_dfa_narrow): each token resumes from the
- * bytes it shares with the last one walked, and is skipped when those were rejected. Writes
- * the allowed ids and their end states; returns how many (or minus the error code). Token k's
- * bytes are buf[offsets[k] : offsets[k + 1]], in the order of `ids`. */
-int64_t rg_dfa_walk_lex(Dfa *d, int32_t state, int64_t n, const uint8_t *selected, const int64_t *ids,
+/* The walk of rg_dfa_walk_tokens from one state, for the tokens at the sorted `places` of the
+ * lexicographic order `ids`: each token resumes from the bytes it shares with the last one
+ * walked (their common prefix: in that order, the least `shared` count between them), and is
+ * skipped when those were rejected. Writes the allowed ids and their end states; returns how
+ * many (or minus the error code). Token k's bytes are buf[offsets[k] : offsets[k + 1]], in
+ * the order of `ids`. */
+int64_t rg_dfa_walk_lex(Dfa *d, int32_t state, int64_t n, const int64_t *places, const int64_t *ids,
                         const int32_t *shared, const uint8_t *buf, const int64_t *offsets,
                         int64_t *out_ids, int32_t *out_states, double deadline) {
+    (void)shared;
     Store *st = d->st;
     begin(st, deadline);
     Resume r;
     resume_init(&r, state, 0);
-    int64_t count = 0, common = 0;
-    for (int64_t k = 0; k < n; k++) {
-        if (shared[k] < common) common = shared[k]; /* shared with the last token walked */
-        if (!selected[k]) continue;
-        int32_t s = resume_walk(d, &r, common, buf + offsets[k], offsets[k + 1] - offsets[k]);
-        common = INT64_MAX;
+    int64_t count = 0;
+    const uint8_t *last = buf;
+    int64_t last_len = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = places[i];
+        const uint8_t *bytes = buf + offsets[k];
+        int64_t len = offsets[k + 1] - offsets[k], common = 0;
+        int64_t most = len < last_len ? len : last_len;
+        while (common < most && bytes[common] == last[common]) common++;
+        int32_t s = resume_walk(d, &r, common, bytes, len);
+        last = bytes;
+        last_len = len;
         if (st->err) return -st->err;
         if (s != DEAD) {
             out_ids[count] = ids[k];
@@ -1170,8 +1419,8 @@ int64_t rg_dfa_walk_lex(Dfa *d, int32_t state, int64_t n, const uint8_t *selecte
 
 /* The breadth-first walk of TokenIndex.precompute over narrow states, in C: a queue of likely
  * states and one of rare ones (their every continuation starts inside a tagged term), and the
- * mask keys already met. The caller computes the wide states' rows (their safe runs are
- * Python) and offers their successors back. */
+ * mask keys already met. The caller computes the wide states' rows (their tokens are
+ * split in numpy) and offers their successors back. */
 typedef struct {
     int32_t *items;
     int64_t head, n, cap;
