@@ -72,8 +72,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_dfa_next": (_I32, [_P, _I32, _I32, _F64]),
     "rg_dfa_walk": (_I32, [_P, _I32, ctypes.c_char_p, _I64, _F64]),
     "rg_dfa_walk_tokens": (_I64, [_P, _I64, _P, _P, _I32, _I32, _P, _P, _P, _F64]),
-    "rg_dfa_narrow": (_I64, [_P, _I32, ctypes.c_char_p, *[_P] * 7, _F64]),
-    "rg_dfa_walk_lex": (_I64, [_P, _I32, _I64, *[_P] * 7, _F64]),
+    "rg_dfa_wide_row": (_I64, [_P, _I32, _I64, *[_P] * 9, _F64]),
     "rg_dfa_narrow_row": (_I64, [_P, _I32, ctypes.c_char_p, _I32, *[_P] * 9, _F64]),
     "rg_pre_new": (_P, [_P, _I32, _I32]),
     "rg_pre_free": (None, [_P]),
@@ -91,7 +90,6 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_table_walk": (_I64, [_P, _P, _I32, _I64, *[_P] * 6]),
 }
 _NARROW_WIDE = -1000  # rg_dfa_narrow_row: more live first bytes than asked for
-_LEX_MIN = 256  # from this many ids on, a walk goes in lexicographic order
 _COUNTER_MAX = 1 << 62  # counters past this are as good as unbounded (no output is that long)
 
 _lock = threading.Lock()
@@ -551,48 +549,35 @@ class NativeDFA(DFAQueries):
         return out
 
     def allowed(
-        self, table: TokenTable, ids: np.ndarray, state: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(the ``ids`` (distinct) whose bytes ``state`` accepts, their end states), in some
-        order. Many ids are walked in the table's lexicographic order (``rg_dfa_walk_lex``), each resuming
-        from the bytes it shares with the one before."""
-        lex = table.lex_by_pair
-        places = lex.position[ids]
-        if ids.size < _LEX_MIN or (places.size and places.min() < 0):
+        self, table: TokenTable, ids: np.ndarray, state: int, row: np.ndarray
+    ) -> tuple[int, list[int]]:
+        """Walk ``ids`` (distinct) from ``state``: set the bits of those it accepts in ``row``
+        (int32 words); return (how many, their distinct end states). They are walked in the
+        table's lexicographic order (``rg_dfa_wide_row``), each resuming from the bytes it
+        shares with the one before."""
+        places = table.lex_by_pair.position[ids]
+        if places.size and places.min() < 0:  # a token outside the order: one by one
             ends = self.walk_tokens(table, ids, state)
             keep = ends != DEAD
-            return ids[keep], ends[keep]
+            ok = ids[keep]
+            np.bitwise_or.at(row.view(np.uint32), ok >> 5, (1 << (ok & 31)).astype(np.uint32))
+            return int(ok.size), np.unique(ends[keep]).tolist()
         buffers = self._buffers(table)
         places.sort()
         count = self._call(
-            self.store._lib.rg_dfa_walk_lex(
+            self.store._lib.rg_dfa_wide_row(
                 self._ptr,
                 state,
                 places.size,
                 places.ctypes.data,
                 *buffers.lex_ptrs,
                 *buffers.out_ptrs,
+                row.ctypes.data,
+                buffers.num_ends_ptr,
                 self.store._deadline(),
             )
         )
-        return buffers.out_ids[:count].copy(), buffers.out_states[:count].copy()
-
-    def narrow(self, table: TokenTable, state: int, firsts: int) -> tuple[np.ndarray, np.ndarray]:
-        """(allowed ids, their end states) among the tokens whose first byte is in ``firsts``
-        (bit b = byte b), found through their first-two-byte groups (``rg_dfa_narrow``)."""
-        buffers = self._buffers(table)
-        count = self._call(
-            self.store._lib.rg_dfa_narrow(
-                self._ptr,
-                state,
-                firsts.to_bytes(32, "little"),
-                buffers.pair_starts_ptr,
-                *buffers.lex_ptrs,
-                *buffers.out_ptrs,
-                self.store._deadline(),
-            )
-        )
-        return buffers.out_ids[:count].copy(), buffers.out_states[:count].copy()
+        return count, buffers.out_states[: int(buffers.num_ends[0])].tolist()
 
     def narrow_row(
         self, table: TokenTable, state: int, row: np.ndarray, few: int

@@ -227,13 +227,16 @@ class MaskIndex:
         """Build and cache the row of ``state``; return the states its tokens lead to."""
         started = time.perf_counter()
         dfa = self.dfa
-        if isinstance(dfa, NativeDFA):  # a narrow state: its row straight from C
+        if isinstance(dfa, NativeDFA):  # a narrow state's row straight from C, a wide one's too
             row = np.zeros(self.table.num_words, dtype=np.int32)
             narrow = dfa.narrow_row(self.table, state, row, _FEW_FIRST_BYTES)
             if narrow is not None:
-                self.slowest_s = max(self.slowest_s, time.perf_counter() - started)
-                self._store_row(state, row, narrow[0])
-                return set(narrow[1])
+                count, ends = narrow
+            else:
+                row, count, ends = self._wide_native(dfa, state)
+            self.slowest_s = max(self.slowest_s, time.perf_counter() - started)
+            self._store_row(state, row, count)
+            return set(ends)
         ids, safe, successors = self._allowed(state)
         self.slowest_s = max(self.slowest_s, time.perf_counter() - started)
         count = len(ids) + (int(np.count_nonzero(safe)) if safe is not None else 0)
@@ -244,6 +247,21 @@ class MaskIndex:
         self._rows[self.dfa.mask_key(state)] = (row, count)
         if len(self._rows) > self.max_masks:
             self._rows.popitem(last=False)
+
+    def _wide_native(self, dfa: NativeDFA, state: int) -> tuple[np.ndarray, int, list[int]]:
+        """A wide state's (row, allowed count, successor states): the tokens that fit its safe
+        run come as a packed row (cached per run), the others are walked in C."""
+        terms = dfa.state_terms[state]
+        live = dfa.store.first_bytes(terms)
+        run = self.runs(terms)
+        if not _useful(run):
+            run = NO_RUN
+        base, safe_count, ids = self.table.wide_row(live, run)
+        row = base.copy()
+        count, ends = dfa.allowed(self.table, ids, state, row)
+        if run[2]:
+            ends += self._sample_successors(state, run[0] & run[1])
+        return row, safe_count + count, ends
 
     def _allowed(self, state: int) -> tuple[np.ndarray | list[int], np.ndarray | None, set[int]]:
         """(allowed ids, bool [V] more allowed tokens or None, successor states)."""
@@ -259,9 +277,6 @@ class MaskIndex:
         successors: set[int] = set()
         if safe is not None:
             successors.update(self._sample_successors(state, run[0] & run[1]))
-        if isinstance(dfa, NativeDFA):
-            ok, ends = dfa.allowed(table, ids, state)
-            return ok, safe, successors | set(np.unique(ends).tolist())
         ok, final = self._walk_vector(state, ids)
         return ok, safe, successors | set(np.unique(final).tolist())
 
@@ -275,8 +290,6 @@ class MaskIndex:
         in that run are allowed without walking.
         """
         dfa, table = self.dfa, self.table
-        if isinstance(dfa, NativeDFA):
-            return self._narrow_native(dfa, state, first)
         class_list, terms, first_bytes = dfa.class_list, dfa.state_terms, dfa.store.first_bytes
         starts, group_sizes = table.pair_start_list, table.group_sizes
         allowed: list[np.ndarray] = []
@@ -319,15 +332,6 @@ class MaskIndex:
         group, second, safe = self.table.group_split(b0, run)
         rest = ~safe & self.dfa.live_bytes(after)[second]
         return group[safe], group[rest]
-
-    def _narrow_native(
-        self, dfa: NativeDFA, state: int, first: int
-    ) -> tuple[np.ndarray, None, set[int]]:
-        """``_narrow`` in C: every first-two-byte group, big ones too, is walked by
-        ``NativeDFA.narrow`` in lexicographic order, each token resuming from the bytes it
-        shares with the one before (cheaper there than cutting big groups by safe runs)."""
-        ids, ends = dfa.narrow(self.table, state, first)
-        return ids, None, set(np.unique(ends).tolist())
 
     def _walk_pairs(self, pairs: list[tuple[int, int]]) -> tuple[list[int], set[int]]:
         """Walk a few tokens, grouped by their first two bytes and then by their third (each

@@ -278,6 +278,19 @@ class TokenTable:
             cached = self._remember(key, (fits, self.ids_by_len[candidate[self.ids_by_len]]))
         return cached
 
+    def wide_row(self, live: int, run: tuple[int, int, int]) -> tuple[np.ndarray, int, np.ndarray]:
+        """``wide_split`` as (a row allowing the tokens that fit the run (read-only: copy it),
+        how many those are, the ids of the others). Cached."""
+        key = ("wide_row", live, run)
+        cached = self._memo.get(key)
+        if cached is None:
+            fits, ids = self.wide_split(live, run)
+            count = int(np.count_nonzero(fits)) if fits is not None else 0
+            row = self.pack([], fits) if fits is not None else np.zeros(self.num_words, np.int32)
+            row.flags.writeable = False
+            cached = self._remember(key, (row, count, ids))
+        return cached
+
     def group_split(self, b0: int, run: tuple[int, int, int]) -> tuple[np.ndarray, ...]:
         """For the tokens starting with ``b0`` (longest first): (ids, second byte or 256,
         bool: the rest of the token fits ``run`` = (first, rest, length) masks). Cached."""

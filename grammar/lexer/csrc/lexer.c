@@ -1299,7 +1299,7 @@ static int32_t resume_walk(Dfa *d, Resume *r, int64_t common, const uint8_t *byt
  * costs its trie's nodes, not its bytes; token k's bytes are buf[offsets[k] : offsets[k + 1]],
  * in the order of `ids`. Writes the allowed ids and their end states (room for
  * every usable token); returns how many (or minus the error code). */
-int64_t rg_dfa_narrow(Dfa *d, int32_t state, const uint64_t *firsts, const int64_t *pair_starts,
+static int64_t dfa_narrow(Dfa *d, int32_t state, const uint64_t *firsts, const int64_t *pair_starts,
                       const int64_t *ids, const int32_t *shared, const uint8_t *buf,
                       const int64_t *offsets, int64_t *out_ids, int32_t *out_states, double deadline) {
     Store *st = d->st;
@@ -1340,8 +1340,28 @@ int64_t rg_dfa_narrow(Dfa *d, int32_t state, const uint64_t *firsts, const int64
 
 #define NARROW_WIDE (-1000)
 
+/* The allowed tokens' bits set in `row`, and their distinct end states moved to the front of
+ * `out_states`; returns how many of those. */
+static int64_t row_and_ends(Dfa *d, const int64_t *out_ids, int32_t *out_states, int64_t count,
+                            uint32_t *row) {
+    for (int64_t i = 0; i < count; i++) row[out_ids[i] >> 5] |= (uint32_t)1 << (out_ids[i] & 31);
+    if (++d->stamp == 0) { /* wrapped: forget every mark */
+        memset(d->seen, 0, (size_t)d->cap * sizeof(uint32_t));
+        d->stamp = 1;
+    }
+    int64_t n = 0;
+    for (int64_t i = 0; i < count; i++) {
+        int32_t s = out_states[i];
+        if (d->seen[s] != d->stamp) {
+            d->seen[s] = d->stamp;
+            out_states[n++] = s;
+        }
+    }
+    return n;
+}
+
 /* A narrow state's whole mask row in one call: `state`'s live first bytes that are also in
- * `usable` (bit b = byte b), when there are at most `few` of them, walked as rg_dfa_narrow
+ * `usable` (bit b = byte b), when there are at most `few` of them, walked as dfa_narrow
  * does. Sets the allowed tokens' bits in `row` (uint32 words, bit j of word w = token 32w + j;
  * the caller zeroes it) and leaves the distinct end states at the front of
  * `out_states`, their number in *num_ends (`out_ids` is scratch). Returns the number of allowed
@@ -1360,23 +1380,9 @@ int64_t rg_dfa_narrow_row(Dfa *d, int32_t state, const uint64_t *usable, int32_t
     }
     *num_ends = 0;
     if (bits > few) return NARROW_WIDE;
-    int64_t count = rg_dfa_narrow(d, state, firsts.w, pair_starts, ids, shared, buf, offsets, out_ids,
+    int64_t count = dfa_narrow(d, state, firsts.w, pair_starts, ids, shared, buf, offsets, out_ids,
                                   out_states, deadline);
-    if (count <= 0) return count;
-    for (int64_t i = 0; i < count; i++) row[out_ids[i] >> 5] |= (uint32_t)1 << (out_ids[i] & 31);
-    if (++d->stamp == 0) { /* wrapped: forget every mark */
-        memset(d->seen, 0, (size_t)d->cap * sizeof(uint32_t));
-        d->stamp = 1;
-    }
-    int64_t n = 0;
-    for (int64_t i = 0; i < count; i++) {
-        int32_t s = out_states[i];
-        if (d->seen[s] != d->stamp) {
-            d->seen[s] = d->stamp;
-            out_states[n++] = s;
-        }
-    }
-    *num_ends = n;
+    if (count > 0) *num_ends = row_and_ends(d, out_ids, out_states, count, row);
     return count;
 }
 
@@ -1386,7 +1392,7 @@ int64_t rg_dfa_narrow_row(Dfa *d, int32_t state, const uint64_t *usable, int32_t
  * skipped when those were rejected. Writes the allowed ids and their end states; returns how
  * many (or minus the error code). Token k's bytes are buf[offsets[k] : offsets[k + 1]], in
  * the order of `ids`. */
-int64_t rg_dfa_walk_lex(Dfa *d, int32_t state, int64_t n, const int64_t *places, const int64_t *ids,
+static int64_t walk_lex(Dfa *d, int32_t state, int64_t n, const int64_t *places, const int64_t *ids,
                         const int32_t *shared, const uint8_t *buf, const int64_t *offsets,
                         int64_t *out_ids, int32_t *out_states, double deadline) {
     (void)shared;
@@ -1412,6 +1418,20 @@ int64_t rg_dfa_walk_lex(Dfa *d, int32_t state, int64_t n, const int64_t *places,
             out_states[count++] = s;
         }
     }
+    return count;
+}
+
+/* walk_lex, with the allowed tokens' bits set in `row` (which holds the tokens allowed
+ * without a walk) and their distinct end states at the front of `out_states`, their number in
+ * *num_ends. Returns the number of tokens walked and allowed (or minus the error code). */
+int64_t rg_dfa_wide_row(Dfa *d, int32_t state, int64_t n, const int64_t *places, const int64_t *ids,
+                        const int32_t *shared, const uint8_t *buf, const int64_t *offsets,
+                        int64_t *out_ids, int32_t *out_states, uint32_t *row, int64_t *num_ends,
+                        double deadline) {
+    *num_ends = 0;
+    int64_t count =
+        walk_lex(d, state, n, places, ids, shared, buf, offsets, out_ids, out_states, deadline);
+    if (count > 0) *num_ends = row_and_ends(d, out_ids, out_states, count, row);
     return count;
 }
 
