@@ -34,7 +34,7 @@ from .terms import EMPTY, EPS, K_ALT, K_CAT, K_REP, K_SET, K_TAG, Budget, TermSt
 logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = ("lexer.c", "table_walk.c")
+SOURCES = ("lexer.c", "table_walk.c", "regex_parse.c")
 _FLAG_SETS = (["-O2", "-march=native"], ["-O2"])
 ERR_TERMS, ERR_TIMEOUT, ERR_DEPTH, ERR_STATES = 1, 2, 3, 4
 
@@ -50,6 +50,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_literal": (_I32, [_P, ctypes.c_char_p, _I64, _F64]),
     "rg_trie": (_I32, [_P, ctypes.c_char_p, _P, _I64, _F64]),
     "rg_spans": (_I64, [ctypes.c_char_p, _I64, _P, _P]),
+    "rg_parse_regex": (_I32, [_P, ctypes.c_char_p, _I64, ctypes.c_char_p, _P, _I64, _F64]),
     "rg_rep": (_I32, [_P, _I32, _I64, _I64, _F64]),
     "rg_tag": (_I32, [_P, _I32, _F64]),
     "rg_deriv": (_I32, [_P, _I32, _I32, _F64]),
@@ -89,6 +90,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     "rg_dfa_import": (_P, [_P, _P, _P, _I32, _I32, _I32, _P, _P]),
     "rg_table_walk": (_I64, [_P, _P, _I32, _I64, *[_P] * 6]),
 }
+_PARSE_BAIL = -100  # rg_parse_regex: the Python parser must do it
 _NARROW_WIDE = -1000  # rg_dfa_narrow_row: more live first bytes than asked for
 _COUNTER_MAX = 1 << 62  # counters past this are as good as unbounded (no output is that long)
 
@@ -313,6 +315,28 @@ class NativeTermStore:
         if count < 0:
             raise MemoryError("regex spans")
         return dict(zip(starts[:count].tolist(), ends[:count].tolist(), strict=True))
+
+    def parse_regex(self, pattern: str, tag: frozenset[str]) -> int | None:
+        """``regex_to_term(pattern, self, tag=tag)`` in one call (the same terms, made in the
+        same order), or None where the Python parser must do it: an error to report, or
+        what the C parser leaves to it (see csrc/regex_parse.c)."""
+        try:
+            text = pattern.encode("utf-32-le")
+            tags = [t.encode("utf-32-le") for t in sorted(tag)]
+        except UnicodeEncodeError:  # a lone surrogate
+            return None
+        offsets = np.zeros(len(tags) + 1, dtype=np.int64)
+        np.cumsum([len(t) // 4 for t in tags], out=offsets[1:])
+        term = self._lib.rg_parse_regex(
+            self._ptr,
+            text,
+            len(pattern),
+            b"".join(tags),
+            offsets.ctypes.data,
+            len(tags),
+            self._deadline(),
+        )
+        return None if term == _PARSE_BAIL else self._check(term)
 
     def byte_sequences(self, sequences: tuple[tuple[int, ...], ...]) -> int:
         """``regex.ranges_to_term``'s alternation of byte-set sequences in one call (the same

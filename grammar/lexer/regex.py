@@ -67,7 +67,12 @@ def regex_to_term(pattern: str, store: TermBuilder, *, tag: Iterable[str] = ()) 
     """
     if not isinstance(pattern, str):
         raise GrammarError(f"regex: expected a string, got {type(pattern).__name__}")
-    return _Parser(pattern, store, tag=frozenset(tag)).parse()
+    tags = frozenset(tag)
+    native = getattr(store, "parse_regex", None)  # the C store parses in one call
+    if native is not None and (term := native(pattern, tags)) is not None:
+        store.budget.check()
+        return cast("int", term)
+    return _Parser(pattern, store, tag=tags).parse()
 
 
 def _group_and_class_spans(pattern: str) -> dict[int, int]:

@@ -357,3 +357,56 @@ def test_byte_classes_in_c_equal_the_python_partition():
         classes, reps = store.byte_classes()
         expected, expected_reps = byte_classes(store.byte_sets())
         assert classes.tolist() == expected.tolist() and reps == expected_reps
+
+
+def _parse_both(pattern: str, tag: frozenset[str] = frozenset()) -> tuple[object, object]:
+    """(the Python parser's outcome, the C parser's) on fresh stores: ("ok", root, store
+    size), ("error", message), or for C ("bail",): it leaves the pattern to Python."""
+    from radixgen.grammar.lexer.regex import _Parser
+
+    py = TermStore(clip_bound=17, budget=Budget())
+    try:
+        expected: object = ("ok", _Parser(pattern, py, tag=tag).parse(), len(py))
+    except GrammarError as err:
+        expected = ("error", str(err))
+    c = NativeTermStore(clip_bound=17, budget=Budget())
+    term = c.parse_regex(pattern, tag)
+    return expected, ("bail",) if term is None else ("ok", term, len(c))
+
+
+def test_the_c_parser_makes_the_python_parsers_terms_on_fuzzed_patterns():
+    """Same root, same store size (so the same terms in the same order), or a bail to the
+    Python parser; never a pattern Python refuses."""
+    rng = random.Random(5)
+    alphabet = list('ab|()[]^-$*+?{},.\\dDwWsSnt0x1u9:P<>=!&_ é"')
+    alphabet += [r"\x41", r"\u00e9", "{2}", "{1,3}", "{,2}", "{2,}", "[^a]", "(?:", "(?P<n>"]
+    alphabet += [r"\.", r"\|", "aaaaa"]
+    parsed = 0
+    for _ in range(6000):
+        pattern = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 25)))
+        expected, got = _parse_both(pattern)
+        assert got == ("bail",) or got == expected, pattern
+        parsed += got != ("bail",)
+    words = [f"w{i}" for i in range(70)] + [r"a\|b", r"a\.b", "é", r"a\\b", ""]
+    for _ in range(300):  # big alternations of literals: the trie paths
+        body = "|".join(rng.sample(words, rng.randint(1, 75)))
+        pattern = rng.choice(["(%s)", "%s", "(?:%s)x", "a(%s)*"]) % body + rng.choice(["", "$"])
+        expected, got = _parse_both(pattern)
+        assert got == expected, pattern
+    assert parsed > 1500
+
+
+def test_the_c_parser_makes_the_python_parsers_terms_on_the_corpora(corpora):
+    from radixgen.grammar.json_schema.to_regex import compile_schema
+
+    compared = 0
+    for cases in corpora.values():
+        for case in sample(cases, 25, seed=4):
+            try:
+                lowered = compile_schema(case.schema, max_depth=None)
+            except GrammarError:
+                continue
+            expected, got = _parse_both(lowered.regex, frozenset(lowered.rare_groups))
+            assert got == expected, case.case_id
+            compared += 1
+    assert compared >= 100

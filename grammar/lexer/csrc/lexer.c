@@ -107,7 +107,7 @@ static int memo_put(Memo *m, int64_t key, int32_t val) {
 
 /* ------------------------------------------------------------------ terms */
 
-typedef struct {
+typedef struct Store {
     int32_t n, cap;
     uint8_t *kind, *nullable, *big;
     int8_t *head_tagged; /* memo: -1 unknown */
