@@ -15,7 +15,6 @@ as ``GrammarError("nested too deeply")``, never as a crash.
 from __future__ import annotations
 
 import gc
-import os
 import pickle
 import resource
 import sys
@@ -24,7 +23,7 @@ from typing import Any
 
 from .compiler import GrammarCompiler
 from .errors import GrammarError
-from .workers import JsonSpec, receive, send, send_bytes
+from .workers import JsonSpec, receive, run_when_idle, send, send_bytes
 
 RECURSION_LIMIT = 50_000
 STACK_BYTES = 1 << 30
@@ -39,7 +38,7 @@ def main() -> None:
 
 
 def _serve() -> None:
-    os.nice(10)  # the engine's decode steps come first when the cores are all busy
+    run_when_idle()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but replies on the pipe
     try:

@@ -27,6 +27,7 @@ from .lexer.automaton import DEAD
 from .lexer.native import DFA
 from .tokens.index import MaskIndex
 from .tokens.vocabulary import Vocabulary
+from .workers import DeferredCall
 
 S = TypeVar("S")  # a matcher's automaton state
 # A grammar that computed a mask this slowly at warm-up is ``heavy``: its matchers run in the
@@ -66,6 +67,7 @@ class CompiledGrammar:
         """Pickled without the vocabulary (compile workers send grammars back)."""
         state = self.__dict__.copy()
         state["vocab"] = None
+        state["_canonical"] = DeferredCall.wrap(self._canonical)  # unpickled when called
         return state
 
     def attach(self, vocab: Vocabulary) -> None:

@@ -21,6 +21,7 @@ imported lazily and the C kernels are built on first use, so this package import
 either. The runtime imports only the names below.
 """
 
+from ._cbuild import wake_threads
 from ._dispatch import use_native
 from .activation import silu_mul
 from .attention import (
@@ -89,4 +90,5 @@ __all__ = [
     "silu_mul",
     "store_kv",
     "use_native",
+    "wake_threads",
 ]

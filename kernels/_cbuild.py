@@ -187,3 +187,15 @@ def load_library(
         " | ".join(errors)[-800:],
     )
     return None
+
+
+def wake_threads() -> None:
+    """Wake the C kernels' idle worker threads (``spin_pool_wake``) ahead of a step: the engine
+    calls it when a request arrives. A no-op until the library is loaded (nothing is built
+    here) and where it has no such workers."""
+    lib = _state.get("lib")
+    if lib is not None:
+        wake = getattr(lib, "spin_pool_wake", None)
+        if wake is not None:
+            wake.restype, wake.argtypes = None, []
+            wake()

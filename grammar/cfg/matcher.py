@@ -21,6 +21,7 @@ from ..lexer.terms import Budget
 from ..matcher import HEAVY_MASK_S, TokenMatcher
 from ..tokens.table import TokenTable, decode_rows, encode_rows
 from ..tokens.vocabulary import Vocabulary
+from ..workers import DeferredCall
 from .automata import build_automata
 from .earley import Column, EarleyAutomaton
 from .masks import column_mask, native_walk
@@ -89,6 +90,7 @@ class CfgGrammar:
         compact (``encode_rows``)."""
         state = self.__dict__.copy()
         state["vocab"] = state["table"] = None
+        state["_canonical"] = DeferredCall.wrap(self._canonical)  # unpickled when called
         keys = list(self._masks)
         state["_masks"] = (
             keys,

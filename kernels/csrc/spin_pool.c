@@ -1,4 +1,5 @@
 /* The spinning thread pool of spin_pool.h. Linux (futex); elsewhere the jobs run on the caller. */
+#define _GNU_SOURCE /* sched_getcpu, CPU_SET */
 #include "spin_pool.h"
 
 #include <limits.h>
@@ -41,11 +42,12 @@ static struct {
     _Atomic uint64_t ticket;
     _Atomic int done;       /* parts of the current job finished */
     _Atomic int sleepers;   /* workers in (or entering) futex_wait */
+    _Atomic int caller_cpu; /* the CPU the last job was posted from */
     spin_pool_fn fn;        /* the current job (written before its ticket is published) */
     void *arg;
     int parts;
     uint32_t start_generation[SPIN_POOL_MAX_WORKERS + 1]; /* the last job each worker saw */
-} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .caller_cpu = -1};
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -64,21 +66,40 @@ static int64_t now_us(void) {
 /* Take and run parts of the job in the ticket until none is left. The job's fields are read
  * between loading the ticket and taking a part of it: a successful take proves they were the
  * job's own (a new job is posted only after every part of this one is done). */
-static void take_parts(void) {
+static int take_parts(int limit) {
     uint64_t t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
-    for (;;) {
+    int taken = 0;
+    while (taken < limit) {
         const spin_pool_fn fn = pool.fn;
         void *const arg = pool.arg;
         const int parts = pool.parts;
         const uint32_t part = (uint32_t)t;
-        if (part >= (uint32_t)parts) return;
+        if (part >= (uint32_t)parts) break;
         if (!atomic_compare_exchange_weak_explicit(&pool.ticket, &t, t + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue; /* t now holds the ticket's value: try again */
         fn(arg, (int)part, parts);
         atomic_fetch_add_explicit(&pool.done, 1, memory_order_acq_rel);
+        taken++;
         t = atomic_load_explicit(&pool.ticket, memory_order_acquire);
     }
+    return taken;
+}
+
+/* A worker woken onto its caller's CPU waits there until the caller stops (the caller takes
+ * every part itself meanwhile, so the step runs on one thread): when the other CPUs are busy,
+ * even with idle-priority work, Linux's wakeup placement need not look for them. A worker that
+ * finds itself there moves to another CPU it may use (a call that migrates it at once), then
+ * may use them all again. */
+static void leave_caller_cpu(void) {
+    const int here = sched_getcpu();
+    if (here < 0 || here != atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed)) return;
+    cpu_set_t allowed, away;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+    away = allowed;
+    CPU_CLR(here, &away);
+    if (CPU_COUNT(&away) == 0) return;
+    if (sched_setaffinity(0, sizeof away, &away) == 0) sched_setaffinity(0, sizeof allowed, &allowed);
 }
 
 static void *worker_main(void *p) {
@@ -97,6 +118,7 @@ static void *worker_main(void *p) {
             if (yielding && ++spins % 8 == 0) sched_yield();
             else cpu_relax();
             if (++spins % 256 == 0 && !yielding) yielding = now_us() - since > SPIN_POOL_PAUSE_US;
+            if (spins % 256 == 0) leave_caller_cpu();
             if (spins % 256 == 0 && now_us() - since > SPIN_POOL_SPIN_US) {
                 /* sleepers is raised before the generation is read again in the kernel: a job
                  * posted in between changes the word, and futex_wait returns at once. */
@@ -107,7 +129,8 @@ static void *worker_main(void *p) {
             }
         }
         seen = g;
-        take_parts();
+        leave_caller_cpu();
+        take_parts(INT_MAX);
     }
     return NULL;
 }
@@ -127,6 +150,7 @@ void spin_pool_run(spin_pool_fn fn, void *arg, int threads) {
     }
     if (pool.workers < threads - 1) threads = pool.workers + 1; /* could not start them all */
     const int parts = threads * SPIN_POOL_PARTS_PER_THREAD;
+    atomic_store_explicit(&pool.caller_cpu, sched_getcpu(), memory_order_relaxed);
     const uint32_t job = atomic_load(&pool.generation) + 1;
     pool.fn = fn;
     pool.arg = arg;
@@ -136,7 +160,13 @@ void spin_pool_run(spin_pool_fn fn, void *arg, int threads) {
     atomic_store_explicit(&pool.generation, job, memory_order_release);
     if (atomic_load(&pool.sleepers) > 0)
         syscall(SYS_futex, &pool.generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-    take_parts();
+    /* The caller's share first. If no worker took a part meanwhile, one may be queued behind
+     * this thread on its CPU (woken there after sleeping): yield once, so that it can run and
+     * move away (leave_caller_cpu) instead of leaving the whole job to this thread. */
+    const int share = parts / threads;
+    if (take_parts(share) == share && (uint32_t)atomic_load(&pool.ticket) == (uint32_t)share)
+        sched_yield();
+    take_parts(INT_MAX);
     /* the parts other threads hold; after SPIN_POOL_PAUSE_US yield now and then, so that a
      * worker the OS took off this core for another process can get it back */
     const int64_t since = now_us();
@@ -149,12 +179,20 @@ void spin_pool_run(spin_pool_fn fn, void *arg, int threads) {
     pthread_mutex_unlock(&pool.lock);
 }
 
+void spin_pool_wake(void) {
+    /* a worker woken with no job resets its spin clock and spins SPIN_POOL_SPIN_US again */
+    if (atomic_load(&pool.sleepers) > 0)
+        syscall(SYS_futex, &pool.generation, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
 #else /* no futex: every part on the caller */
 
 void spin_pool_run(spin_pool_fn fn, void *arg, int threads) {
     (void)threads;
     fn(arg, 0, 1);
 }
+
+void spin_pool_wake(void) {}
 
 #endif
 

@@ -24,6 +24,12 @@ typedef void (*spin_pool_fn)(void *arg, int part, int parts);
  * with another caller's job, runs the job as one part on the caller. */
 void spin_pool_run(spin_pool_fn fn, void *arg, int threads);
 
+/* Wake the workers that sleep (they went idle), so that they spin again for SPIN_POOL_SPIN_US:
+ * called when a request arrives at an idle engine, a few hundred microseconds before its first
+ * step. On a loaded machine a sleeping worker took milliseconds to get a core back, and the
+ * first step ran on the caller alone (twice as long). */
+void spin_pool_wake(void);
+
 /* The thread count a job should use: OpenMP's for the calling thread (torch.set_num_threads),
  * 1 without OpenMP. */
 int spin_pool_threads(void);

@@ -142,3 +142,41 @@ def test_heavy_grammars_can_come_back_still_pickled(tokenizer):
         assert not isinstance(compiler.compile_regex("a+"), PickledGrammar)
     finally:
         compiler.shutdown()
+
+
+def test_the_canonical_writer_comes_back_pickled_until_called(tokenizer, isolated):
+    """Decoding never calls a schema's canonical writer, and unpickling its IR held the GIL
+    (~10 ms for an enum of 100,000 strings): it stays bytes until ``canonical_json`` runs,
+    and goes on to another process as the same bytes."""
+    import pickle
+
+    from radixgen.grammar.workers import DeferredCall
+
+    schema = {"type": "object", "properties": {"b": {"type": "integer"}, "a": {"type": "string"}}}
+    grammar = isolated.compile_json_schema(schema)
+    writer = grammar._canonical
+    assert isinstance(writer, DeferredCall) and writer._call is None
+    again = pickle.loads(pickle.dumps(writer))
+    assert again._payload == writer._payload
+    assert grammar.canonical_json({"a": "x", "b": 1}) == '{"b":1,"a":"x"}'
+    assert writer._call is not None
+    assert grammar.canonical_json({"a": "x", "b": 1}) == again({"a": "x", "b": 1})
+
+
+def test_compile_workers_run_at_idle_priority(isolated):
+    """Compiles use only CPU time that decoding does not (SCHED_IDLE on Linux)."""
+    import os
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("SCHED_IDLE is Linux's")
+    isolated.compile_regex("[0-9]{3}")  # the compile thread exists and has set its policy
+    for worker in isolated._workers._idle:
+        pid = worker.process.pid
+        policies = set()
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/sched") as sched:
+                for line in sched:
+                    if line.startswith("policy"):
+                        policies.add(int(line.split(":")[1]))
+        assert os.SCHED_IDLE in policies, policies

@@ -171,6 +171,24 @@ def test_concurrent_callers_each_get_their_own_result(lib):
         assert all(torch.equal(y, want[i]) for y in got[i])
 
 
+def test_woken_workers_change_no_result(lib):
+    """``wake_threads`` (called as a request arrives) wakes the pool's sleeping workers with no
+    job; they spin, find none, sleep again, and the next jobs give the same bits. Workers that
+    move off their caller's CPU (``leave_caller_cpu``) compute the same parts."""
+    import time
+
+    from radixgen.kernels import wake_threads
+
+    w = _weight("q4_1", 300, 576).to_packed()
+    x = torch.randn(3, 576, generator=torch.Generator().manual_seed(7))
+    want = Q.quant_matmul_c(lib, x, w, None, "q8")
+    for pause in (0.0, 0.005, 0.0):  # 5 ms: the workers went to sleep (they spin 2 ms)
+        time.sleep(pause)
+        wake_threads()
+        wake_threads()
+        assert torch.equal(Q.quant_matmul_c(lib, x, w, None, "q8"), want)
+
+
 @pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
 @pytest.mark.parametrize("rows", [1, 5, 33])
 def test_triton_kernel_matches_the_reference(triton_backend, device, fmt, rows):
