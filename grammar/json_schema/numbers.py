@@ -78,13 +78,13 @@ def multiple_regex(k: int, lo: int | None, hi: int | None) -> str | None:
             return alt([str(v) for v in range(first, hi + 1, k)])
     digits = next((m for m in (1, 2, 3) if 10**m % k == 0), None)
     if digits is None:
-        raise ValueError(
-            "an unbounded multiple of a step that does not divide 1000 has no compact exact regex"
-        )
-    endings = alt([f"{e:0{digits}d}" for e in range(0, 10**digits, k)])
-    assert endings is not None
-    positive = alt([*(str(n) for n in range(k, 10**digits, k)), "[1-9][0-9]*" + group(endings)])
-    assert positive is not None
+        positive = _remainder_regex(k)
+    else:  # a multiple exactly when its last `digits` digits are
+        endings = alt([f"{e:0{digits}d}" for e in range(0, 10**digits, k)])
+        assert endings is not None
+        listed = alt([*(str(n) for n in range(k, 10**digits, k)), "[1-9][0-9]*" + group(endings)])
+        assert listed is not None
+        positive = listed
     if lo is None and hi is None:
         return "-?" + group(f"0|{positive}")
     if hi is None and lo is not None and -k < lo <= k:  # from 0 or the first positive multiple
@@ -92,6 +92,66 @@ def multiple_regex(k: int, lo: int | None, hi: int | None) -> str | None:
     if lo is None and hi is not None and -k <= hi < k:
         return group(f"0|-{group(positive)}") if hi >= 0 else "-" + group(positive)
     raise ValueError("bounds other than around 0 with more than 4,096 multiples between them")
+
+
+_MAX_REMAINDER_REGEX = 60_000  # characters: steps up to ~20 fit, some larger ones too
+
+
+def _remainder_regex(k: int) -> str:
+    """Positive numerals (no leading zero) that are multiples of ``k``: the automaton of
+    remainders mod ``k`` (a digit takes r to (10r + d) mod k), written as a regex by state
+    elimination, the state with the fewest paths through it first. Raises ``ValueError`` when
+    the regex would pass ``_MAX_REMAINDER_REGEX`` characters."""
+    start, final = -1, -2
+    edges: dict[tuple[int, int], str] = {}
+
+    def add(p: int, q: int, regex: str) -> None:
+        old = edges.get((p, q))
+        edges[(p, q)] = regex if old is None else str(alt([old, regex]))
+
+    def digits_to(source: int, first: int) -> dict[int, str]:
+        by_target: dict[int, list[int]] = {}
+        for d in range(first, 10):
+            by_target.setdefault((10 * source + d) % k, []).append(d)
+        return {t: _digit_set(ds) for t, ds in by_target.items()}
+
+    for target, digit in digits_to(0, 1).items():  # the first digit, from remainder 0
+        add(start, target, digit)
+    for r in range(k):
+        for target, digit in digits_to(r, 0).items():
+            add(r, target, digit)
+    add(0, final, "")
+    remaining = set(range(k))
+    while remaining:
+
+        def paths(q: int) -> int:
+            ins = sum(1 for p, x in edges if x == q and p != q)
+            return ins * sum(1 for x, r in edges if x == q and r != q)
+
+        q = min(sorted(remaining), key=paths)
+        remaining.discard(q)
+        loop = edges.pop((q, q), None)
+        star = group(loop) + "*" if loop else ""
+        ins = [(p, edges.pop((p, x))) for p, x in list(edges) if x == q]
+        outs = [(r, edges.pop((x, r))) for x, r in list(edges) if x == q]
+        for p, a in ins:
+            for r, c in outs:
+                add(p, r, a + star + c)
+        if sum(map(len, edges.values())) > _MAX_REMAINDER_REGEX:
+            raise ValueError(
+                f"an unbounded multiple of {k} needs a regex of more than "
+                f"{_MAX_REMAINDER_REGEX:,} characters"
+            )
+    return edges[(start, final)]
+
+
+def _digit_set(digits: list[int]) -> str:
+    """One digit of ``digits`` (ascending) as a literal or a class."""
+    if len(digits) == 1:
+        return str(digits[0])
+    if digits == list(range(digits[0], digits[-1] + 1)):
+        return f"[{digits[0]}-{digits[-1]}]"
+    return "[" + "".join(map(str, digits)) + "]"
 
 
 def integer_range_regex(lo: int | None, hi: int | None) -> str | None:

@@ -5,7 +5,9 @@ cannot honor exactly. Keywords honored only in special cases:
 
 * multipleOf: integers with a divisor of 1 (trivially true); `number` + multipleOf 1 (an
   integer); an integer step k >= 2 on either type (`numbers.multiple_regex`: a bounded range's
-  list of multiples, or k dividing 1000 with the range unbounded or starting/ending at 0).
+  list of multiples, or, with the range unbounded or starting/ending at 0, k dividing 1000
+  (by the last digits) or a regex of the k remainders' automaton that fits 60,000 characters
+  (3, 6 and 7 do; 9, 11 and above do not)).
 * uniqueItems: when at most one item is possible, or items take finitely many values
   (`unique`).
 * contains / minContains / maxContains: `contains`.
