@@ -76,6 +76,13 @@ def multiple_regex(k: int, lo: int | None, hi: int | None) -> str | None:
             return None
         if (hi - first) // k + 1 <= _MAX_LISTED_MULTIPLES:
             return alt([str(v) for v in range(first, hi + 1, k)])
+    around_zero = (
+        (lo is None and hi is None)
+        or (hi is None and lo is not None and -k < lo <= k)
+        or (lo is None and hi is not None and -k <= hi < k)
+    )
+    if not around_zero:
+        raise ValueError("bounds other than around 0 with more than 4,096 multiples between them")
     digits = next((m for m in (1, 2, 3) if 10**m % k == 0), None)
     if digits is None:
         positive = _remainder_regex(k)
@@ -94,7 +101,8 @@ def multiple_regex(k: int, lo: int | None, hi: int | None) -> str | None:
     raise ValueError("bounds other than around 0 with more than 4,096 multiples between them")
 
 
-_MAX_REMAINDER_REGEX = 60_000  # characters: steps up to ~20 fit, some larger ones too
+_MAX_REMAINDER_REGEX = 60_000  # characters: 3, 6 and 7 fit; 9, 11 and above do not
+_MAX_REMAINDER_STEP = 16  # above it, refused at once (elimination costs ~k^3 before the check)
 
 
 def _remainder_regex(k: int) -> str:
@@ -102,6 +110,11 @@ def _remainder_regex(k: int) -> str:
     remainders mod ``k`` (a digit takes r to (10r + d) mod k), written as a regex by state
     elimination, the state with the fewest paths through it first. Raises ``ValueError`` when
     the regex would pass ``_MAX_REMAINDER_REGEX`` characters."""
+    if k > _MAX_REMAINDER_STEP:  # refused before any work: the automaton has k states
+        raise ValueError(
+            f"an unbounded multiple of {k} needs a regex of more than "
+            f"{_MAX_REMAINDER_REGEX:,} characters"
+        )
     start, final = -1, -2
     edges: dict[tuple[int, int], str] = {}
 

@@ -91,19 +91,27 @@ static int take_parts(int limit) {
  * even with idle-priority work, Linux's wakeup placement need not look for them. A worker that
  * finds itself there moves to another CPU it may use (a call that migrates it at once), then
  * may use them all again. */
-static void leave_caller_cpu(void) {
+static void leave_caller_cpu(const cpu_set_t *home) {
     const int here = sched_getcpu();
     if (here < 0 || here != atomic_load_explicit(&pool.caller_cpu, memory_order_relaxed)) return;
-    cpu_set_t allowed, away;
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-    away = allowed;
+    cpu_set_t away = *home;
     CPU_CLR(here, &away);
     if (CPU_COUNT(&away) == 0) return;
-    if (sched_setaffinity(0, sizeof away, &away) == 0) sched_setaffinity(0, sizeof allowed, &allowed);
+    if (sched_setaffinity(0, sizeof away, &away) != 0) return;
+    /* back to the CPUs the worker started with; should they be gone meanwhile (a cpuset
+     * shrank), to every CPU, which the kernel narrows to the ones allowed */
+    if (sched_setaffinity(0, sizeof *home, home) != 0) {
+        cpu_set_t all;
+        CPU_ZERO(&all);
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) CPU_SET(cpu, &all);
+        sched_setaffinity(0, sizeof all, &all);
+    }
 }
 
 static void *worker_main(void *p) {
     const int id = (int)(intptr_t)p; /* 1 .. workers */
+    cpu_set_t home; /* the CPUs this worker may use, as it started */
+    if (sched_getaffinity(0, sizeof home, &home) != 0) CPU_ZERO(&home);
     uint32_t seen = pool.start_generation[id]; /* not the current one: the job that started it
                                                  * may already be posted */
     for (;;) {
@@ -118,7 +126,7 @@ static void *worker_main(void *p) {
             if (yielding && ++spins % 8 == 0) sched_yield();
             else cpu_relax();
             if (++spins % 256 == 0 && !yielding) yielding = now_us() - since > SPIN_POOL_PAUSE_US;
-            if (spins % 256 == 0) leave_caller_cpu();
+            if (spins % 256 == 0) leave_caller_cpu(&home);
             if (spins % 256 == 0 && now_us() - since > SPIN_POOL_SPIN_US) {
                 /* sleepers is raised before the generation is read again in the kernel: a job
                  * posted in between changes the word, and futex_wait returns at once. */
@@ -129,7 +137,7 @@ static void *worker_main(void *p) {
             }
         }
         seen = g;
-        leave_caller_cpu();
+        leave_caller_cpu(&home);
         take_parts(INT_MAX);
     }
     return NULL;
