@@ -309,15 +309,16 @@ class Engine:
             for req, token_id, logprob in zip(to_sample, next_ids, logprobs):
                 self._post_process(req, token_id, logprob)
             self._act_remote(act)
-        # Let the threads this step's deltas woke (a streaming client, the HTTP loop) run now:
-        # when the other cores are busy, even with idle-priority work such as grammar
-        # compiles, Linux may queue a woken thread behind this one until the next tick, and
-        # the step after this one spins without a pause (TTFT 5 -> 13 ms in bench_fairness).
-        _yield_cpu()
         self.stats_counters.steps += 1
         if decode_rows and self.speculator is not None:
             self.speculator.observe(decode_rows, (time.perf_counter() - started) * 1000)
         self.scheduler.observe((time.perf_counter() - started) * 1000, extra_units=score_units)
+        # Let the threads this step's deltas woke (a streaming client, the HTTP loop) run now:
+        # when the other cores are busy, even with idle-priority work such as grammar
+        # compiles, Linux may queue a woken thread behind this one until the next tick, and
+        # the step after this one spins without a pause (TTFT 5 -> 13 ms in bench_fairness).
+        # After the step's timing: a yield that lends the core is not the step's cost.
+        _yield_cpu()
         return True
 
     def _verify(self, batch: list[RunningReq], wanted: list[range], logits: torch.Tensor) -> None:
