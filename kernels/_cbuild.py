@@ -106,7 +106,10 @@ def _declare_and_probe(
 def _library() -> ctypes.CDLL | None:
     """The built library, loaded once per process (the caller holds ``_lock``)."""
     if "lib" not in _state:
-        _state["lib"] = _load()
+        lib = _load()
+        if lib is not None:  # declared here once: wake_threads runs per request
+            lib.spin_pool_wake.restype, lib.spin_pool_wake.argtypes = None, []
+        _state["lib"] = lib
     return _state["lib"]
 
 
@@ -195,7 +198,4 @@ def wake_threads() -> None:
     here) and where it has no such workers."""
     lib = _state.get("lib")
     if lib is not None:
-        wake = getattr(lib, "spin_pool_wake", None)
-        if wake is not None:
-            wake.restype, wake.argtypes = None, []
-            wake()
+        lib.spin_pool_wake()

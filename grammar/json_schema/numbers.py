@@ -66,38 +66,23 @@ _MAX_LISTED_MULTIPLES = 4096
 def multiple_regex(k: int, lo: int | None, hi: int | None) -> str | None:
     """Integers in [lo, hi] (None: unbounded) that are multiples of ``k`` >= 2; None if
     there are none. Exact, written without leading zeros. A bounded range of at most 4,096
-    multiples is their list; otherwise ``k`` must divide 10, 100 or 1,000 (then a number is a
-    multiple exactly when its last digits are) and the range must be all integers, or start
-    or end within one step of 0 (``minimum: 0``, ``exclusiveMinimum: 0``...). Raises
-    ``ValueError`` saying why for anything else (no compact exact regex)."""
+    multiples is their list; otherwise the range must be all integers, or start or end within
+    one step of 0 (``minimum: 0``, ``exclusiveMinimum: 0``...), and the positive multiples are
+    ``_positive_multiples``. Raises ``ValueError`` saying why for anything else (no compact
+    exact regex)."""
     if lo is not None and hi is not None:
         first = -(-lo // k) * k
         if first > hi:
             return None
         if (hi - first) // k + 1 <= _MAX_LISTED_MULTIPLES:
             return alt([str(v) for v in range(first, hi + 1, k)])
-    around_zero = (
-        (lo is None and hi is None)
-        or (hi is None and lo is not None and -k < lo <= k)
-        or (lo is None and hi is not None and -k <= hi < k)
-    )
-    if not around_zero:
-        raise ValueError("bounds other than around 0 with more than 4,096 multiples between them")
-    digits = next((m for m in (1, 2, 3) if 10**m % k == 0), None)
-    if digits is None:
-        positive = _remainder_regex(k)
-    else:  # a multiple exactly when its last `digits` digits are
-        endings = alt([f"{e:0{digits}d}" for e in range(0, 10**digits, k)])
-        assert endings is not None
-        listed = alt([*(str(n) for n in range(k, 10**digits, k)), "[1-9][0-9]*" + group(endings)])
-        assert listed is not None
-        positive = listed
     if lo is None and hi is None:
-        return "-?" + group(f"0|{positive}")
+        return "-?" + group(f"0|{_positive_multiples(k)}")
     if hi is None and lo is not None and -k < lo <= k:  # from 0 or the first positive multiple
-        return group(f"0|{positive}") if lo <= 0 else positive
+        return group(f"0|{_positive_multiples(k)}") if lo <= 0 else _positive_multiples(k)
     if lo is None and hi is not None and -k <= hi < k:
-        return group(f"0|-{group(positive)}") if hi >= 0 else "-" + group(positive)
+        negative = "-" + group(_positive_multiples(k))
+        return group(f"0|{negative}") if hi >= 0 else negative
     raise ValueError("bounds other than around 0 with more than 4,096 multiples between them")
 
 
@@ -105,16 +90,30 @@ _MAX_REMAINDER_REGEX = 60_000  # characters: 3, 6 and 7 fit; 9, 11 and above do 
 _MAX_REMAINDER_STEP = 16  # above it, refused at once (elimination costs ~k^3 before the check)
 
 
+def _positive_multiples(k: int) -> str:
+    """Positive numerals (no leading zero) that are multiples of ``k``: by their last digits
+    where ``k`` divides 10, 100 or 1,000, else ``_remainder_regex``."""
+    digits = next((m for m in (1, 2, 3) if 10**m % k == 0), None)
+    if digits is None:
+        return _remainder_regex(k)
+    endings = alt([f"{e:0{digits}d}" for e in range(0, 10**digits, k)])
+    assert endings is not None
+    listed = alt([*(str(n) for n in range(k, 10**digits, k)), "[1-9][0-9]*" + group(endings)])
+    assert listed is not None
+    return listed
+
+
 def _remainder_regex(k: int) -> str:
     """Positive numerals (no leading zero) that are multiples of ``k``: the automaton of
     remainders mod ``k`` (a digit takes r to (10r + d) mod k), written as a regex by state
     elimination, the state with the fewest paths through it first. Raises ``ValueError`` when
     the regex would pass ``_MAX_REMAINDER_REGEX`` characters."""
+    too_long = ValueError(
+        f"an unbounded multiple of {k} needs a regex of more than "
+        f"{_MAX_REMAINDER_REGEX:,} characters"
+    )
     if k > _MAX_REMAINDER_STEP:  # refused before any work: the automaton has k states
-        raise ValueError(
-            f"an unbounded multiple of {k} needs a regex of more than "
-            f"{_MAX_REMAINDER_REGEX:,} characters"
-        )
+        raise too_long
     start, final = -1, -2
     edges: dict[tuple[int, int], str] = {}
 
@@ -128,6 +127,10 @@ def _remainder_regex(k: int) -> str:
             by_target.setdefault((10 * source + d) % k, []).append(d)
         return {t: _digit_set(ds) for t, ds in by_target.items()}
 
+    def paths(q: int) -> int:  # through q: its in-edges times its out-edges
+        ins = sum(1 for p, x in edges if x == q and p != q)
+        return ins * sum(1 for x, r in edges if x == q and r != q)
+
     for target, digit in digits_to(0, 1).items():  # the first digit, from remainder 0
         add(start, target, digit)
     for r in range(k):
@@ -136,11 +139,6 @@ def _remainder_regex(k: int) -> str:
     add(0, final, "")
     remaining = set(range(k))
     while remaining:
-
-        def paths(q: int) -> int:
-            ins = sum(1 for p, x in edges if x == q and p != q)
-            return ins * sum(1 for x, r in edges if x == q and r != q)
-
         q = min(sorted(remaining), key=paths)
         remaining.discard(q)
         loop = edges.pop((q, q), None)
@@ -151,10 +149,7 @@ def _remainder_regex(k: int) -> str:
             for r, c in outs:
                 add(p, r, a + star + c)
         if sum(map(len, edges.values())) > _MAX_REMAINDER_REGEX:
-            raise ValueError(
-                f"an unbounded multiple of {k} needs a regex of more than "
-                f"{_MAX_REMAINDER_REGEX:,} characters"
-            )
+            raise too_long
     return edges[(start, final)]
 
 
