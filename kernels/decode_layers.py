@@ -27,6 +27,7 @@ import torch
 from . import _cbuild
 from ._cbuild import I32, I64, PTR
 from .attention.decode_native import decode_c_library
+from .kv_quant import C_FORMATS, raw
 from .layer_ops import native_layer_ops
 from .quant import DIRECT_MAX_ROWS, QuantizedLinear, quant_c_library
 
@@ -58,6 +59,8 @@ class _Layer(ctypes.Structure):
         ("down", _Linear),
         ("k_buffer", ctypes.c_void_p),
         ("v_buffer", ctypes.c_void_p),
+        ("k_scale", ctypes.c_void_p),
+        ("v_scale", ctypes.c_void_p),
     ]
 
 
@@ -67,6 +70,8 @@ class _Model(ctypes.Structure):
         ("num_q_heads", ctypes.c_int32),
         ("num_kv_heads", ctypes.c_int32),
         ("head_dim", ctypes.c_int32),
+        ("kv_fmt", ctypes.c_int32),
+        ("pad", ctypes.c_int32),
         ("hidden", ctypes.c_int64),
         ("inter", ctypes.c_int64),
         ("num_slots", ctypes.c_int64),
@@ -134,8 +139,10 @@ class DecodeLayers:
         self,
         lib: ctypes.CDLL,
         layers: Sequence[Any],  # LayerWeights-like: norms and QuantizedLinear (layers_eligible)
-        k_buffers: Sequence[torch.Tensor],  # per layer [S, Hkv, D] float32 contiguous
+        k_buffers: Sequence[torch.Tensor],  # per layer [S, Hkv, D] float32 or 8-bit, contiguous
         v_buffers: Sequence[torch.Tensor],
+        k_scales: Sequence[torch.Tensor | None],  # per layer [S, Hkv] for an 8-bit pool, else None
+        v_scales: Sequence[torch.Tensor | None],
         *,
         num_q_heads: int,
         num_kv_heads: int,
@@ -146,7 +153,7 @@ class DecodeLayers:
     ) -> None:
         self.lib = lib
         self.hidden = layers[0].input_norm.shape[0]
-        self._keep = (layers, k_buffers, v_buffers, cos_sin_cache)  # the pointers stay valid
+        self._keep = (layers, k_buffers, v_buffers, k_scales, v_scales, cos_sin_cache)  # pointers
         self._layers = (_Layer * len(layers))(
             *(
                 _Layer(
@@ -158,8 +165,10 @@ class DecodeLayers:
                     down=_linear(layer.down),
                     k_buffer=k.data_ptr(),
                     v_buffer=v.data_ptr(),
+                    k_scale=None if ks is None else ks.data_ptr(),
+                    v_scale=None if vs is None else vs.data_ptr(),
                 )
-                for layer, k, v in zip(layers, k_buffers, v_buffers)
+                for layer, k, v, ks, vs in zip(layers, k_buffers, v_buffers, k_scales, v_scales)
             )
         )
         self._model = _Model(
@@ -167,6 +176,7 @@ class DecodeLayers:
             num_q_heads=num_q_heads,
             num_kv_heads=num_kv_heads,
             head_dim=head_dim,
+            kv_fmt=C_FORMATS[k_buffers[0].dtype],
             hidden=self.hidden,
             inter=layers[0].down.weight.in_features,
             num_slots=k_buffers[0].shape[0],
@@ -242,15 +252,18 @@ def _probe_c(lib: ctypes.CDLL) -> bool:
     the per-call C path exactly (hidden state, residual and the pool)."""
     from .reference_layers import random_layers, run_per_call  # noqa: PLC0415 - probe only
 
-    case = random_layers(seed=0)
-    try:
-        fused = DecodeLayers(lib, case.layers, case.k_fused, case.v_fused, **case.shape)
-    except ValueError:
-        return False
-    out = fused.run(*case.step_args())
-    expected = run_per_call(case)
-    return (
-        torch.equal(out[0], expected[0])
-        and torch.equal(out[1], expected[1])
-        and all(torch.equal(a, b) for a, b in zip(case.k_fused, case.k_per_call))
-    )
+    for kv_dtype in (torch.float32, torch.int8, torch.float8_e4m3fn):
+        case = random_layers(seed=0, kv_dtype=kv_dtype)
+        try:
+            fused = DecodeLayers(lib, case.layers, *case.fused_pool(), **case.shape)
+        except ValueError:
+            return False
+        out = fused.run(*case.step_args())
+        expected = run_per_call(case)
+        if not (
+            torch.equal(out[0], expected[0])
+            and torch.equal(out[1], expected[1])
+            and all(torch.equal(raw(a), raw(b)) for a, b in zip(case.k_fused, case.k_per_call))
+        ):
+            return False
+    return True

@@ -21,6 +21,7 @@ import torch
 
 from ._dispatch import use_native
 from .activation import silu_mul, silu_mul_c, silu_mul_c_library
+from .kv_quant import C_FORMATS
 from .kv_store import store_kv
 from .norm import add_rms_norm_c, rms_norm, rms_norm_c_library
 from .rotary import apply_rotary, rotary_c_library, rotary_store_c
@@ -56,9 +57,11 @@ class LayerOps(Protocol):
         k_buffer: torch.Tensor,  # [S, Hkv, D], mutated
         v_buffer: torch.Tensor,  # [S, Hkv, D], mutated
         out_slots: torch.Tensor,  # [N], distinct
+        k_scale: torch.Tensor | None = None,  # [S, Hkv], mutated: an 8-bit pool's scales
+        v_scale: torch.Tensor | None = None,
     ) -> torch.Tensor:  # [N, Hq, D]
         """Split ``qkv``, q/k-normalise (when given) and rotate q and k, write k and v into their
-        pool slots; return the rotated q."""
+        pool slots (quantized into an 8-bit pool); return the rotated q."""
         ...
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:  # [N, 2I] -> [N, I]
@@ -95,6 +98,8 @@ class PerOpLayerOps:
         k_buffer: torch.Tensor,
         v_buffer: torch.Tensor,
         out_slots: torch.Tensor,
+        k_scale: torch.Tensor | None = None,
+        v_scale: torch.Tensor | None = None,
     ) -> torch.Tensor:
         num_tokens, head_dim = qkv.shape[0], heads.head_dim
         q_size, kv_size = heads.num_q_heads * head_dim, heads.num_kv_heads * head_dim
@@ -106,7 +111,7 @@ class PerOpLayerOps:
             q = _norm_only(q, q_norm, eps)
             k = _norm_only(k, k_norm, eps)
         q, k = apply_rotary(q, k, positions, cos_sin_cache)
-        store_kv(k_buffer, v_buffer, out_slots, k, v, backend=self.backend)
+        store_kv(k_buffer, v_buffer, out_slots, k, v, self.backend, k_scale, v_scale)
         return q
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
@@ -145,6 +150,8 @@ class NativeLayerOps:
         k_buffer: torch.Tensor,
         v_buffer: torch.Tensor,
         out_slots: torch.Tensor,
+        k_scale: torch.Tensor | None = None,
+        v_scale: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Rotary q from ``qkv``; rotary k and v straight into their slots (q/k norms: None)."""
         return rotary_store_c(
@@ -158,6 +165,8 @@ class NativeLayerOps:
             heads.num_q_heads,
             heads.num_kv_heads,
             heads.head_dim,
+            k_scale,
+            v_scale,
         )
 
     def silu_mul(self, gate_up: torch.Tensor) -> torch.Tensor:
@@ -176,19 +185,20 @@ def native_layer_ops() -> NativeLayerOps | None:
 def choose_layer_ops(
     backend: str,
     device: torch.device,
-    dtypes: tuple[torch.dtype, ...],  # the model's and the KV pool's
+    dtypes: tuple[torch.dtype, ...],  # the model's and the KV pool's (float32 or 8 bits)
     has_qk_norm: bool,
     positions: torch.Tensor,
     out_slots: torch.Tensor,
 ) -> LayerOps:
     """Native when every fact the C path relies on holds: the default backend (and no
-    ``RADIXGEN_KERNEL_BACKEND=torch``), a CPU device, float32 throughout, no q/k norms, int64
-    contiguous positions and slots (the kernels read them as such), kernels built and probed.
-    Otherwise the per-op functions with ``backend``."""
+    ``RADIXGEN_KERNEL_BACKEND=torch``), a CPU device, float32 throughout (a KV pool may hold 8
+    bits), no q/k norms, int64 contiguous positions and slots (the kernels read them as such),
+    kernels built and probed. Otherwise the per-op functions with ``backend``."""
     if (
         backend == "auto"
         and device.type == "cpu"
-        and all(dtype == torch.float32 for dtype in dtypes)
+        and all(dtype in C_FORMATS for dtype in dtypes)
+        and dtypes[0] == torch.float32
         and not has_qk_norm
         and use_native(backend)
         and all(t.dtype == torch.int64 and t.is_contiguous() for t in (positions, out_slots))

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from .attention.decode_native import decode_attention_c, decode_c_library
+from .kv_quant import is_quantized, quantize_kv
 from .layer_ops import HeadShape, native_layer_ops
 from .quant import QuantizedLinear, quantize
 from .rotary import build_cos_sin_cache
@@ -40,12 +41,19 @@ class LayersCase:
     k_per_call: list[torch.Tensor]
     v_per_call: list[torch.Tensor]
     shape: dict[str, Any]
+    # an 8-bit pool's scales per layer (both copies), else None per layer
+    scales_fused: tuple[list[torch.Tensor | None], list[torch.Tensor | None]]
+    scales_per_call: tuple[list[torch.Tensor | None], list[torch.Tensor | None]]
     step: tuple[torch.Tensor, ...] = field(
         default=()
     )  # hidden, positions, slots, table, rows, lens
 
     def step_args(self) -> tuple[torch.Tensor, ...]:
         return self.step
+
+    def fused_pool(self) -> tuple[list[Any], ...]:
+        """The fused copy of the pool as ``DecodeLayers`` takes it: k, v, k scales, v scales."""
+        return self.k_fused, self.v_fused, *self.scales_fused
 
 
 def random_layers(
@@ -60,9 +68,11 @@ def random_layers(
     history: tuple[int, ...] = (5, 9, 1),
     fmt: str = "q4_1",
     acts: tuple[str, ...] = ("f32", "q8"),
+    kv_dtype: torch.dtype = torch.float32,
 ) -> LayersCase:
     """``num_layers`` layers with weights in ``fmt`` (layer i multiplies with ``acts[i % ...]``),
-    and a step of one decode token per request after ``history[b]`` tokens already in the pool."""
+    and a step of one decode token per request after ``history[b]`` tokens already in the pool
+    (of ``kv_dtype``: float32, or int8 / float8_e4m3fn with scales)."""
     g = torch.Generator().manual_seed(seed)
 
     def linear(out_features: int, in_features: int, act: str) -> QuantizedLinear:
@@ -98,6 +108,12 @@ def random_layers(
     kv_shape = (num_slots, num_kv_heads, head_dim)
     ks = [torch.randn(*kv_shape, generator=g) for _ in range(num_layers)]
     vs = [torch.randn(*kv_shape, generator=g) for _ in range(num_layers)]
+    k_scales: list[torch.Tensor | None] = [None] * num_layers
+    v_scales: list[torch.Tensor | None] = [None] * num_layers
+    if is_quantized(kv_dtype):
+        kq, vq = [quantize_kv(k, kv_dtype) for k in ks], [quantize_kv(v, kv_dtype) for v in vs]
+        ks, vs = [q for q, _ in kq], [q for q, _ in vq]
+        k_scales, v_scales = [s for _, s in kq], [s for _, s in vq]
     shape = {
         "num_q_heads": num_q_heads,
         "num_kv_heads": num_kv_heads,
@@ -113,8 +129,14 @@ def random_layers(
         k_per_call=ks,
         v_per_call=vs,
         shape=shape,
+        scales_fused=(_copies(k_scales), _copies(v_scales)),
+        scales_per_call=(k_scales, v_scales),
         step=(torch.randn(batch, hidden, generator=g), positions, slots, table, rows, seq_lens),
     )
+
+
+def _copies(tensors: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
+    return [None if t is None else t.clone() for t in tensors]
 
 
 def run_per_call(case: LayersCase) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,13 +148,36 @@ def run_per_call(case: LayersCase) -> tuple[torch.Tensor, torch.Tensor]:
     s = case.shape
     heads = HeadShape(s["num_q_heads"], s["num_kv_heads"], s["head_dim"])
     residual = None
-    for layer, k, v in zip(case.layers, case.k_per_call, case.v_per_call):
+    pool = zip(case.k_per_call, case.v_per_call, *case.scales_per_call)
+    for layer, (k, v, k_scale, v_scale) in zip(case.layers, pool):
         hidden, residual = ops.add_rms_norm(hidden, layer.input_norm, s["eps"], residual)
         qkv = layer.qkv(hidden)
         q = ops.qkv_to_pool(
-            qkv, heads, None, None, s["eps"], positions, s["cos_sin_cache"], k, v, slots
+            qkv,
+            heads,
+            None,
+            None,
+            s["eps"],
+            positions,
+            s["cos_sin_cache"],
+            k,
+            v,
+            slots,
+            k_scale,
+            v_scale,
         )
-        out = decode_attention_c(decode_lib, q, k, v, table, rows, seq_lens, s["sm_scale"])
+        out = decode_attention_c(
+            decode_lib,
+            q,
+            k,
+            v,
+            table,
+            rows,
+            seq_lens,
+            s["sm_scale"],
+            k_scale=k_scale,
+            v_scale=v_scale,
+        )
         assert isinstance(out, torch.Tensor)
         hidden = layer.o_proj(out.reshape(q.shape[0], -1))
         hidden, residual = ops.add_rms_norm(hidden, layer.post_norm, s["eps"], residual)

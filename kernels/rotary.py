@@ -17,6 +17,7 @@ from . import _cbuild
 from ._cbuild import I32, I64, PTR
 from ._dispatch import use_native, use_triton
 from ._triton import lazy_jit, next_power_of_2
+from .kv_quant import C_FORMATS, dequantize_kv, quantize_kv, raw
 
 try:
     import triton.language as tl
@@ -171,7 +172,7 @@ _C_SIGNATURES = {
     ),
     "rotary_store_f32": (
         I32,
-        [PTR, I64, PTR, PTR, I64, PTR, PTR, PTR, I64, PTR, I64, I32, I32, I64],
+        [PTR, I64, PTR, PTR, I64, PTR, PTR, PTR, I32, PTR, PTR, I64, PTR, I64, I32, I32, I64],
     ),
 }
 
@@ -221,10 +222,12 @@ def rotary_store_c(
     num_q_heads: int,
     num_kv_heads: int,
     head_dim: int,
+    k_scale: torch.Tensor | None = None,  # [S, Hkv] float32 contiguous: an 8-bit pool's scales
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [N, Hq, D]
     """Rotary q out of the fused projection ``qkv``; rotary k and plain v written into their
-    pool slots (mutates the buffers). Positions and slots are checked before anything is
-    written (ValueError)."""
+    pool slots (mutates the buffers), quantized into an 8-bit pool (``kv_quant``). Positions
+    and slots are checked before anything is written (ValueError)."""
     q_out = torch.empty(qkv.shape[0], num_q_heads, head_dim)
     bad = lib.rotary_store_f32(
         qkv.data_ptr(),
@@ -235,6 +238,9 @@ def rotary_store_c(
         slots.data_ptr(),
         k_buffer.data_ptr(),
         v_buffer.data_ptr(),
+        C_FORMATS[k_buffer.dtype],
+        None if k_scale is None else k_scale.data_ptr(),
+        None if v_scale is None else v_scale.data_ptr(),
         k_buffer.shape[0],
         q_out.data_ptr(),
         qkv.shape[0],
@@ -270,6 +276,21 @@ def _probe_c(lib: ctypes.CDLL) -> bool:
             and torch.equal(v_buffer[slots].flatten(1), qkv[:, -32:])
         ):
             return False
+        for dtype in (torch.int8, torch.float8_e4m3fn):  # an 8-bit pool: v exactly as quantize_kv
+            kq, vq = (torch.zeros(rows + 5, 2, 16, dtype=dtype) for _ in range(2))
+            ks, vs = torch.zeros(rows + 5, 2), torch.zeros(rows + 5, 2)
+            rotary_store_c(lib, qkv, positions, cache, kq, vq, slots, 6, 2, 16, ks, vs)
+            want_v = quantize_kv(qkv[:, -32:].view(rows, 2, 16), dtype)
+            if not (
+                torch.equal(raw(vq)[slots], raw(want_v[0]))
+                and torch.equal(vs[slots], want_v[1])
+                and torch.allclose(
+                    dequantize_kv(raw(kq)[slots].view(dtype), ks[slots]),
+                    want[1],
+                    atol=float(ks.max()) * (1 if dtype == torch.int8 else 16),
+                )
+            ):
+                return False
     return True
 
 

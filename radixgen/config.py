@@ -78,6 +78,7 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")
 # (= kernels.quant.QUANTIZABLE).
 QUANTIZATIONS = ("none", "q8_0", "q4_0", "q4_1")
 QUANT_ACTIVATIONS = ("q8", "f32")  # = kernels.quant.ACTS
+KV_CACHE_DTYPES = ("auto", "int8", "fp8_e4m3")  # = kernels.kv_quant.KV_CACHE_DTYPES
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,13 @@ class EngineConfig:
         "(faster; logits move by ~1 on the default model and greedy outputs then depend on "
         "batching and caching)",
         choices=QUANT_ACTIVATIONS,
+    )
+    kv_cache_dtype: str = option(
+        "auto",
+        "KV cache storage: auto keeps --dtype; int8 and fp8_e4m3 store 8 bits per value with "
+        "one float32 scale per token and KV head (3.8x the tokens in the same memory at "
+        "float32, head_dim 64; see docs/performance.md for the accuracy cost)",
+        choices=KV_CACHE_DTYPES,
     )
     max_total_tokens: int | None = option(
         None, "KV pool size in tokens (default: sized from memory, see --kv-memory-fraction)"
@@ -192,6 +200,10 @@ class EngineConfig:
         if self.quant_activations not in QUANT_ACTIVATIONS:
             raise ValueError(
                 f"quant_activations: expected {_one_of(QUANT_ACTIVATIONS)}, got {self.quant_activations!r}"
+            )
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(
+                f"kv_cache_dtype: expected {_one_of(KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}"
             )
         if self.quantization is not None and self.quantization not in QUANTIZATIONS:
             raise ValueError(

@@ -166,7 +166,7 @@ class Engine:
         self._at_exit = _shutdown_at_exit(weakref.ref(self))
         atexit.register(self._at_exit)
         logger.info(
-            "loaded %s (%s layers, vocab %d) on %s/%s in %.1fs; KV pool %d tokens (%.2f GiB, %s); "
+            "loaded %s (%s layers, vocab %d) on %s/%s in %.1fs; KV pool %d tokens (%.2f GiB, %s, %s); "
             "context %d; steps target %s",
             path.name,
             self.model.config.num_layers,
@@ -176,6 +176,7 @@ class Engine:
             time.monotonic() - started,
             self.max_total_tokens,
             self.kv_pool_bytes / 2**30,
+            str(self.kv_pool.dtype).removeprefix("torch."),
             self.kv_pool_sizing,
             self.context_len,
             f"{self.max_step_ms:g} ms" if self.max_step_ms > 0 else "off (tokens only)",
@@ -222,7 +223,9 @@ class Engine:
             self.config.context_length or cfg.max_position_embeddings, cfg.max_position_embeddings
         )
         kv_heads = self.model.heads.num_kv_heads  # this rank's, under tensor parallelism
-        per_token = KVPool.bytes_per_token(cfg.num_layers, kv_heads, cfg.head_dim, self.dtype)
+        per_token = KVPool.bytes_per_token(
+            cfg.num_layers, kv_heads, cfg.head_dim, self.dtype, self.config.kv_cache_dtype
+        )
         if self.config.max_total_tokens:
             self.max_total_tokens = self.config.max_total_tokens
             self.kv_pool_sizing = "--max-total-tokens"
@@ -240,6 +243,7 @@ class Engine:
             cfg.head_dim,
             self.dtype,
             self.device,
+            self.config.kv_cache_dtype,
         )
         allocator = SlotAllocator(self.max_total_tokens)
         req_to_token_pool = ReqToTokenPool(
@@ -770,6 +774,7 @@ class Engine:
             "grammar_mask_worker_mb": self.constraints.mask_worker_mb,
             "max_total_tokens": self.max_total_tokens,
             "kv_pool_bytes": self.kv_pool_bytes,
+            "kv_cache_dtype": self.config.kv_cache_dtype,
             "kv_pool_sizing": self.kv_pool_sizing,
             "free_tokens": self.kv.num_free_slots,
             "tokens_in_tree": cache.total_size(),

@@ -95,7 +95,13 @@ def run_worker(config: EngineConfig, plan: LaunchPlan, rank: int) -> int:
         (num_slots,) = tp.broadcast_ints([0])
         cfg = model.config
         pool = KVPool(
-            num_slots, cfg.num_layers, model.heads.num_kv_heads, cfg.head_dim, dtype, device
+            num_slots,
+            cfg.num_layers,
+            model.heads.num_kv_heads,
+            cfg.head_dim,
+            dtype,
+            device,
+            config.kv_cache_dtype,
         )
         logger.info(
             "rank %d of %d ready on %s: %d query and %d KV heads, KV pool %d tokens",

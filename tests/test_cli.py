@@ -25,6 +25,7 @@ ENGINE_FLAGS = {
     "--dtype",
     "--quantization",
     "--quant-activations",
+    "--kv-cache-dtype",
     "--device",
     "--max-total-tokens",
     "--max-running-requests",

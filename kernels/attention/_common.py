@@ -7,6 +7,7 @@ import math
 import torch
 
 from .._triton import interpreting
+from ..kv_quant import check_scales, is_quantized
 
 
 def _gather(
@@ -44,6 +45,8 @@ def _check_pool(
     v_buffer: torch.Tensor,
     req_to_token: torch.Tensor,
     name: str,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> None:
     if q.dim() != 3 or k_buffer.dim() != 3 or k_buffer.shape != v_buffer.shape:
         raise ValueError(
@@ -57,11 +60,16 @@ def _check_pool(
             f"{name}: q has {num_q_heads} heads of dim {head_dim}, the pool {num_kv_heads} heads "
             f"of dim {k_buffer.shape[2]}; need equal dims and Hq a multiple of Hkv"
         )
-    if q.dtype not in _FLOAT_DTYPES or k_buffer.dtype != q.dtype or v_buffer.dtype != q.dtype:
+    pool_dtype_ok = k_buffer.dtype == v_buffer.dtype and (
+        k_buffer.dtype == q.dtype or is_quantized(k_buffer.dtype)
+    )
+    if q.dtype not in _FLOAT_DTYPES or not pool_dtype_ok:
         raise ValueError(
-            f"{name}: q, k_buffer, v_buffer must share one float dtype, got {q.dtype}, "
-            f"{k_buffer.dtype}, {v_buffer.dtype}"
+            f"{name}: q, k_buffer, v_buffer must share one float dtype (or the pool hold 8 bits "
+            f"with scales), got {q.dtype}, {k_buffer.dtype}, {v_buffer.dtype}"
         )
+    check_scales(k_buffer, k_scale, name)
+    check_scales(v_buffer, v_scale, name, "v")
     for label, t in (("q", q), ("k_buffer", k_buffer), ("v_buffer", v_buffer)):
         if t.stride(2) != 1:
             raise ValueError(f"{name}: {label} needs a contiguous last dim, got {t.stride()}")

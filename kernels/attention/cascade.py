@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..kv_quant import dequantize_kv, raw
 from .decode_native import check_decode_rows, decode_attention_c, decode_c_library
 
 # A shared prefix gets its own SDPA call when that saves the kernel at least this many key reads,
@@ -115,38 +116,27 @@ def cascade_decode_attention(
     req_to_token: torch.Tensor,
     plan: CpuDecodePlan,
     sm_scale: float,
+    k_scale: torch.Tensor | None = None,  # [S, Hkv]: an 8-bit pool's scales
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [B, Hq, D]
     """Decode attention: each shared prefix by one SDPA call, every request's remaining keys by
-    the compiled kernel, merged. The caller checked ``decode_native.supports`` for these
-    tensors. Does not mutate its inputs."""
+    the compiled kernel, merged. The caller checked ``decode_native.supports`` (and the scales
+    of an 8-bit pool) for these tensors. Does not mutate its inputs."""
+    args = (plan.lib, q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale)
     if not plan.prefixes:
-        whole = decode_attention_c(
-            plan.lib, q, k_buffer, v_buffer, req_to_token, plan.rows, plan.seq_lens, sm_scale
-        )
+        whole = decode_attention_c(*args, None, False, k_scale, v_scale)
         assert isinstance(whole, torch.Tensor)
         return whole
-    out, lse = decode_attention_c(
-        plan.lib,
-        q,
-        k_buffer,
-        v_buffer,
-        req_to_token,
-        plan.rows,
-        plan.seq_lens,
-        sm_scale,
-        starts=plan.starts,
-        with_lse=True,
-    )  # [B, Hq, D], [B, Hq]
+    out, lse = decode_attention_c(*args, plan.starts, True, k_scale, v_scale)  # [B, Hq, D], [B, Hq]
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
     group = num_q_heads // num_kv_heads
     for p in plan.prefixes:
         users = p.members.numel()
-        if p.first_slot is not None:
-            k = k_buffer[p.first_slot : p.first_slot + p.length]  # [n, Hkv, D], a view of the pool
-            v = v_buffer[p.first_slot : p.first_slot + p.length]
-        else:
-            k, v = k_buffer.index_select(0, p.slots), v_buffer.index_select(0, p.slots)
+        k, v = _prefix_rows(k_buffer, p), _prefix_rows(v_buffer, p)  # [n, Hkv, D]
+        if k_scale is not None and v_scale is not None:  # an 8-bit pool: the prefix in float32
+            k = dequantize_kv(k, _prefix_rows(k_scale, p))
+            v = dequantize_kv(v, _prefix_rows(v_scale, p))
         # Every member's query heads of one KV head become query rows of one attention call.
         qp = q.index_select(0, p.members).view(users, num_kv_heads, group, head_dim)
         qp = qp.transpose(0, 1).reshape(1, num_kv_heads, users * group, head_dim)
@@ -169,3 +159,10 @@ def cascade_decode_attention(
         merged = (own_out * w_own[..., None] + po * w_pre[..., None]) / (w_own + w_pre)[..., None]
         out.index_copy_(0, p.members, merged)
     return out
+
+
+def _prefix_rows(pool: torch.Tensor, prefix: SharedPrefix) -> torch.Tensor:
+    """The prefix's rows of a pool tensor (``[S, ...]``): a view when its slots are contiguous."""
+    if prefix.first_slot is not None:
+        return pool[prefix.first_slot : prefix.first_slot + prefix.length]
+    return raw(pool).index_select(0, prefix.slots).view(pool.dtype)

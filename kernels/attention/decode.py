@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from .._dispatch import use_native, use_triton
-from ._common import _gather
+from ..kv_quant import check_scales, gather_kv, is_quantized
 from .cascade import CpuDecodePlan, cascade_decode_attention, plan_cpu_decode
 from .decode_native import native_decode_available, supports
 from .decode_triton import decode_attention_triton
@@ -38,16 +38,19 @@ def decode_attention_ref(
     req_pool_indices: torch.Tensor,  # [B] int
     seq_lens: torch.Tensor,  # [B] int, keys per request (including the current token)
     sm_scale: float,
+    k_scale: torch.Tensor | None = None,  # [S, Hkv] float32: an 8-bit pool's scales
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [B, Hq, D]
     """Reference decode attention: gather each request's keys, pad to the longest, mask.
 
-    One batched SDPA call (4-D inputs take PyTorch's fused CPU kernel; GQA without copies).
+    One batched SDPA call (4-D inputs take PyTorch's fused CPU kernel; GQA without copies). An
+    8-bit pool is dequantized as it is gathered (``kv_quant.gather_kv``).
     """
     batch, num_q_heads, head_dim = q.shape
     max_len = int(seq_lens.max())
     slots = req_to_token[req_pool_indices.long(), :max_len].long()  # [B, L]
-    k = _gather(k_buffer, slots).transpose(1, 2).float()  # [B, Hkv, L, D]
-    v = _gather(v_buffer, slots).transpose(1, 2).float()  # [B, Hkv, L, D]
+    k = gather_kv(k_buffer, k_scale, slots, torch.float32).transpose(1, 2)  # [B, Hkv, L, D]
+    v = gather_kv(v_buffer, v_scale, slots, torch.float32).transpose(1, 2)  # [B, Hkv, L, D]
     valid = torch.arange(max_len, device=q.device)[None, :] < seq_lens[:, None].to(
         q.device
     )  # [B, L]
@@ -82,8 +85,8 @@ def decode_path(
 ) -> DecodePath:
     """The decision itself: Triton where :func:`use_triton` says so; the C kernel for float32
     CPU tensors it supports under ``auto`` once it built and passed its probe; on CPU, slot runs
-    when the caller plans a whole step (``slot_runs``: the plan pays off over many layers);
-    else the reference."""
+    when the caller plans a whole step (``slot_runs``: the plan pays off over many layers) over
+    a float pool; else the reference."""
     if use_triton(backend, k_buffer):
         return DecodePath.TRITON
     if (
@@ -92,7 +95,7 @@ def decode_path(
         and native_decode_available()
     ):
         return DecodePath.NATIVE
-    if slot_runs and k_buffer.device.type == "cpu":
+    if slot_runs and k_buffer.device.type == "cpu" and not is_quantized(k_buffer.dtype):
         return DecodePath.SLOT_RUNS
     return DecodePath.REFERENCE
 
@@ -115,16 +118,20 @@ class DecodePlan:
         req_pool_indices: torch.Tensor,  # [B], the rows the plan was made for
         seq_lens: torch.Tensor,  # [B]
         sm_scale: float,
+        k_scale: torch.Tensor | None = None,  # [S, Hkv]: an 8-bit pool's scales
+        v_scale: torch.Tensor | None = None,
     ) -> torch.Tensor:  # [B, Hq, D]
         """Decode attention of one layer along the planned path; does not mutate its inputs."""
         if self.cpu is not None:
-            return cascade_decode_attention(q, k_buffer, v_buffer, req_to_token, self.cpu, sm_scale)
+            return cascade_decode_attention(
+                q, k_buffer, v_buffer, req_to_token, self.cpu, sm_scale, k_scale, v_scale
+            )
         if self.runs is not None:
             return decode_attention_runs(q, k_buffer, v_buffer, self.runs, sm_scale)
         args = (q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale)
         if self.path is DecodePath.TRITON:
-            return decode_attention_triton(*args)
-        return decode_attention_ref(*args)
+            return decode_attention_triton(*args, k_scale=k_scale, v_scale=v_scale)
+        return decode_attention_ref(*args, k_scale, v_scale)
 
 
 def plan_decode(
@@ -164,14 +171,19 @@ def decode_attention(
     backend: str = "auto",
     runs: DecodeRuns | None = None,
     plan: DecodePlan | None = None,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of one query token per request over its ``seq_lens[i]`` pooled keys.
 
     Shapes as in :func:`decode_attention_ref`. Does not mutate its inputs. Runs ``plan`` (from
     :func:`plan_decode`) when given; else decides here (:func:`decode_path`): Triton on CUDA,
     the C kernel for float32 CPU (shared prefixes found here), the reference otherwise, or
-    ``runs`` (from :func:`plan_decode_runs` on the same slots) on the CPU torch path.
+    ``runs`` (from :func:`plan_decode_runs` on the same slots) on the CPU torch path. An 8-bit
+    pool (int8 / float8_e4m3fn buffers) takes its scales ``k_scale`` / ``v_scale`` ``[S, Hkv]``.
     """
+    check_scales(k_buffer, k_scale, "decode_attention")
+    check_scales(v_buffer, v_scale, "decode_attention", "v")
     if plan is None:
         path = decode_path(
             backend, q.dtype, k_buffer, v_buffer, req_to_token, slot_runs=runs is not None
@@ -180,4 +192,6 @@ def decode_attention(
             plan = DecodePlan(path, cpu=plan_cpu_decode(req_to_token, req_pool_indices, seq_lens))
         else:
             plan = DecodePlan(path, runs=runs if path is DecodePath.SLOT_RUNS else None)
-    return plan.run(q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale)
+    return plan.run(
+        q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, k_scale, v_scale
+    )

@@ -6,6 +6,8 @@ many small calls took ~40 % of a decode step of SmolLM2-135M, more than transfor
 attention. The kernel reads the keys through the ``req_to_token`` rows directly, one task
 per request or per 128 keys of a longer one (merged by log-sum-exp), on the spinning pool; with ``starts`` it attends only each request's keys from ``starts[b]`` on and
 returns the log-sum-exp too, so that ``cascade.py`` can merge a shared prefix attended once.
+An 8-bit pool (``kv_quant``) is read as it is: a key's scale multiplies its dot product, a
+value's scale its softmax weight.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import torch
 
 from .. import _cbuild
 from .._cbuild import F32, I32, I64, PTR
+from ..kv_quant import C_FORMATS, check_scales, is_quantized, quantize_kv
 
 _C_SIGNATURES = {
     "decode_attention_f32": (
         I32,
-        [PTR, PTR, PTR, PTR, I32, I64, PTR, PTR, PTR, I64, I32, I32, I32, I32, F32, PTR, PTR],
+        [PTR, PTR, PTR, I32, PTR, PTR, PTR, I32, I64, PTR, PTR, PTR, I64, I32, I32, I32, I32, F32]
+        + [PTR, PTR],
     ),
 }
 
@@ -36,6 +40,8 @@ def decode_attention_c(
     sm_scale: float,
     starts: torch.Tensor | None = None,  # [B]
     with_lse: bool = False,
+    k_scale: torch.Tensor | None = None,  # [S, Hkv] float32 contiguous, for an 8-bit pool
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Run the kernel; rows, lengths and starts must already be in range (slots are checked
     inside: ValueError for one outside the pool)."""
@@ -51,6 +57,9 @@ def decode_attention_c(
         q.data_ptr(),
         k_buffer.data_ptr(),
         v_buffer.data_ptr(),
+        C_FORMATS[k_buffer.dtype],
+        None if k_scale is None else k_scale.data_ptr(),
+        None if v_scale is None else v_scale.data_ptr(),
         req_to_token.data_ptr(),
         int(req_to_token.dtype == torch.int64),
         req_to_token.stride(0),
@@ -105,6 +114,14 @@ def _probe_c(lib: ctypes.CDLL) -> bool:
             and torch.allclose(whole[1], want_out[1], rtol=1e-4, atol=1e-5)
         ):
             return False
+        # An 8-bit pool: the same attention over the values it holds (dequantized for the check).
+        for dtype in (torch.int8, torch.float8_e4m3fn):
+            (kq, ks), (vq, vs) = quantize_kv(k, dtype), quantize_kv(v, dtype)
+            kd, vd = kq.float() * ks[..., None], vq.float() * vs[..., None]
+            got = decode_attention_c(lib, q, kq, vq, tab, rows, lens, 0.25, starts, True, ks, vs)
+            want = decode_attention_c(lib, q, kd, vd, tab, rows, lens, 0.25, starts, True)
+            if not all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(got, want)):
+                return False
     return True
 
 
@@ -124,10 +141,12 @@ def supports(
     v_buffer: torch.Tensor,
     req_to_token: torch.Tensor,
 ) -> bool:
-    """Whether the C kernel can take queries of ``q_dtype`` over this pool (CPU, float32,
-    contiguous buffers, int32/int64 table rows)."""
+    """Whether the C kernel can take queries of ``q_dtype`` over this pool (CPU, float32 queries
+    over a float32 or 8-bit pool, contiguous buffers, int32/int64 table rows)."""
     return (
-        q_dtype == k_buffer.dtype == v_buffer.dtype == torch.float32
+        q_dtype == torch.float32
+        and k_buffer.dtype == v_buffer.dtype
+        and (k_buffer.dtype == torch.float32 or is_quantized(k_buffer.dtype))
         and req_to_token.dtype in (torch.int32, torch.int64)
         and k_buffer.is_contiguous()
         and v_buffer.is_contiguous()
@@ -169,6 +188,8 @@ def native_decode_attention(
     sm_scale: float,
     starts: torch.Tensor | None = None,
     with_lse: bool = False,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
     """Decode attention by the C kernel; ``None`` when it is unavailable for these inputs.
 
@@ -177,14 +198,17 @@ def native_decode_attention(
     ``with_lse=True`` returns ``(out, lse [B, Hq])``, lse being the natural log-sum-exp of the
     scaled scores (``-inf`` where a request has no keys), for merging with other partials.
     Rows, lengths and starts are checked here, every slot against the pool inside the kernel.
+    An 8-bit pool takes its scales ``k_scale`` / ``v_scale`` ``[S, Hkv]``.
     """
     if q.device.type != "cpu" or not supports(q.dtype, k_buffer, v_buffer, req_to_token):
         return None
+    check_scales(k_buffer, k_scale, "decode_attention")
+    check_scales(v_buffer, v_scale, "decode_attention", "v")
     lib = decode_c_library()
     if lib is None:
         return None
     check_decode_rows(req_to_token, req_pool_indices, seq_lens, starts)
     return decode_attention_c(
         lib, q, k_buffer, v_buffer, req_to_token, req_pool_indices, seq_lens, sm_scale, starts,
-        with_lse,
+        with_lse, k_scale, v_scale,
     )  # fmt: skip

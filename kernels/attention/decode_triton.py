@@ -39,6 +39,8 @@ def _decode_partial_kernel(
     q_ptr,  # [B, Hq, D]
     k_buffer_ptr,  # [S, Hkv, D]
     v_buffer_ptr,  # [S, Hkv, D]
+    k_scale_ptr,  # [S, Hkv] float32 when SCALED (an 8-bit pool), else unused
+    v_scale_ptr,
     req_to_token_ptr,  # [R, max_context] int32/int64
     req_pool_indices_ptr,  # [B]
     seq_lens_ptr,  # [B]
@@ -61,6 +63,8 @@ def _decode_partial_kernel(
     BLOCK_N: tl.constexpr,  # keys per iteration
     DOT_F32: tl.constexpr,  # upcast dot operands (interpreter + bf16)
     DOT_PRECISION: tl.constexpr,  # "ieee" for float32 inputs, else "tf32" (ignored)
+    SCALED: tl.constexpr,  # the pool holds 8 bits: a key or value is q * its row's scale
+    NUM_KV_HEADS: tl.constexpr,
 ):
     # grid = (B, Hkv, num_splits)
     b = tl.program_id(0)
@@ -104,6 +108,11 @@ def _decode_partial_kernel(
             mask=kv_mask,
             other=0.0,
         )  # [BLOCK_N, BLOCK_D]
+        if SCALED:
+            k_s = tl.load(k_scale_ptr + slots * NUM_KV_HEADS + kv_head, mask=mask_n, other=0.0)
+            v_s = tl.load(v_scale_ptr + slots * NUM_KV_HEADS + kv_head, mask=mask_n, other=0.0)
+            k = (k.to(tl.float32) * k_s[:, None]).to(q.dtype)
+            v = (v.to(tl.float32) * v_s[:, None]).to(q.dtype)
         if DOT_F32:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
@@ -167,9 +176,11 @@ def decode_attention_triton(
     *,
     num_splits: int | None = None,  # tuning knobs, defaults chosen per device and dtype
     block_n: int | None = None,
+    k_scale: torch.Tensor | None = None,  # [S, Hkv] float32: an 8-bit pool's scales
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [B, Hq, D]
     """Triton version of ``decode_attention_ref`` (split-K, two stages). No host sync."""
-    _check_pool(q, k_buffer, v_buffer, req_to_token, "decode_attention")
+    _check_pool(q, k_buffer, v_buffer, req_to_token, "decode_attention", k_scale, v_scale)
     _check_batch(req_pool_indices, seq_lens, q.shape[0], q.device, "decode_attention", "seq_lens")
     batch, num_q_heads, head_dim = q.shape
     num_kv_heads = k_buffer.shape[1]
@@ -191,6 +202,8 @@ def decode_attention_triton(
         q,
         k_buffer,
         v_buffer,
+        k_buffer if k_scale is None else k_scale,  # unused unless SCALED
+        v_buffer if v_scale is None else v_scale,
         req_to_token,
         req_pool_indices,
         seq_lens,
@@ -213,6 +226,8 @@ def decode_attention_triton(
         BLOCK_N=block_n,
         DOT_F32=dot_upcast(q.dtype),
         DOT_PRECISION=_dot_precision(q.dtype),
+        SCALED=k_scale is not None,
+        NUM_KV_HEADS=num_kv_heads,
         num_warps=4,
         num_stages=2,
     )

@@ -12,13 +12,13 @@ import torch.nn.functional as F
 
 from .._dispatch import use_triton
 from .._triton import dot_upcast, lazy_jit, next_power_of_2
+from ..kv_quant import check_scales, gather_kv
 from ._common import (
     _LOG2E,
     _check_batch,
     _check_pool,
     _default_block,
     _dot_precision,
-    _gather,
 )
 
 try:
@@ -36,8 +36,11 @@ def extend_attention_ref(
     prefix_lens: torch.Tensor,  # [B] int
     extend_lens: torch.Tensor,  # [B] int
     sm_scale: float,
+    k_scale: torch.Tensor | None = None,  # [S, Hkv] float32: an 8-bit pool's scales
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [N, Hq, D]
-    """Reference extend attention: one 4-D SDPA call per request (fused CPU kernel, GQA)."""
+    """Reference extend attention: one 4-D SDPA call per request (fused CPU kernel, GQA); an
+    8-bit pool is dequantized as it is gathered."""
     out = torch.empty_like(q)
     start = 0
     rows = req_pool_indices.tolist()
@@ -46,8 +49,8 @@ def extend_attention_ref(
     ):
         total = prefix_len + extend_len
         slots = req_to_token[row, :total].long()
-        k = _gather(k_buffer, slots).transpose(0, 1)[None].to(q.dtype)  # [1, Hkv, T, D]
-        v = _gather(v_buffer, slots).transpose(0, 1)[None].to(q.dtype)  # [1, Hkv, T, D]
+        k = gather_kv(k_buffer, k_scale, slots, q.dtype).transpose(0, 1)[None]  # [1, Hkv, T, D]
+        v = gather_kv(v_buffer, v_scale, slots, q.dtype).transpose(0, 1)[None]  # [1, Hkv, T, D]
         qi = q[start : start + extend_len].transpose(0, 1)[None]  # [1, Hq, E, D]
         if prefix_len == 0:
             oi = F.scaled_dot_product_attention(
@@ -75,25 +78,20 @@ def extend_attention(
     extend_lens: torch.Tensor,
     sm_scale: float,
     backend: str = "auto",
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of packed new tokens over cached prefix + causal self (see module docstring).
 
     Triton where :func:`use_triton` says so (CUDA tensors, or forced); else the reference.
-    Does not mutate its inputs."""
+    An 8-bit pool takes its scales ``k_scale`` / ``v_scale`` ``[S, Hkv]``. Does not mutate
+    its inputs."""
+    args = (q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens)
     if use_triton(backend, q, k_buffer):
-        return extend_attention_triton(
-            q,
-            k_buffer,
-            v_buffer,
-            req_to_token,
-            req_pool_indices,
-            prefix_lens,
-            extend_lens,
-            sm_scale,
-        )
-    return extend_attention_ref(
-        q, k_buffer, v_buffer, req_to_token, req_pool_indices, prefix_lens, extend_lens, sm_scale
-    )
+        return extend_attention_triton(*args, sm_scale, k_scale=k_scale, v_scale=v_scale)
+    check_scales(k_buffer, k_scale, "extend_attention")
+    check_scales(v_buffer, v_scale, "extend_attention", "v")
+    return extend_attention_ref(*args, sm_scale, k_scale, v_scale)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,6 +108,8 @@ def _extend_kernel(
     q_ptr,  # [N, Hq, D], N = sum(extend_lens)
     k_buffer_ptr,  # [S, Hkv, D]
     v_buffer_ptr,  # [S, Hkv, D]
+    k_scale_ptr,  # [S, Hkv] float32 when SCALED (an 8-bit pool), else unused
+    v_scale_ptr,
     out_ptr,  # [N, Hq, D], contiguous
     req_to_token_ptr,  # [R, max_context] int32/int64
     req_pool_indices_ptr,  # [B]
@@ -132,6 +132,8 @@ def _extend_kernel(
     BLOCK_D: tl.constexpr,  # >= head_dim
     DOT_F32: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    SCALED: tl.constexpr,  # the pool holds 8 bits: a key or value is q * its row's scale
+    NUM_KV_HEADS: tl.constexpr,
 ):
     # grid = (B, Hq, cdiv(max(extend_lens), BLOCK_M))
     b = tl.program_id(0)
@@ -179,6 +181,11 @@ def _extend_kernel(
             mask=kv_mask,
             other=0.0,
         )  # [BLOCK_N, BLOCK_D]
+        if SCALED:
+            k_s = tl.load(k_scale_ptr + slots * NUM_KV_HEADS + kv_head, mask=mask_n, other=0.0)
+            v_s = tl.load(v_scale_ptr + slots * NUM_KV_HEADS + kv_head, mask=mask_n, other=0.0)
+            k = (k.to(tl.float32) * k_s[:, None]).to(q.dtype)
+            v = (v.to(tl.float32) * v_s[:, None]).to(q.dtype)
         if DOT_F32:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
@@ -212,9 +219,11 @@ def extend_attention_triton(
     *,
     block_m: int | None = None,  # tuning knobs, defaults chosen per dtype
     block_n: int | None = None,
+    k_scale: torch.Tensor | None = None,  # [S, Hkv] float32: an 8-bit pool's scales
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:  # [N, Hq, D]
     """Triton version of :func:`extend_attention_ref`. Syncs once to read max(extend_lens)."""
-    _check_pool(q, k_buffer, v_buffer, req_to_token, "extend_attention")
+    _check_pool(q, k_buffer, v_buffer, req_to_token, "extend_attention", k_scale, v_scale)
     batch = req_pool_indices.shape[0]
     _check_batch(req_pool_indices, prefix_lens, batch, q.device, "extend_attention", "prefix_lens")
     _check_batch(req_pool_indices, extend_lens, batch, q.device, "extend_attention", "extend_lens")
@@ -232,6 +241,8 @@ def extend_attention_triton(
         q,
         k_buffer,
         v_buffer,
+        k_buffer if k_scale is None else k_scale,  # unused unless SCALED
+        v_buffer if v_scale is None else v_scale,
         out,
         req_to_token,
         req_pool_indices,
@@ -254,6 +265,8 @@ def extend_attention_triton(
         BLOCK_D=next_power_of_2(max(head_dim, 16)),
         DOT_F32=dot_upcast(q.dtype),
         DOT_PRECISION=_dot_precision(q.dtype),
+        SCALED=k_scale is not None,
+        NUM_KV_HEADS=k_buffer.shape[1],
         num_warps=4,
         num_stages=2,
     )

@@ -34,4 +34,61 @@ static inline float exp_nonpositive(float x) {
     return r + (x - x); /* x - x is 0, or NaN for NaN/inf input */
 }
 
+/* The KV pool's storage (kv_quant.py): float32, or 8 bits with one float32 scale per token and
+ * KV head. A stored value reads back as q * scale. */
+enum { KV_F32 = 0, KV_INT8 = 1, KV_FP8_E4M3 = 2 };
+
+/* float8 e4m3fn bits -> float, exactly (no infinities; 0x7f and 0xff are NaN). */
+static inline float fp8_e4m3_to_float(uint8_t b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if ((b & 0x7f) == 0x7f) v = __builtin_nanf("");
+    else if (e == 0) v = (float)m * 0.001953125f; /* subnormal: m * 2^-9 */
+    else {
+        const int32_t bits = ((e + 120) << 23) | (m << 20); /* (1 + m/8) 2^(e-7) as a float */
+        memcpy(&v, &bits, sizeof v);
+    }
+    return (b & 0x80) ? -v : v;
+}
+
+/* float (|y| <= 448, not NaN) -> float8 e4m3fn bits, rounded to nearest, ties to even, as
+ * torch's conversion does. */
+static inline uint8_t float_to_fp8_e4m3(float y) {
+    uint32_t bits;
+    memcpy(&bits, &y, sizeof bits);
+    const uint8_t sign = (uint8_t)((bits >> 24) & 0x80);
+    bits &= 0x7fffffffu;
+    float a;
+    memcpy(&a, &bits, sizeof a);
+    if (a < 0.015625f) /* below 2^-6: a subnormal, m * 2^-9 (m = 8 is the smallest normal) */
+        return sign | (uint8_t)(int)__builtin_nearbyintf(a * 512.0f);
+    bits = (bits + 0x7ffffu + ((bits >> 20) & 1)) >> 20; /* 3 mantissa bits, ties to even */
+    return sign | (uint8_t)(bits - (120u << 3));          /* rebias the exponent: 127 -> 7 */
+}
+
+/* One row of n floats into the pool as 8 bits (fmt KV_INT8 or KV_FP8_E4M3), its scale amax / qmax
+ * into *scale; the same values as kv_quant.quantize_kv. */
+static inline void quantize_kv_row(const float *x, int64_t n, int fmt, void *dst, float *scale) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float a = x[i] < 0 ? -x[i] : x[i];
+        amax = a > amax ? a : amax;
+    }
+    const float s = amax / (fmt == KV_INT8 ? 127.0f : 448.0f), div = s > 0 ? s : 1.0f;
+    *scale = s;
+    if (fmt == KV_INT8) {
+        int8_t *q = dst;
+        for (int64_t i = 0; i < n; i++) {
+            float y = __builtin_nearbyintf(x[i] / div);
+            q[i] = (int8_t)(y > 127.0f ? 127.0f : y < -127.0f ? -127.0f : y);
+        }
+    } else {
+        uint8_t *q = dst;
+        for (int64_t i = 0; i < n; i++) {
+            const float y = x[i] / div;
+            q[i] = float_to_fp8_e4m3(y > 448.0f ? 448.0f : y < -448.0f ? -448.0f : y);
+        }
+    }
+}
+
 #endif

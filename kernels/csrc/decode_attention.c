@@ -43,53 +43,116 @@ static inline float dot(const float *a, const float *b, int n) {
 /* Keys are visited in blocks that stay in L1 while every query head of their KV head reads them. */
 #define KEY_BLOCK 32
 
-/* scores[j][t] = sm_scale * <q_j, k_t[j / group]>. Inlined with a constant head_dim (64, 128)
- * the dot runs in registers; one query head at a time over a block of keys. */
+/* <a, k> for a key row stored as 8 bits: the row's scale multiplies the sum afterwards. */
+static inline float dot_i8(const float *a, const int8_t *b, int n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < n; i++) s += a[i] * (float)b[i];
+    return s;
+}
+
+static float FP8_VALUES[256]; /* float8 e4m3fn bits -> value, filled when the library loads */
+
+__attribute__((constructor)) static void fill_fp8_values(void) {
+    for (int b = 0; b < 256; b++) FP8_VALUES[b] = fp8_e4m3_to_float((uint8_t)b);
+}
+
+static inline float dot_fp8(const float *a, const uint8_t *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * FP8_VALUES[b[i]];
+    return s;
+}
+
+/* scores[j][t] = sm_scale * <q_j, k_t[j / group]> (an 8-bit key: times its scale). Inlined with
+ * a constant head_dim (64, 128) and pool format the dot runs in registers; one query head at a
+ * time over a block of keys. */
 static inline __attribute__((always_inline)) void scores_pass(
-        const float *qb, const float *k_buffer, const int64_t *slots, int64_t len, int64_t row_stride,
-        int num_q_heads, int group, const int head_dim, float sm_scale, float *scores) {
+        const float *qb, const void *k_buffer, const float *k_scale, const int fmt, const int64_t *slots,
+        int64_t len, int num_q_heads, int num_kv_heads, const int head_dim, float sm_scale, float *scores) {
+    const int group = num_q_heads / num_kv_heads;
+    const int64_t row_stride = (int64_t)num_kv_heads * head_dim; /* values per pool slot */
     for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
         const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
         for (int j = 0; j < num_q_heads; j++) {
             const float *qj = qb + (int64_t)j * head_dim;
-            const int64_t offset = (int64_t)(j / group) * head_dim;
-            for (int64_t t = t0; t < t1; t++)
-                scores[j * len + t] = sm_scale * dot(qj, k_buffer + slots[t] * row_stride + offset, head_dim);
-        }
-    }
-}
-
-/* out_j = sum_t p[j][t] * v_t[j / group]: per query head, a block of keys accumulates into the
- * output row (in registers when head_dim is a constant). */
-static inline __attribute__((always_inline)) void values_pass(
-        const float *v_buffer, const int64_t *slots, int64_t len, int64_t row_stride, int num_q_heads, int group,
-        const int head_dim, const float *scores, float *ob) {
-    for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
-        const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
-        for (int j = 0; j < num_q_heads; j++) {
-            const float *p = scores + j * len;
-            const int64_t offset = (int64_t)(j / group) * head_dim;
-            float *o = ob + (int64_t)j * head_dim;
+            const int h = j / group;
+            const int64_t offset = (int64_t)h * head_dim;
             for (int64_t t = t0; t < t1; t++) {
-                const float *v = v_buffer + slots[t] * row_stride + offset;
-                const float pt = p[t];
-#pragma omp simd
-                for (int d = 0; d < head_dim; d++) o[d] += pt * v[d];
+                const int64_t at = slots[t] * row_stride + offset;
+                if (fmt == KV_F32)
+                    scores[j * len + t] = sm_scale * dot(qj, (const float *)k_buffer + at, head_dim);
+                else if (fmt == KV_INT8)
+                    scores[j * len + t] = sm_scale * k_scale[slots[t] * num_kv_heads + h] *
+                                          dot_i8(qj, (const int8_t *)k_buffer + at, head_dim);
+                else
+                    scores[j * len + t] = sm_scale * k_scale[slots[t] * num_kv_heads + h] *
+                                          dot_fp8(qj, (const uint8_t *)k_buffer + at, head_dim);
             }
         }
     }
 }
+
+/* out_j = sum_t p[j][t] * v_t[j / group] (an 8-bit value row: p times its scale): per query
+ * head, a block of keys accumulates into the output row (in registers when head_dim is a
+ * constant). */
+static inline __attribute__((always_inline)) void values_pass(
+        const void *v_buffer, const float *v_scale, const int fmt, const int64_t *slots, int64_t len,
+        int num_q_heads, int num_kv_heads, const int head_dim, const float *scores, float *ob) {
+    const int group = num_q_heads / num_kv_heads;
+    const int64_t row_stride = (int64_t)num_kv_heads * head_dim;
+    for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
+        const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
+        for (int j = 0; j < num_q_heads; j++) {
+            const float *p = scores + j * len;
+            const int h = j / group;
+            const int64_t offset = (int64_t)h * head_dim;
+            float *o = ob + (int64_t)j * head_dim;
+            for (int64_t t = t0; t < t1; t++) {
+                const int64_t at = slots[t] * row_stride + offset;
+                if (fmt == KV_F32) {
+                    const float *v = (const float *)v_buffer + at;
+                    const float pt = p[t];
+#pragma omp simd
+                    for (int d = 0; d < head_dim; d++) o[d] += pt * v[d];
+                } else if (fmt == KV_INT8) {
+                    const int8_t *v = (const int8_t *)v_buffer + at;
+                    const float pt = p[t] * v_scale[slots[t] * num_kv_heads + h];
+#pragma omp simd
+                    for (int d = 0; d < head_dim; d++) o[d] += pt * (float)v[d];
+                } else {
+                    const uint8_t *v = (const uint8_t *)v_buffer + at;
+                    const float pt = p[t] * v_scale[slots[t] * num_kv_heads + h];
+                    for (int d = 0; d < head_dim; d++) o[d] += pt * FP8_VALUES[v[d]];
+                }
+            }
+        }
+    }
+}
+
+/* PASS(format, head_dim) specialised for the common head sizes of each pool format. */
+#define KV_DISPATCH(PASS, fmt, head_dim)                                                           \
+    do {                                                                                           \
+        if (fmt == KV_F32) {                                                                       \
+            if (head_dim == 64) PASS(KV_F32, 64);                                                  \
+            else if (head_dim == 128) PASS(KV_F32, 128);                                           \
+            else PASS(KV_F32, head_dim);                                                           \
+        } else if (fmt == KV_INT8) {                                                               \
+            if (head_dim == 64) PASS(KV_INT8, 64);                                                 \
+            else if (head_dim == 128) PASS(KV_INT8, 128);                                          \
+            else PASS(KV_INT8, head_dim);                                                          \
+        } else {                                                                                   \
+            PASS(KV_FP8_E4M3, head_dim);                                                           \
+        }                                                                                          \
+    } while (0)
 
 static inline int64_t slot_at(const void *row, int table_is_i64, int64_t t) {
     return table_is_i64 ? ((const int64_t *)row)[t] : (int64_t)((const int32_t *)row)[t];
 }
 
 /* One request: returns 0, 1 when scratch allocation failed, 2 when a slot lies outside the pool. */
-static int attend_one(const float *qb, const float *k_buffer, const float *v_buffer, const void *row,
-                      int table_is_i64, int64_t len, int64_t num_slots, int num_q_heads,
-                      int num_kv_heads, int head_dim, float sm_scale, float *ob, float *lse) {
-    const int group = num_q_heads / num_kv_heads;
-    const int64_t row_stride = (int64_t)num_kv_heads * head_dim; /* floats per pool slot */
+static int attend_one(const float *qb, const void *k_buffer, const void *v_buffer, int fmt, const float *k_scale,
+                      const float *v_scale, const void *row, int table_is_i64, int64_t len, int64_t num_slots,
+                      int num_q_heads, int num_kv_heads, int head_dim, float sm_scale, float *ob, float *lse) {
     for (int64_t i = 0; i < (int64_t)num_q_heads * head_dim; i++) ob[i] = 0.0f;
     if (len <= 0) { /* no keys: output 0, log-sum-exp -inf (weight 0 when merged) */
         if (lse)
@@ -109,12 +172,9 @@ static int attend_one(const float *qb, const float *k_buffer, const float *v_buf
             return 2;
         }
     }
-    if (head_dim == 64)
-        scores_pass(qb, k_buffer, slots, len, row_stride, num_q_heads, group, 64, sm_scale, scores);
-    else if (head_dim == 128)
-        scores_pass(qb, k_buffer, slots, len, row_stride, num_q_heads, group, 128, sm_scale, scores);
-    else
-        scores_pass(qb, k_buffer, slots, len, row_stride, num_q_heads, group, head_dim, sm_scale, scores);
+#define SCORES(F, D) scores_pass(qb, k_buffer, k_scale, F, slots, len, num_q_heads, num_kv_heads, D, sm_scale, scores)
+    KV_DISPATCH(SCORES, fmt, head_dim);
+#undef SCORES
     for (int j = 0; j < num_q_heads; j++) {
         float *s = scores + j * len;
         float peak = -INFINITY, total = 0.0f;
@@ -129,18 +189,18 @@ static int attend_one(const float *qb, const float *k_buffer, const float *v_buf
         for (int64_t t = 0; t < len; t++) s[t] *= inv;
         if (lse) lse[j] = peak + logf(total);
     }
-    if (head_dim == 64)
-        values_pass(v_buffer, slots, len, row_stride, num_q_heads, group, 64, scores, ob);
-    else if (head_dim == 128)
-        values_pass(v_buffer, slots, len, row_stride, num_q_heads, group, 128, scores, ob);
-    else
-        values_pass(v_buffer, slots, len, row_stride, num_q_heads, group, head_dim, scores, ob);
+#define VALUES(F, D) values_pass(v_buffer, v_scale, F, slots, len, num_q_heads, num_kv_heads, D, scores, ob)
+    KV_DISPATCH(VALUES, fmt, head_dim);
+#undef VALUES
     free(scores); free(slots);
     return 0;
 }
 
 typedef struct {
-    const float *q, *k_buffer, *v_buffer;
+    const float *q;
+    const void *k_buffer, *v_buffer;
+    int kv_fmt;                      /* KV_F32, KV_INT8, KV_FP8_E4M3 (common.h) */
+    const float *k_scale, *v_scale;  /* [S, Hkv] for the 8-bit formats */
     const void *table;
     int table_is_i64;
     int64_t table_stride;
@@ -174,7 +234,8 @@ static void attn_part(void *p, int part, int parts) {
             ob = j->part_out + t * head_elems;
             lse = j->part_lse + t * j->num_q_heads;
         }
-        const int status = attend_one(j->q + b * head_elems, j->k_buffer, j->v_buffer, row, j->table_is_i64,
+        const int status = attend_one(j->q + b * head_elems, j->k_buffer, j->v_buffer, j->kv_fmt, j->k_scale,
+                                      j->v_scale, row, j->table_is_i64,
                                       keys < KEY_CHUNK ? keys : KEY_CHUNK, j->num_slots,
                                       j->num_q_heads, j->num_kv_heads, j->head_dim, j->sm_scale, ob, lse);
         for (int seen = atomic_load(&j->failed); status > seen;)
@@ -209,13 +270,17 @@ static void merge_chunks(const AttnJob *j, int b, int64_t first, int n) {
 }
 
 /* Attention of request b over its keys starts[b] .. seq_lens[b] - 1 (all of them when starts is
- * NULL). lse (may be NULL) receives each query head's natural log-sum-exp of the scaled scores,
+ * NULL), over a pool in format kv_fmt (float32, or 8 bits with k_scale / v_scale [S, Hkv]).
+ * lse (may be NULL) receives each query head's natural log-sum-exp of the scaled scores,
  * so partial results over disjoint key sets merge exactly. Returns 0; 1 when a scratch
  * allocation failed, 2 when a slot lies outside the pool (out is then incomplete). */
 int decode_attention_f32(
     const float *q,           /* [B, Hq, D] contiguous */
-    const float *k_buffer,    /* [S, Hkv, D] contiguous */
-    const float *v_buffer,    /* [S, Hkv, D] contiguous */
+    const void *k_buffer,     /* [S, Hkv, D] contiguous, in format kv_fmt */
+    const void *v_buffer,     /* [S, Hkv, D] contiguous */
+    int kv_fmt,               /* KV_F32, KV_INT8 or KV_FP8_E4M3 */
+    const float *k_scale,     /* [S, Hkv] for the 8-bit formats, else NULL */
+    const float *v_scale,
     const void *table,        /* [R, table_stride] int32 or int64 */
     int table_is_i64,
     int64_t table_stride,
@@ -257,7 +322,7 @@ int decode_attention_f32(
             task_req[t] = b;
             task_first[t] = (int64_t)c * KEY_CHUNK;
         }
-    AttnJob job = {q, k_buffer, v_buffer, table, table_is_i64, table_stride, rows, seq_lens, starts,
+    AttnJob job = {q, k_buffer, v_buffer, kv_fmt, k_scale, v_scale, table, table_is_i64, table_stride, rows, seq_lens, starts,
                    num_slots, num_q_heads, num_kv_heads, head_dim, sm_scale, out, lse, tasks, task_req,
                    task_first, chunks, part_out, part_lse, 0, 0};
     spin_pool_run(attn_part, &job, tasks > 1 && total_keys >= PARALLEL_MIN_KEYS ? spin_pool_threads() : 1);

@@ -26,9 +26,11 @@ void add_rms_norm_f32(const float *x, int64_t stride_x, const float *residual, i
                       const float *weight, float *out, float *h_out, int64_t rows, int64_t hidden, float eps);
 void silu_mul_f32(const float *gate_up, int64_t stride, float *out, int64_t rows, int64_t inter);
 int rotary_store_f32(const float *qkv, int64_t stride_t, const int64_t *positions, const float *cos_sin,
-                     int64_t max_pos, const int64_t *slots, float *k_buffer, float *v_buffer, int64_t num_slots,
-                     float *q_out, int64_t tokens, int num_q_heads, int num_kv_heads, int64_t head_dim);
-int decode_attention_f32(const float *q, const float *k_buffer, const float *v_buffer, const void *table,
+                     int64_t max_pos, const int64_t *slots, void *k_buffer, void *v_buffer, int kv_fmt,
+                     float *k_scale, float *v_scale, int64_t num_slots, float *q_out, int64_t tokens,
+                     int num_q_heads, int num_kv_heads, int64_t head_dim);
+int decode_attention_f32(const float *q, const void *k_buffer, const void *v_buffer, int kv_fmt,
+                         const float *k_scale, const float *v_scale, const void *table,
                          int table_is_i64, int64_t table_stride, const int64_t *rows, const int64_t *seq_lens,
                          const int64_t *starts, int64_t num_slots, int batch, int num_q_heads,
                          int num_kv_heads, int head_dim, float sm_scale, float *out, float *lse);
@@ -44,11 +46,13 @@ typedef struct {
 typedef struct {
     const float *input_norm, *post_norm; /* [H] */
     DecodeLinear qkv, o, gate_up, down;
-    float *k_buffer, *v_buffer; /* this layer's pool [S, Hkv, D] */
+    void *k_buffer, *v_buffer; /* this layer's pool [S, Hkv, D], in the model's kv_fmt */
+    float *k_scale, *v_scale;  /* [S, Hkv] for an 8-bit pool, else NULL */
 } DecodeLayer;
 
 typedef struct {
     int32_t num_layers, num_q_heads, num_kv_heads, head_dim;
+    int32_t kv_fmt, pad; /* the pool's format: KV_F32, KV_INT8, KV_FP8_E4M3 (common.h) */
     int64_t hidden, inter, num_slots, max_pos;
     float eps, sm_scale;
     const float *cos_sin; /* [max_pos, D] */
@@ -99,9 +103,10 @@ int decode_layers_f32(const DecodeModel *m, const DecodeStep *s) {
         }
         if (linear(&l->qkv, normed, n, qkv)) return -(1 + i);
         int bad = rotary_store_f32(qkv, qkv_size, s->positions, m->cos_sin, m->max_pos, s->slots, l->k_buffer,
-                                   l->v_buffer, m->num_slots, q, n, m->num_q_heads, m->num_kv_heads, m->head_dim);
+                                   l->v_buffer, m->kv_fmt, l->k_scale, l->v_scale, m->num_slots, q, n,
+                                   m->num_q_heads, m->num_kv_heads, m->head_dim);
         if (bad) return bad;
-        bad = decode_attention_f32(q, l->k_buffer, l->v_buffer, s->table, s->table_is_i64, s->table_stride, s->rows,
+        bad = decode_attention_f32(q, l->k_buffer, l->v_buffer, m->kv_fmt, l->k_scale, l->v_scale, s->table, s->table_is_i64, s->table_stride, s->rows,
                                    s->seq_lens, NULL, m->num_slots, (int)n, m->num_q_heads, m->num_kv_heads,
                                    m->head_dim, m->sm_scale, attn, NULL);
         if (bad) return 2 + bad;

@@ -124,9 +124,12 @@ typedef struct {
     int64_t max_pos;
     const int64_t *slots;
     const float *cos_sin;
-    float *q_out, *k_out, *k_buffer, *v_buffer;
+    float *q_out, *k_out;
+    void *k_buffer, *v_buffer; /* the pool, in format kv_fmt */
     int64_t tokens, head_dim;
     int num_q_heads, num_kv_heads;
+    int kv_fmt;                /* KV_F32, KV_INT8 or KV_FP8_E4M3 (common.h) */
+    float *k_scale, *v_scale;  /* [S, Hkv] for the 8-bit formats */
 } RotaryJob;
 
 /* rotary_f32's tokens of the part; a token whose position is out of range is left as it was. */
@@ -156,7 +159,8 @@ int rotary_f32(const float *q, int64_t stride_qt, int64_t stride_qh, const float
     int bad = 0;
     for (int64_t t = 0; t < tokens; t++) bad |= positions[t] < 0 || positions[t] >= max_pos;
     RotaryJob job = {q, k, NULL, stride_qt, stride_qh, stride_kt, stride_kh, 0, positions, max_pos, NULL,
-                     cos_sin, q_out, k_out, NULL, NULL, tokens, head_dim, num_q_heads, num_kv_heads};
+                     cos_sin, q_out, k_out, NULL, NULL, tokens, head_dim, num_q_heads, num_kv_heads,
+                     KV_F32, NULL, NULL};
     spin_pool_run(rotary_part, &job, parts_for(tokens * (num_q_heads + num_kv_heads) * head_dim));
     return bad;
 }
@@ -165,32 +169,47 @@ int rotary_f32(const float *q, int64_t stride_qt, int64_t stride_qh, const float
 static void rotary_store_part(void *p, int part, int parts) {
     const RotaryJob *j = p;
     const int64_t head_dim = j->head_dim, half = head_dim / 2, kv_row = (int64_t)j->num_kv_heads * head_dim;
+    float rotated[head_dim]; /* an 8-bit pool's k head before it is quantized */
     PART_RANGE(j->tokens, part, parts, t_begin, t_end);
     for (int64_t t = t_begin; t < t_end; t++) {
         const float *cos = j->cos_sin + j->positions[t] * head_dim, *sin = cos + half;
         const float *q = j->qkv + t * j->stride_t, *k = q + (int64_t)j->num_q_heads * head_dim, *v = k + kv_row;
-        float *k_dst = j->k_buffer + j->slots[t] * kv_row, *v_dst = j->v_buffer + j->slots[t] * kv_row;
         for (int h = 0; h < j->num_q_heads; h++)
             rotate(q + h * head_dim, j->q_out + (t * j->num_q_heads + h) * head_dim, cos, sin, half);
-        for (int h = 0; h < j->num_kv_heads; h++) rotate(k + h * head_dim, k_dst + h * head_dim, cos, sin, half);
-        memcpy(v_dst, v, sizeof(float) * (size_t)kv_row);
+        if (j->kv_fmt == KV_F32) {
+            float *k_dst = (float *)j->k_buffer + j->slots[t] * kv_row, *v_dst = (float *)j->v_buffer + j->slots[t] * kv_row;
+            for (int h = 0; h < j->num_kv_heads; h++) rotate(k + h * head_dim, k_dst + h * head_dim, cos, sin, half);
+            memcpy(v_dst, v, sizeof(float) * (size_t)kv_row);
+            continue;
+        }
+        uint8_t *k_dst = (uint8_t *)j->k_buffer + j->slots[t] * kv_row, *v_dst = (uint8_t *)j->v_buffer + j->slots[t] * kv_row;
+        float *k_scale = j->k_scale + j->slots[t] * j->num_kv_heads, *v_scale = j->v_scale + j->slots[t] * j->num_kv_heads;
+        for (int h = 0; h < j->num_kv_heads; h++) {
+            rotate(k + h * head_dim, rotated, cos, sin, half);
+            quantize_kv_row(rotated, head_dim, j->kv_fmt, k_dst + h * head_dim, k_scale + h);
+            quantize_kv_row(v + h * head_dim, head_dim, j->kv_fmt, v_dst + h * head_dim, v_scale + h);
+        }
     }
 }
 
 /* The step after the qkv projection, for tokens t < N: q_out[t] = rotary(q_t) [Hq, D]
  * (contiguous), and into the KV pool k_buffer[slots[t]] = rotary(k_t), v_buffer[slots[t]] = v_t
- * ([S, Hkv, D], contiguous). qkv rows [N, (Hq + 2 Hkv) D] are q | k | v with row stride
- * stride_t. Every position and slot is checked before anything is written: returns 1 when a
- * position lies outside [0, max_pos), 2 when a slot lies outside [0, num_slots). */
+ * ([S, Hkv, D], contiguous), in the pool's format kv_fmt (common.h): float32, or 8 bits with
+ * each head's scale into k_scale / v_scale [S, Hkv]. qkv rows [N, (Hq + 2 Hkv) D] are q | k | v
+ * with row stride stride_t. Every position and slot is checked before anything is written:
+ * returns 1 when a position lies outside [0, max_pos), 2 when a slot lies outside
+ * [0, num_slots). */
 int rotary_store_f32(const float *qkv, int64_t stride_t, const int64_t *positions, const float *cos_sin,
-                     int64_t max_pos, const int64_t *slots, float *k_buffer, float *v_buffer, int64_t num_slots,
-                     float *q_out, int64_t tokens, int num_q_heads, int num_kv_heads, int64_t head_dim) {
+                     int64_t max_pos, const int64_t *slots, void *k_buffer, void *v_buffer, int kv_fmt,
+                     float *k_scale, float *v_scale, int64_t num_slots, float *q_out, int64_t tokens,
+                     int num_q_heads, int num_kv_heads, int64_t head_dim) {
     for (int64_t t = 0; t < tokens; t++) {
         if (positions[t] < 0 || positions[t] >= max_pos) return 1;
         if (slots[t] < 0 || slots[t] >= num_slots) return 2;
     }
     RotaryJob job = {NULL, NULL, qkv, 0, 0, 0, 0, stride_t, positions, max_pos, slots, cos_sin,
-                     q_out, NULL, k_buffer, v_buffer, tokens, head_dim, num_q_heads, num_kv_heads};
+                     q_out, NULL, k_buffer, v_buffer, tokens, head_dim, num_q_heads, num_kv_heads,
+                     kv_fmt, k_scale, v_scale};
     spin_pool_run(rotary_store_part, &job, parts_for(tokens * (num_q_heads + 2 * num_kv_heads) * head_dim));
     return 0;
 }

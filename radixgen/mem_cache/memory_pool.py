@@ -4,6 +4,8 @@ Layout::
 
     KVPool.k_buffers[layer]   [num_slots + 1, num_kv_heads, head_dim]   slot 0 = padding
     KVPool.v_buffers[layer]   same
+    KVPool.k_scales[layer]    [num_slots + 1, num_kv_heads] float32   an 8-bit pool only
+    KVPool.v_scales[layer]    same                                    (--kv-cache-dtype int8/fp8_e4m3)
     ReqToTokenPool.table      [max_num_reqs, max_context_len] int32     row r, column i =
                                                                           slot of token i of req r
 
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 import numpy
 import torch
+
+from ..kernels.kv_quant import is_quantized, storage_dtype
 
 
 class SlotAllocator:
@@ -81,7 +85,8 @@ class ReqToTokenPool:
 
 
 class KVPool:
-    """Per-layer K and V buffers indexed by slot."""
+    """Per-layer K and V buffers indexed by slot; with ``kv_cache_dtype`` int8 or fp8_e4m3 the
+    buffers hold 8 bits and each slot's heads have a float32 scale (``kernels.kv_quant``)."""
 
     def __init__(
         self,
@@ -91,17 +96,33 @@ class KVPool:
         head_dim: int,
         dtype: torch.dtype,
         device: torch.device | str,
+        kv_cache_dtype: str = "auto",
     ) -> None:
+        self.dtype = storage_dtype(kv_cache_dtype, dtype)
+        self.kv_cache_dtype = kv_cache_dtype
         shape = (num_slots + 1, num_kv_heads, head_dim)
-        self.k_buffers = [_zeros(shape, dtype, device) for _ in range(num_layers)]
-        self.v_buffers = [_zeros(shape, dtype, device) for _ in range(num_layers)]
+        self.k_buffers = [_zeros(shape, self.dtype, device) for _ in range(num_layers)]
+        self.v_buffers = [_zeros(shape, self.dtype, device) for _ in range(num_layers)]
+        self.k_scales: list[torch.Tensor | None] = [None] * num_layers
+        self.v_scales: list[torch.Tensor | None] = [None] * num_layers
+        if is_quantized(self.dtype):
+            scales = (num_slots + 1, num_kv_heads)
+            self.k_scales = [_zeros(scales, torch.float32, device) for _ in range(num_layers)]
+            self.v_scales = [_zeros(scales, torch.float32, device) for _ in range(num_layers)]
         self.num_slots = num_slots
 
     @staticmethod
     def bytes_per_token(
-        num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        kv_cache_dtype: str = "auto",
     ) -> int:
-        return 2 * num_layers * num_kv_heads * head_dim * torch.finfo(dtype).bits // 8
+        """Pool bytes per token: K and V of every layer (and their scales in an 8-bit pool)."""
+        stored = storage_dtype(kv_cache_dtype, dtype)
+        per_head = head_dim * stored.itemsize + (4 if is_quantized(stored) else 0)
+        return 2 * num_layers * num_kv_heads * per_head
 
 
 def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
@@ -110,6 +131,5 @@ def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | st
     slots in use rather than with the pool's size; ``torch.zeros`` writes every page up front."""
     if torch.device(device).type != "cpu":
         return torch.zeros(shape, dtype=dtype, device=device)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    raw = numpy.zeros((*shape[:-1], shape[-1] * itemsize), dtype=numpy.uint8)
+    raw = numpy.zeros((*shape[:-1], shape[-1] * dtype.itemsize), dtype=numpy.uint8)
     return torch.from_numpy(raw).view(dtype)

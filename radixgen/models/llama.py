@@ -178,6 +178,8 @@ class LlamaModel:
                     layers,
                     pool.k_buffers,
                     pool.v_buffers,
+                    pool.k_scales,
+                    pool.v_scales,
                     num_q_heads=self.heads.num_q_heads,
                     num_kv_heads=self.heads.num_kv_heads,
                     head_dim=self.heads.head_dim,
@@ -211,7 +213,9 @@ class LlamaModel:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         eps = self.config.rms_norm_eps
         hidden, residual = ops.add_rms_norm(hidden, layer.input_norm, eps, residual)
-        k_buffer, v_buffer = batch.kv_pool.k_buffers[layer_id], batch.kv_pool.v_buffers[layer_id]
+        pool = batch.kv_pool
+        k_buffer, v_buffer = pool.k_buffers[layer_id], pool.v_buffers[layer_id]
+        scales = pool.k_scales[layer_id], pool.v_scales[layer_id]  # None, None unless 8-bit
         q = ops.qkv_to_pool(
             layer.qkv(hidden),
             self.heads,
@@ -223,8 +227,9 @@ class LlamaModel:
             k_buffer,
             v_buffer,
             batch.out_slots,
+            *scales,
         )  # [N, Hq, D]; the new k/v are in the pool
-        out = self._attend(q, k_buffer, v_buffer, batch)  # [N, Hq, D]
+        out = self._attend(q, k_buffer, v_buffer, scales, batch)  # [N, Hq, D]
         hidden = layer.o_proj(out.reshape(q.shape[0], self.heads.num_q_heads * self.heads.head_dim))
         if self.tp is not None:  # row-parallel: the ranks' partial sums
             hidden = self.tp.all_reduce(hidden)
@@ -235,7 +240,12 @@ class LlamaModel:
         return hidden, residual
 
     def _attend(
-        self, q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor, batch: ForwardBatch
+        self,
+        q: torch.Tensor,
+        k_buffer: torch.Tensor,
+        v_buffer: torch.Tensor,
+        scales: tuple[torch.Tensor | None, torch.Tensor | None],  # an 8-bit pool's k/v scales
+        batch: ForwardBatch,
     ) -> torch.Tensor:  # [N, Hq, D]
         nd = batch.num_decode
         parts = []
@@ -250,9 +260,9 @@ class LlamaModel:
                 self.sm_scale,
             )
             if batch.decode_plan is not None:  # the runner's plan for the step
-                parts.append(batch.decode_plan.run(*decode_args))
+                parts.append(batch.decode_plan.run(*decode_args, *scales))
             else:
-                parts.append(decode_attention(*decode_args))
+                parts.append(decode_attention(*decode_args, k_scale=scales[0], v_scale=scales[1]))
         if nd < batch.req_pool_indices.shape[0]:
             parts.append(
                 extend_attention(
@@ -264,6 +274,8 @@ class LlamaModel:
                     batch.prefix_lens[nd:],
                     batch.extend_lens[nd:],
                     self.sm_scale,
+                    k_scale=scales[0],
+                    v_scale=scales[1],
                 )
             )
         return parts[0] if len(parts) == 1 else torch.cat(parts)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("native_env")
 def _driver(case):
     lib = fused.decode_layers_library()
     assert lib is not None, "the driver did not build or failed its probe"
-    return fused.DecodeLayers(lib, case.layers, case.k_fused, case.v_fused, **case.shape)
+    return fused.DecodeLayers(lib, case.layers, *case.fused_pool(), **case.shape)
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_1", "q8_0"])
@@ -31,6 +31,22 @@ def test_the_driver_equals_the_per_call_path(fmt, history):
     assert torch.equal(residual, expected_residual)
     for ours, theirs in zip(case.k_fused + case.v_fused, case.k_per_call + case.v_per_call):
         assert torch.equal(ours, theirs)  # the new k/v went into the same slots
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.int8, torch.float8_e4m3fn])
+@pytest.mark.parametrize("history", [(5, 9, 1), (40, 700, 3)])
+def test_the_driver_equals_the_per_call_path_over_an_8bit_pool(kv_dtype, history):
+    case = random_layers(seed=7, history=history, num_layers=3, kv_dtype=kv_dtype)
+    hidden, residual = _driver(case).run(*case.step_args())
+    expected_hidden, expected_residual = run_per_call(case)
+    assert torch.equal(hidden, expected_hidden)
+    assert torch.equal(residual, expected_residual)
+    pairs = zip(case.k_fused + case.v_fused, case.k_per_call + case.v_per_call)
+    for ours, theirs in pairs:  # the same 8-bit values and scales in the same slots
+        assert torch.equal(ours.view(torch.uint8), theirs.view(torch.uint8))
+    (k_fused, v_fused), (k_per_call, v_per_call) = case.scales_fused, case.scales_per_call
+    for ours, theirs in zip(k_fused + v_fused, k_per_call + v_per_call):
+        assert ours is not None and theirs is not None and torch.equal(ours, theirs)
 
 
 def test_a_shape_with_more_heads_and_a_bias():
