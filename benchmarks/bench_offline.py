@@ -5,7 +5,8 @@ Generated tokens/s at batch 1, 8 and 32 (mixed prompt lengths, 128 new tokens, g
 runs radixgen once per weight configuration, one engine after another in the same run:
 ``auto`` (a GGUF's own blocks, float activations: the default), ``auto:q8`` (its blocks, 8-bit
 activations as llama.cpp), ``none`` (dequantized to float32, as before quantized kernels),
-``q8_0`` / ``q4_0`` / ``q4_1`` (rounded at load; ``:q8`` for 8-bit activations).
+``q8_0`` / ``q4_0`` / ``q4_1`` (rounded at load; ``:q8`` for 8-bit activations); ``@int8`` or
+``@fp8_e4m3`` keeps the KV cache in 8 bits (``auto@int8``).
 
     python benchmarks/bench_offline.py [--batches 1 8 32] [--new-tokens 128] [--skip-hf]
         [--quantization auto auto:q8 none]
@@ -91,7 +92,8 @@ def main() -> None:
         nargs="+",
         default=["auto"],
         metavar="CONFIG",
-        help="weight configurations to run: auto, none, q8_0, q4_0, q4_1, each optionally :q8",
+        help="weight configurations to run: auto, none, q8_0, q4_0, q4_1, each optionally :q8, "
+        "and @int8 or @fp8_e4m3 for an 8-bit KV cache",
     )
     ap.add_argument(
         "--threads",

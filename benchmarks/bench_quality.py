@@ -9,9 +9,10 @@ of 48 greedy tokens agree on the parity prompts of tests/models/test_gguf_parity
 
 Configurations: ``none``, ``auto`` (a GGUF's own blocks, float activations: the default),
 ``auto:q8`` (its blocks, 8-bit activations as llama.cpp), ``q8_0`` / ``q4_0`` / ``q4_1`` (rounded
-at load from the weights as loaded), each optionally ``:q8``.
+at load from the weights as loaded), each optionally ``:q8``; ``@int8`` / ``@fp8_e4m3`` keeps the
+KV cache in 8 bits (``auto@int8``).
 
-    python benchmarks/bench_quality.py [--configs none auto auto:q8 q8_0] [--questions 40]
+    python benchmarks/bench_quality.py [--configs none auto auto:q8 q8_0 auto@int8] [--questions 40]
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def main() -> None:
         ]
         ppl, count = perplexity(engine, docs)
         greedy = [o.token_ids for o in engine.generate(prompts, params)]
-        step = [standalone_logits(engine.model, p) for p in prompts]
+        kv = engine.config.kv_cache_dtype
+        step = [standalone_logits(engine.model, p, kv) for p in prompts]
         engine.shutdown()
         if not reference:
             reference = {"greedy": greedy, "logits": step}
@@ -103,11 +105,11 @@ def main() -> None:
         rows.append((config, ppl, count, diff, agree))
 
     print(f"\nPerplexity on {what}; agreement with {args.configs[0]} on the 7 parity prompts")
-    header = f"{'config':>10} | {'perplexity':>10} | {'max |logit diff|':>16} | greedy tokens agreeing (of 48)"
+    header = f"{'config':>13} | {'perplexity':>10} | {'max |logit diff|':>16} | greedy tokens agreeing (of 48)"
     print(header)
     print("-" * len(header))
     for config, ppl, _, diff, agree in rows:
-        print(f"{config:>10} | {ppl:10.3f} | {diff:16.4f} | {' '.join(f'{a:2d}' for a in agree)}")
+        print(f"{config:>13} | {ppl:10.3f} | {diff:16.4f} | {' '.join(f'{a:2d}' for a in agree)}")
     print(f"({rows[0][2]} tokens scored)")
 
 

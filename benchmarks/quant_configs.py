@@ -1,6 +1,7 @@
 """Weight configurations the benchmarks compare, by name: ``auto`` (a GGUF's own blocks with
 float activations: the default), ``none`` (dequantized to float32), ``q8_0`` / ``q4_0`` /
-``q4_1`` (rounded at load), each optionally ``:q8`` (8-bit activations) or ``:f32``."""
+``q4_1`` (rounded at load), each optionally ``:q8`` (8-bit activations) or ``:f32``, and
+``@int8`` / ``@fp8_e4m3`` (the KV cache in 8 bits, ``--kv-cache-dtype``): ``auto@int8``."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from radixgen import Engine
 
 def engine_for(config: str, model: str | None = None, **options: Any) -> Engine:
     """An engine on ``model`` with the weights of ``config`` (see the module docstring)."""
-    quantization, _, act = config.partition(":")
+    weights, _, kv = config.partition("@")
+    quantization, _, act = weights.partition(":")
     return Engine(
         model,
         quantization=None if quantization == "auto" else quantization,
         quant_activations=act or "f32",
+        kv_cache_dtype=kv or "auto",
         **options,
     )

@@ -126,12 +126,22 @@ def plan_decode_for(
     )
 
 
-def standalone_logits(model: LlamaModel, ids: Sequence[int]) -> torch.Tensor:
-    """float32 logits ``[V]`` of the token after ``ids``: one prefill over a private pool, no
-    cache or scheduler (to compare one model's weight paths token for token)."""
+def standalone_logits(
+    model: LlamaModel, ids: Sequence[int], kv_cache_dtype: str = "auto"
+) -> torch.Tensor:
+    """float32 logits ``[V]`` of the token after ``ids``: one prefill over a private pool (of
+    ``kv_cache_dtype``), no cache or scheduler (to compare one model's paths token for token)."""
     cfg = model.config
     n = len(ids)
-    pool = KVPool(n + 1, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, model.dtype, model.device)
+    pool = KVPool(
+        n + 1,
+        cfg.num_layers,
+        cfg.num_kv_heads,
+        cfg.head_dim,
+        model.dtype,
+        model.device,
+        kv_cache_dtype,
+    )
     table = ReqToTokenPool(1, n + 1, model.device)
     slots = torch.arange(1, n + 1, device=model.device)
     table.write(0, 0, slots)

@@ -38,17 +38,15 @@ static inline float exp_nonpositive(float x) {
  * KV head. A stored value reads back as q * scale. */
 enum { KV_F32 = 0, KV_INT8 = 1, KV_FP8_E4M3 = 2 };
 
-/* float8 e4m3fn bits -> float, exactly (no infinities; 0x7f and 0xff are NaN). */
+/* float8 e4m3fn bits -> float, exactly, in integer ops a loop vectorizes: the low 7 bits go to
+ * the top of a float's exponent and mantissa, which reads as 2^-120 times the e4m3 value (a
+ * float32 denormal for e4m3's subnormals), and the product by 2^120 is exact. The NaN bits
+ * 0x7f / 0xff read as 480; the writers never store them (they saturate at 448). */
 static inline float fp8_e4m3_to_float(uint8_t b) {
-    const int e = (b >> 3) & 15, m = b & 7;
+    const uint32_t bits = ((uint32_t)(b & 0x80) << 24) | ((uint32_t)(b & 0x7f) << 20);
     float v;
-    if ((b & 0x7f) == 0x7f) v = __builtin_nanf("");
-    else if (e == 0) v = (float)m * 0.001953125f; /* subnormal: m * 2^-9 */
-    else {
-        const int32_t bits = ((e + 120) << 23) | (m << 20); /* (1 + m/8) 2^(e-7) as a float */
-        memcpy(&v, &bits, sizeof v);
-    }
-    return (b & 0x80) ? -v : v;
+    memcpy(&v, &bits, sizeof v);
+    return v * 0x1p120f;
 }
 
 /* float (|y| <= 448, not NaN) -> float8 e4m3fn bits, rounded to nearest, ties to even, as

@@ -43,86 +43,87 @@ static inline float dot(const float *a, const float *b, int n) {
 /* Keys are visited in blocks that stay in L1 while every query head of their KV head reads them. */
 #define KEY_BLOCK 32
 
-/* <a, k> for a key row stored as 8 bits: the row's scale multiplies the sum afterwards. */
-static inline float dot_i8(const float *a, const int8_t *b, int n) {
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < n; i++) s += a[i] * (float)b[i];
-    return s;
+/* A block of an 8-bit pool's rows of one KV head as floats, each times its scale:
+ * tile[t][d] = value(slot t, head h, d) * scale[slot t, h]. */
+static inline __attribute__((always_inline)) void dequantize_tile(
+        const void *buffer, const float *scale, const int fmt, const int64_t *slots, int64_t t0, int64_t t1,
+        int h, int num_kv_heads, const int head_dim, float *tile) {
+    const int64_t row_stride = (int64_t)num_kv_heads * head_dim;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t at = slots[t] * row_stride + (int64_t)h * head_dim;
+        const float s = scale[slots[t] * num_kv_heads + h];
+        float *out = tile + (t - t0) * head_dim;
+        if (fmt == KV_INT8) {
+            const int8_t *q = (const int8_t *)buffer + at;
+#pragma omp simd
+            for (int d = 0; d < head_dim; d++) out[d] = (float)q[d] * s;
+        } else {
+            const uint8_t *q = (const uint8_t *)buffer + at;
+#pragma omp simd
+            for (int d = 0; d < head_dim; d++) out[d] = fp8_e4m3_to_float(q[d]) * s;
+        }
+    }
 }
 
-static float FP8_VALUES[256]; /* float8 e4m3fn bits -> value, filled when the library loads */
-
-__attribute__((constructor)) static void fill_fp8_values(void) {
-    for (int b = 0; b < 256; b++) FP8_VALUES[b] = fp8_e4m3_to_float((uint8_t)b);
-}
-
-static inline float dot_fp8(const float *a, const uint8_t *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * FP8_VALUES[b[i]];
-    return s;
-}
-
-/* scores[j][t] = sm_scale * <q_j, k_t[j / group]> (an 8-bit key: times its scale). Inlined with
- * a constant head_dim (64, 128) and pool format the dot runs in registers; one query head at a
- * time over a block of keys. */
+/* scores[j][t] = sm_scale * <q_j, k_t[j / group]>. Inlined with a constant head_dim (64, 128)
+ * the dot runs in registers; one query head at a time over a block of keys. An 8-bit pool's
+ * block is first made floats once per KV head (dequantize_tile), for all its query heads. */
 static inline __attribute__((always_inline)) void scores_pass(
         const float *qb, const void *k_buffer, const float *k_scale, const int fmt, const int64_t *slots,
         int64_t len, int num_q_heads, int num_kv_heads, const int head_dim, float sm_scale, float *scores) {
     const int group = num_q_heads / num_kv_heads;
     const int64_t row_stride = (int64_t)num_kv_heads * head_dim; /* values per pool slot */
+    float tile[fmt == KV_F32 ? 1 : KEY_BLOCK * head_dim];
     for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
         const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
-        for (int j = 0; j < num_q_heads; j++) {
-            const float *qj = qb + (int64_t)j * head_dim;
-            const int h = j / group;
-            const int64_t offset = (int64_t)h * head_dim;
-            for (int64_t t = t0; t < t1; t++) {
-                const int64_t at = slots[t] * row_stride + offset;
-                if (fmt == KV_F32)
-                    scores[j * len + t] = sm_scale * dot(qj, (const float *)k_buffer + at, head_dim);
-                else if (fmt == KV_INT8)
-                    scores[j * len + t] = sm_scale * k_scale[slots[t] * num_kv_heads + h] *
-                                          dot_i8(qj, (const int8_t *)k_buffer + at, head_dim);
-                else
-                    scores[j * len + t] = sm_scale * k_scale[slots[t] * num_kv_heads + h] *
-                                          dot_fp8(qj, (const uint8_t *)k_buffer + at, head_dim);
+        if (fmt == KV_F32) {
+            for (int j = 0; j < num_q_heads; j++) {
+                const float *qj = qb + (int64_t)j * head_dim;
+                const int64_t offset = (int64_t)(j / group) * head_dim;
+                for (int64_t t = t0; t < t1; t++)
+                    scores[j * len + t] =
+                        sm_scale * dot(qj, (const float *)k_buffer + slots[t] * row_stride + offset, head_dim);
+            }
+            continue;
+        }
+        for (int h = 0; h < num_kv_heads; h++) {
+            dequantize_tile(k_buffer, k_scale, fmt, slots, t0, t1, h, num_kv_heads, head_dim, tile);
+            for (int j = h * group; j < (h + 1) * group; j++) {
+                const float *qj = qb + (int64_t)j * head_dim;
+                for (int64_t t = t0; t < t1; t++)
+                    scores[j * len + t] = sm_scale * dot(qj, tile + (t - t0) * head_dim, head_dim);
             }
         }
     }
 }
 
-/* out_j = sum_t p[j][t] * v_t[j / group] (an 8-bit value row: p times its scale): per query
- * head, a block of keys accumulates into the output row (in registers when head_dim is a
- * constant). */
+/* out_j = sum_t p[j][t] * v_t[j / group]: per query head, a block of keys accumulates into the
+ * output row (in registers when head_dim is a constant); an 8-bit pool's block is made floats
+ * once per KV head, as in scores_pass. */
 static inline __attribute__((always_inline)) void values_pass(
         const void *v_buffer, const float *v_scale, const int fmt, const int64_t *slots, int64_t len,
         int num_q_heads, int num_kv_heads, const int head_dim, const float *scores, float *ob) {
     const int group = num_q_heads / num_kv_heads;
     const int64_t row_stride = (int64_t)num_kv_heads * head_dim;
+    float tile[fmt == KV_F32 ? 1 : KEY_BLOCK * head_dim];
     for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
         const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
-        for (int j = 0; j < num_q_heads; j++) {
-            const float *p = scores + j * len;
-            const int h = j / group;
-            const int64_t offset = (int64_t)h * head_dim;
-            float *o = ob + (int64_t)j * head_dim;
-            for (int64_t t = t0; t < t1; t++) {
-                const int64_t at = slots[t] * row_stride + offset;
-                if (fmt == KV_F32) {
-                    const float *v = (const float *)v_buffer + at;
+        for (int h = 0; h < num_kv_heads; h++) {
+            const float *rows = (const float *)v_buffer + h * head_dim; /* float32: the pool */
+            int64_t stride = row_stride;
+            if (fmt != KV_F32) {
+                dequantize_tile(v_buffer, v_scale, fmt, slots, t0, t1, h, num_kv_heads, head_dim, tile);
+                rows = tile;
+                stride = head_dim;
+            }
+            for (int j = h * group; j < (h + 1) * group; j++) {
+                const float *p = scores + j * len;
+                float *o = ob + (int64_t)j * head_dim;
+                for (int64_t t = t0; t < t1; t++) {
+                    const float *v = fmt == KV_F32 ? rows + slots[t] * stride : rows + (t - t0) * stride;
                     const float pt = p[t];
 #pragma omp simd
                     for (int d = 0; d < head_dim; d++) o[d] += pt * v[d];
-                } else if (fmt == KV_INT8) {
-                    const int8_t *v = (const int8_t *)v_buffer + at;
-                    const float pt = p[t] * v_scale[slots[t] * num_kv_heads + h];
-#pragma omp simd
-                    for (int d = 0; d < head_dim; d++) o[d] += pt * (float)v[d];
-                } else {
-                    const uint8_t *v = (const uint8_t *)v_buffer + at;
-                    const float pt = p[t] * v_scale[slots[t] * num_kv_heads + h];
-                    for (int d = 0; d < head_dim; d++) o[d] += pt * FP8_VALUES[v[d]];
                 }
             }
         }
@@ -141,7 +142,9 @@ static inline __attribute__((always_inline)) void values_pass(
             else if (head_dim == 128) PASS(KV_INT8, 128);                                          \
             else PASS(KV_INT8, head_dim);                                                          \
         } else {                                                                                   \
-            PASS(KV_FP8_E4M3, head_dim);                                                           \
+            if (head_dim == 64) PASS(KV_FP8_E4M3, 64);                                             \
+            else if (head_dim == 128) PASS(KV_FP8_E4M3, 128);                                      \
+            else PASS(KV_FP8_E4M3, head_dim);                                                      \
         }                                                                                          \
     } while (0)
 
