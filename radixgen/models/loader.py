@@ -7,7 +7,8 @@ the device has no kernel for them); other GGUF tensors are dequantized with the 
 package. ``quantization="q8_0" | "q4_0" | "q4_1"`` rounds every matrix of any checkpoint to that
 format at load time (the embedding and output head to q8_0). llama.cpp stores Q and K rows
 permuted for its interleaved rotary, which we undo (on whole rows, so on blocks too) so one
-rotary implementation (rotate-half) serves every format.
+rotary implementation (rotate-half) serves every format. A folder holding a 4-bit AWQ or GPTQ
+checkpoint keeps its linears in 4 bits too, as Q4_0/Q4_1 blocks (``int4_checkpoints``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..kernels import (
     use_native,
 )
 from .gguf_file import gguf_metadata, open_gguf
+from .int4_checkpoints import int4_format, int4_getter
 from .llama import LayerWeights, LlamaModel, ModelWeights
 
 SUPPORTED_HF_ARCHS = {
@@ -80,7 +82,7 @@ def load_model(
     if path.suffix == ".gguf":
         config, get = _gguf_source(path, keep_blocks=keep)
     else:
-        config, get = _safetensors_source(path)
+        config, get = _safetensors_source(path, keep_blocks=keep)
     target = None if quantization in (None, "none") else quantization
     if tp is not None:
         tp.plan = plan_shard(config, tp.rank, tp.size)
@@ -208,7 +210,9 @@ def _assemble(
 # --------------------------------------------------------------------------- safetensors
 
 
-def _safetensors_source(folder: Path) -> tuple[ModelConfig, Getter]:
+def _safetensors_source(folder: Path, keep_blocks: bool = False) -> tuple[ModelConfig, Getter]:
+    """A folder's config and tensors; a 4-bit AWQ/GPTQ checkpoint's linears come as GGUF blocks
+    (``keep_blocks``) or exact float32 (``int4_checkpoints``)."""
     from safetensors import safe_open
 
     config_path = folder / "config.json"
@@ -233,6 +237,15 @@ def _safetensors_source(folder: Path) -> tuple[ModelConfig, Getter]:
         handle = where.get(name)
         return None if handle is None else handle.get_tensor(name)
 
+    int4 = int4_format(raw)
+    if int4 is not None:
+        logger.info(
+            "%s checkpoint, 4 bits in groups of %d: %s",
+            int4.method.upper(),
+            int4.group_size,
+            "kept in GGUF blocks" if keep_blocks else "dequantized",
+        )
+        return config, int4_getter(get, int4, keep_blocks)
     return config, get
 
 
