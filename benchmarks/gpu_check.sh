@@ -11,7 +11,8 @@
 #    dependencies missing), kernel tests and benchmarks use a shim holding only radixgen.kernels;
 # 3. pytest tests/kernels with TRITON_INTERPRET unset: the Triton kernels compile for the GPU;
 # 4. benchmarks/bench_kernels.py: Triton vs reference vs the bandwidth bound;
-# 5. python -m radixgen generate "..." end to end on the default model.
+# 5. python -m radixgen generate "..." end to end on the default model (and with the KV cache in
+#    8 bits: the Triton store and attention kernels with scales).
 # Every step runs even if an earlier one failed; a summary follows; the exit status is the
 # number of failed steps.
 set -uo pipefail
@@ -106,6 +107,9 @@ step "bench_kernels.py" 120 env PYTHONPATH="$KERNELS_PATH" \
 step "radixgen generate (e2e)" 150 env PYTHONPATH="$PACKAGE_PATH" \
     "$PY" -c "$no_cwd; import runpy; sys.argv[0] = 'radixgen'; runpy.run_module('radixgen', run_name='__main__')" \
     generate "The capital of France is"
+step "radixgen generate --kv-cache-dtype int8" 150 env PYTHONPATH="$PACKAGE_PATH" \
+    "$PY" -c "$no_cwd; import runpy; sys.argv[0] = 'radixgen'; runpy.run_module('radixgen', run_name='__main__')" \
+    generate --kv-cache-dtype int8 "The capital of France is"
 step "bench_spec.py (speculative decoding, code, batch 1 and 8)" 150 env PYTHONPATH="$PACKAGE_PATH" \
     "$PY" benchmarks/bench_spec.py --workloads code --requests 4 --new-tokens 64 --repeats 1
 

@@ -6,8 +6,11 @@ the same memory."""
 from __future__ import annotations
 
 import pytest
+import torch
+from radixgen.kernels.kv_quant import storage_dtype
 
 from radixgen import Engine, SamplingParams
+from radixgen.mem_cache.memory_pool import KVPool
 
 SYSTEM = (
     "You are a careful assistant for a train company. You answer questions about timetables, "
@@ -94,3 +97,14 @@ def test_an_8bit_pool_holds_more_tokens_in_the_same_memory(default_model_path):
 def test_a_bad_kv_cache_dtype_is_refused_by_name():
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         Engine("unused", kv_cache_dtype="int4")
+
+
+def test_kv_pool_sizes_and_dtypes():
+    assert KVPool.bytes_per_token(30, 3, 64, torch.float32) == 2 * 30 * 3 * 64 * 4
+    assert KVPool.bytes_per_token(30, 3, 64, torch.float32, "int8") == 2 * 30 * 3 * (64 + 4)
+    pool = KVPool(10, 2, 3, 8, torch.float32, "cpu", "fp8_e4m3")
+    assert pool.k_buffers[1].dtype == torch.float8_e4m3fn and pool.v_scales[0].shape == (11, 3)
+    assert KVPool(10, 2, 3, 8, torch.float32, "cpu").k_scales == [None, None]
+    assert storage_dtype("auto", torch.bfloat16) == torch.bfloat16
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        storage_dtype("int4", torch.float32)

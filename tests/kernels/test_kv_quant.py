@@ -19,13 +19,10 @@ from radixgen.kernels.kv_quant import (
     gather_kv,
     quantize_kv,
     raw,
-    storage_dtype,
 )
 from radixgen.kernels.kv_store import store_kv, store_kv_ref
 from radixgen.kernels.layer_ops import native_layer_ops
 from radixgen.kernels.rotary import build_cos_sin_cache, rotary_c_library, rotary_store_c
-
-from radixgen.mem_cache.memory_pool import KVPool
 
 KV_DTYPES = [torch.int8, torch.float8_e4m3fn]
 # Worst error of one value, relative to its row's largest: half an int8 step; e4m3 keeps 3
@@ -71,17 +68,6 @@ def test_a_row_reads_back_within_half_a_step_of_its_scale(dtype):
     assert torch.equal(
         top[scale > 0], torch.full_like(top[scale > 0], 127 if dtype == torch.int8 else 448)
     )
-
-
-def test_kv_pool_sizes_and_dtypes():
-    assert KVPool.bytes_per_token(30, 3, 64, torch.float32) == 2 * 30 * 3 * 64 * 4
-    assert KVPool.bytes_per_token(30, 3, 64, torch.float32, "int8") == 2 * 30 * 3 * (64 + 4)
-    pool = KVPool(10, 2, 3, 8, torch.float32, "cpu", "fp8_e4m3")
-    assert pool.k_buffers[1].dtype == torch.float8_e4m3fn and pool.v_scales[0].shape == (11, 3)
-    assert KVPool(10, 2, 3, 8, torch.float32, "cpu").k_scales == [None, None]
-    assert storage_dtype("auto", torch.bfloat16) == torch.bfloat16
-    with pytest.raises(ValueError, match="kv_cache_dtype"):
-        storage_dtype("int4", torch.float32)
 
 
 @pytest.mark.parametrize("dtype", KV_DTYPES)
