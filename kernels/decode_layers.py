@@ -27,7 +27,7 @@ import torch
 from . import _cbuild
 from ._cbuild import I32, I64, PTR
 from .attention.decode_native import decode_c_library
-from .kv_quant import C_FORMATS, raw
+from .kv_quant import C_FORMATS, check_scales, raw
 from .layer_ops import native_layer_ops
 from .quant import DIRECT_MAX_ROWS, QuantizedLinear, quant_c_library
 
@@ -151,6 +151,9 @@ class DecodeLayers:
         sm_scale: float,
         cos_sin_cache: torch.Tensor,  # [max_pos, D] contiguous
     ) -> None:
+        for k, v, ks, vs in zip(k_buffers, v_buffers, k_scales, v_scales):
+            check_scales(k, ks, "decode_layers")
+            check_scales(v, vs, "decode_layers", "v")
         self.lib = lib
         self.hidden = layers[0].input_norm.shape[0]
         self._keep = (layers, k_buffers, v_buffers, k_scales, v_scales, cos_sin_cache)  # pointers

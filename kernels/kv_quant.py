@@ -8,9 +8,10 @@
 A token's K (or V) row of one head is divided by its scale and rounded to nearest (ties to
 even), so its largest element lands on the format's largest value. Writers: the store kernels
 (``kv_store``: torch reference and Triton) and the C rotary/store kernel (``csrc/layer_ops.c``);
-readers: every attention path (the C decode kernel reads the 8-bit rows directly, the torch and
-Triton paths dequantize what they load). The values written are the same bit for bit on every
-path; the radix cache never sees the difference (it owns slots, not values).
+readers: every attention path (the C decode kernel dequantizes a block of keys once per KV
+head, the torch and Triton paths what they load). All three writers use correctly rounded
+divisions, so they write the same bits (tested on the CPU and, for Triton, under the
+interpreter); the radix cache never sees the difference (it owns slots, not values).
 
 Against ``auto`` (float32 here), a token costs ``2 * L * Hkv * (D + 4)`` bytes instead of
 ``2 * L * Hkv * 4 D``: 3.8x more tokens in the same memory at D = 64.
@@ -57,7 +58,9 @@ def quantize_kv(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torc
     same values: ``amax / QMAX`` in float32, then ``x / scale`` rounded to nearest, ties to even
     (saturating at 448 for fp8, where the division can land a hair above it)."""
     xf = x.float()
-    scale = xf.abs().amax(-1) / QMAX[dtype]  # [...]
+    amax = xf.abs().amax(-1)  # [...]
+    # by a tensor: CUDA divides by a Python number as a product with its reciprocal
+    scale = amax / amax.new_full((), QMAX[dtype])
     y = xf / torch.where(scale > 0, scale, 1.0)[..., None]
     if dtype == torch.int8:
         q = y.round().clamp(-127, 127).to(torch.int8)

@@ -107,8 +107,11 @@ def _store_kv_quant_kernel(
     mask = (offs_h[:, None] < num_heads) & (offs_d[None, :] < head_dim)  # [BLOCK_H, BLOCK_D]
     offs = offs_h[:, None] * head_dim + offs_d[None, :]
     x = tl.load(x_ptr + token * x_stride + offs, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.max(tl.abs(x), 1) / QMAX  # [BLOCK_H]
-    y = x / tl.where(scale > 0, scale, 1.0)[:, None]
+    # Correctly rounded divisions (a plain `/` compiles to an approximate one on NVIDIA GPUs).
+    amax = tl.max(tl.abs(x), 1)  # [BLOCK_H]
+    scale = tl.div_rn(amax, tl.full([BLOCK_H], QMAX, tl.float32))
+    divisor = tl.broadcast_to(tl.where(scale > 0, scale, 1.0)[:, None], [BLOCK_H, BLOCK_D])
+    y = tl.div_rn(x, divisor)
     if IS_INT8:
         # Round to nearest even through the float32 adder: 1.5 * 2^23 leaves no fraction bits.
         y = tl.minimum(tl.maximum((y + 12582912.0) - 12582912.0, -127.0), 127.0)
@@ -119,7 +122,8 @@ def _store_kv_quant_kernel(
         bits = y.to(tl.int32, bitcast=True)
         bits = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576  # ties to even, 20 bits dropped
         subnormal = (tl.abs(y) + 24576.0) - 24576.0  # below 2^-6: multiples of 2^-9 (1.5 * 2^14)
-        subnormal = tl.where(y < 0, -subnormal, subnormal)  # -0.0 as torch writes it
+        negative = y.to(tl.int32, bitcast=True) < 0  # the sign bit: -0.0 too, as torch writes it
+        subnormal = tl.where(negative, -subnormal, subnormal)
         y = tl.where(tl.abs(y) < 0.015625, subnormal, bits.to(tl.float32, bitcast=True))
     tl.store(
         buffer_ptr + slot * num_heads * head_dim + offs,

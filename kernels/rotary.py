@@ -17,7 +17,7 @@ from . import _cbuild
 from ._cbuild import I32, I64, PTR
 from ._dispatch import use_native, use_triton
 from ._triton import lazy_jit, next_power_of_2
-from .kv_quant import C_FORMATS, dequantize_kv, quantize_kv, raw
+from .kv_quant import C_FORMATS, dequantize_kv, is_quantized, quantize_kv, raw
 
 try:
     import triton.language as tl
@@ -228,6 +228,8 @@ def rotary_store_c(
     """Rotary q out of the fused projection ``qkv``; rotary k and plain v written into their
     pool slots (mutates the buffers), quantized into an 8-bit pool (``kv_quant``). Positions
     and slots are checked before anything is written (ValueError)."""
+    if is_quantized(k_buffer.dtype) and (k_scale is None or v_scale is None):
+        raise ValueError("store_kv: an 8-bit KV pool needs k_scale and v_scale")
     q_out = torch.empty(qkv.shape[0], num_q_heads, head_dim)
     bad = lib.rotary_store_f32(
         qkv.data_ptr(),

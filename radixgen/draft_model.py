@@ -48,16 +48,18 @@ class DraftModel:
         max_rows: int,
         context_len: int,
         vocab_size: int,
+        kv_cache_dtype: str = "auto",
     ) -> None:
         cfg = model.config
         self.model = model
-        self.pool = KVPool(
+        self.pool = KVPool(  # the target's KV format (--kv-cache-dtype) for the draft's own pool
             max_total_tokens,
             cfg.num_layers,
             cfg.num_kv_heads,
             cfg.head_dim,
             model.dtype,
             model.device,
+            kv_cache_dtype,
         )
         self.allocator = SlotAllocator(max_total_tokens)
         self.table = ReqToTokenPool(max_rows, context_len + 1, model.device)

@@ -205,6 +205,7 @@ class Engine:
             self.config.max_running_requests,
             self.context_len,
             self.model.config.vocab_size,
+            self.config.kv_cache_dtype,
         )
 
     @property

@@ -7,10 +7,12 @@ layer runs on the same quantized kernels as a GGUF (``kernels.quant``):
 
     checkpoint                          blocks   block values                     exact?
     GPTQ, every zero 8 (sym: true)      Q4_0     d = s, w = d (q - 8)              bit for bit
-    GPTQ asymmetric, AWQ (zero_point)   Q4_1     d = s, m = fp16(-s z), w = d q + m m rounded to fp16
+    GPTQ asymmetric, AWQ (zero_point)   Q4_1     d = s, m = fp16(-s z), w = d q + m   m rounded
 
 The Q4_1 minimum ``-s z`` needs up to 15 significant bits and fp16 keeps 11, so a weight can
 move by half an fp16 ulp of ``s z`` (relative 2^-12 of the group's offset); the tests bound it.
+A row whose inputs are not a whole number of groups has a shorter last group (GPTQ stores
+``ceil(in / group_size)`` of them); it is still whole 32-input blocks when ``group_size`` is.
 ``quantization="none"`` dequantizes exactly (``s * (q - z)`` in float32) instead.
 
 Layouts (``qweight``/``qzeros`` int32, 8 nibbles each, nibble ``i`` at bits ``4i``):
@@ -48,6 +50,11 @@ class Int4Format:
     method: str  # "awq" or "gptq"
     group_size: int  # inputs per scale; -1: one group per row
     zero_offset: int  # added to a stored zero: 1 for GPTQ's original format, else 0
+    desc_act: bool = False  # GPTQ: inputs in activation order (needs an in-order g_idx here)
+
+    def group_of(self, in_features: int) -> int:
+        """Inputs per group of a row of ``in_features`` (the last group may be shorter)."""
+        return in_features if self.group_size == -1 else self.group_size
 
 
 def int4_format(raw_config: dict[str, Any]) -> Int4Format | None:
@@ -63,13 +70,17 @@ def int4_format(raw_config: dict[str, Any]) -> Int4Format | None:
             f"quantization_config: quant_method {method!r} is not supported "
             f"(supported: {', '.join(QUANT_METHODS)})"
         )
-    bits = qc.get("bits", qc.get("w_bit"))
+    bits_key = "bits" if "bits" in qc else "w_bit"
+    bits = qc.get(bits_key)
     if bits != 4:
-        raise ValueError(f"quantization_config: {method} with bits {bits!r}; only 4 is supported")
-    group = int(qc.get("group_size", qc.get("q_group_size", 128)))
-    if group != -1 and (group <= 0 or group % _BLOCK):
         raise ValueError(
-            f"quantization_config: group_size {group} is not a multiple of {_BLOCK} (or -1)"
+            f"quantization_config: {method} with {bits_key} {bits!r}; only 4 is supported"
+        )
+    group_key = "group_size" if "group_size" in qc else "q_group_size"
+    group = qc.get(group_key, 128)
+    if not isinstance(group, int) or (group != -1 and (group <= 0 or group % _BLOCK)):
+        raise ValueError(
+            f"quantization_config: {group_key} {group!r} is not a multiple of {_BLOCK} (or -1)"
         )
     if method == "awq":
         version = str(qc.get("version", "gemm")).lower()
@@ -85,7 +96,7 @@ def int4_format(raw_config: dict[str, Any]) -> Int4Format | None:
         raise ValueError(
             f"quantization_config: GPTQ checkpoint_format {fmt!r}; supported: gptq, gptq_v2"
         )
-    return Int4Format("gptq", group, 1 if fmt == "gptq" else 0)
+    return Int4Format("gptq", group, 1 if fmt == "gptq" else 0, bool(qc.get("desc_act", False)))
 
 
 def _nibbles(packed: torch.Tensor) -> torch.Tensor:
@@ -106,29 +117,43 @@ def unpack(
     else:
         q = _nibbles(qweight).permute(0, 2, 1).reshape(-1, qweight.shape[1]).T  # [out, in]
         z = _nibbles(qzeros).reshape(qzeros.shape[0], -1).T + fmt.zero_offset
-        if g_idx is not None:
-            group = q.shape[1] if fmt.group_size == -1 else fmt.group_size
-            expected = torch.arange(q.shape[1]) // group
-            if not torch.equal(g_idx.to(torch.int64), expected):
-                raise ValueError(
-                    "quantization_config: GPTQ with desc_act (inputs in activation order, "
-                    "g_idx not i // group_size) is not supported"
-                )
+        expected = torch.arange(q.shape[1]) // fmt.group_of(q.shape[1])
+        if (g_idx is None and fmt.desc_act) or (
+            g_idx is not None and not torch.equal(g_idx.to(torch.int64), expected)
+        ):
+            raise ValueError(
+                "quantization_config: GPTQ with desc_act (inputs in activation order, "
+                "g_idx not i // group_size) is not supported"
+            )
     return q.to(torch.uint8).contiguous(), z.contiguous()
 
 
-def to_blocks(q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor) -> QuantizedTensor:
-    """``w = s (q - z)`` (``q [out, in]``, ``scales``/``zeros [out, groups]``) as GGUF blocks:
-    Q4_0 when every zero is 8 (exact), else Q4_1 with ``m = fp16(-s z)``."""
-    out_features, in_features = q.shape
-    if in_features % _BLOCK or in_features % scales.shape[1]:
+def _groups(in_features: int, group: int, scales: torch.Tensor, name: str) -> None:
+    if scales.shape[1] != -(-in_features // group):
         raise ValueError(
-            f"int4 weight: {in_features} inputs do not split into {scales.shape[1]} groups of "
-            f"whole {_BLOCK}-input blocks"
+            f"model: {name}scales has {scales.shape[1]} groups for {in_features} inputs in "
+            f"groups of {group}"
+        )
+
+
+def to_blocks(
+    q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group: int, name: str = ""
+) -> QuantizedTensor:
+    """``w = s (q - z)`` (``q [out, in]``, ``scales``/``zeros [out, groups]``, ``group`` inputs
+    per group) as GGUF blocks: Q4_0 when every zero is 8 (exact), else Q4_1 with
+    ``m = fp16(-s z)``. ``name``: the layer's prefix, for errors."""
+    out_features, in_features = q.shape
+    _groups(in_features, group, scales, name)
+    if in_features % _BLOCK:
+        raise ValueError(f"model: {name}qweight has {in_features} inputs, not whole {_BLOCK}s")
+    if scales.dtype != torch.float16:
+        raise ValueError(
+            f"model: {name}scales are {scales.dtype}; 4-bit blocks keep float16 scales exactly "
+            "(load with --quantization none to dequantize instead)"
         )
     blocks = in_features // _BLOCK
-    group_of_block = torch.arange(blocks) * _BLOCK // (in_features // scales.shape[1])
-    s = scales.to(torch.float16)[:, group_of_block].contiguous()  # [out, blocks]
+    group_of_block = torch.arange(blocks) * _BLOCK // group
+    s = scales[:, group_of_block].contiguous()  # [out, blocks]
     z = zeros[:, group_of_block]
     nib = q.view(out_features, blocks, _BLOCK)
     qs = nib[..., :16] | (nib[..., 16:] << 4)  # byte j: element j low, element j + 16 high
@@ -142,11 +167,15 @@ def to_blocks(q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor) -> Qua
     return QuantizedTensor(data.contiguous(), "q4_1", in_features)
 
 
-def dequantize_exact(q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor) -> torch.Tensor:
-    """float32 ``[out, in]``: ``s (q - z)`` per group, as the checkpoint defines it."""
-    group = q.shape[1] // scales.shape[1]
-    s = scales.float().repeat_interleave(group, dim=1)
-    z = zeros.float().repeat_interleave(group, dim=1)
+def dequantize_exact(
+    q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group: int, name: str = ""
+) -> torch.Tensor:
+    """float32 ``[out, in]``: ``s (q - z)`` per group of ``group`` inputs, as the checkpoint
+    defines it."""
+    in_features = q.shape[1]
+    _groups(in_features, group, scales, name)
+    s = scales.float().repeat_interleave(group, dim=1)[:, :in_features]
+    z = zeros.float().repeat_interleave(group, dim=1)[:, :in_features]
     return s * (q.float() - z)
 
 
@@ -170,8 +199,9 @@ def int4_getter(get: Getter, fmt: Int4Format, keep_blocks: bool) -> Getter:
             raise ValueError(f"model: {prefix}qweight has no qzeros/scales beside it")
         q, z = unpack(fmt, qweight, qzeros, get(prefix + "g_idx"))
         s = scales.T.contiguous()  # [out, groups]
+        group = fmt.group_of(q.shape[1])
         if keep_blocks:
-            return to_blocks(q, s, z)
-        return dequantize_exact(q, s, z)
+            return to_blocks(q, s, z, group, prefix)
+        return dequantize_exact(q, s, z, group, prefix)
 
     return get_weight

@@ -23,18 +23,26 @@ AWQ_PACK_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # AutoAWQ's GEMM packing: nibble i <-
 
 
 def _quantize(w: torch.Tensor, group: int, sym: bool):
-    """Round ``w [out, in]`` to 4 bits per group of inputs: (q [out, in], s [out, G] fp16, z)."""
-    out_f, in_f = w.shape
-    g = w.view(out_f, in_f // group, group)
-    if sym:
-        s = (g.abs().amax(-1) / 7).clamp(min=1e-4).half()
-        z = torch.full_like(s, 8, dtype=torch.int64)
-    else:
-        lo, hi = g.amin(-1), g.amax(-1)
-        s = ((hi - lo) / 15).clamp(min=1e-4).half()
-        z = (-lo / s.float()).round().clamp(0, 15).long()
-    q = (g / s.float()[..., None]).round() + z[..., None]
-    return q.clamp(0, 15).long().view(out_f, in_f), s, z
+    """Round ``w [out, in]`` to 4 bits per group of inputs (the last one shorter when ``group``
+    does not divide the inputs): (q [out, in], s [out, G] fp16, z [out, G])."""
+    qs, ss, zs = [], [], []
+    for g in w.split(group, dim=1):
+        if sym:
+            s = (g.abs().amax(-1) / 7).clamp(min=1e-4).half()
+            z = torch.full_like(s, 8, dtype=torch.int64)
+        else:
+            lo, hi = g.amin(-1), g.amax(-1)
+            s = ((hi - lo) / 15).clamp(min=1e-4).half()
+            z = (-lo / s.float()).round().clamp(0, 15).long()
+        qs.append(((g / s.float()[:, None]).round() + z[:, None]).clamp(0, 15).long())
+        ss.append(s)
+        zs.append(z)
+    return torch.cat(qs, 1), torch.stack(ss, 1), torch.stack(zs, 1)
+
+
+def _expand(t: torch.Tensor, group: int, in_f: int) -> torch.Tensor:
+    """Per-group values [out, G] -> per input [out, in]."""
+    return t.repeat_interleave(group, 1)[:, :in_f]
 
 
 def _pack_rows(nibbles: torch.Tensor) -> torch.Tensor:
@@ -104,8 +112,8 @@ def _checkpoint(tiny, method: str, group: int, sym: bool, **extra):
             prefix = name[: -len("weight")]
             made = _awq_tensors(q, s, z) if method == "awq" else _gptq_tensors(q, s, z, group)
             packed.update({prefix + k: v for k, v in made.items()})
-            g = s.float().repeat_interleave(group, 1) * (q - z.repeat_interleave(group, 1)).float()
-            exact[name] = g
+            in_f = q.shape[1]
+            exact[name] = _expand(s.float(), group, in_f) * (q - _expand(z, group, in_f)).float()
         else:
             packed[name] = exact[name] = w
     qc = {"quant_method": method, "bits": 4, "group_size": group, **extra}
@@ -134,8 +142,9 @@ CPU = torch.device("cpu")
 IDS = [5, 17, 42, 99, 3, 250, 7, 8]
 
 
-def test_symmetric_gptq_is_q4_0_and_bit_exact(tiny):
-    int4, ref, exact, _ = _checkpoint(tiny, "gptq", 32, sym=True)
+@pytest.mark.parametrize("group", [32, 96])  # 96: the last group of 128 or 256 inputs is shorter
+def test_symmetric_gptq_is_q4_0_and_bit_exact(tiny, group):
+    int4, ref, exact, _ = _checkpoint(tiny, "gptq", group, sym=True)
     model = load_model(int4, torch.float32, CPU)
     blocks = _qkv_blocks(model)
     assert blocks.fmt == "q4_0"
@@ -157,7 +166,7 @@ def test_asymmetric_checkpoints_are_q4_1_within_fp16_rounding_of_the_offset(tiny
         assert isinstance(got, QuantizedTensor) and got.fmt == "q4_1"
         name = f"model.layers.{i}.mlp.down_proj.weight"
         q, s, z = parts[name]
-        offset = (s.float() * z.float()).repeat_interleave(group, 1)
+        offset = _expand(s.float() * z.float(), group, q.shape[1])
         bound = offset.abs() * 2**-11 + 1e-7  # half an fp16 ulp of s z, with room
         error = (got.dequantize() - exact[name]).abs()
         assert (error <= bound).all() and error.max() > 0  # rounded, and no more than that
@@ -165,9 +174,9 @@ def test_asymmetric_checkpoints_are_q4_1_within_fp16_rounding_of_the_offset(tiny
     torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("method", ["awq", "gptq"])
-def test_quantization_none_dequantizes_exactly(tiny, method):
-    int4, ref, _, _ = _checkpoint(tiny, method, 32, sym=False)
+@pytest.mark.parametrize(("method", "group"), [("awq", 32), ("gptq", 32), ("gptq", 96)])
+def test_quantization_none_dequantizes_exactly(tiny, method, group):
+    int4, ref, _, _ = _checkpoint(tiny, method, group, sym=False)
     model = load_model(int4, torch.float32, CPU, quantization="none")
     reference = load_model(ref, torch.float32, CPU)
     assert torch.equal(standalone_logits(model, IDS), standalone_logits(reference, IDS))
@@ -251,7 +260,7 @@ def test_the_gptq_layout_is_the_one_sglangs_reference_reads():
     q_theirs, z_theirs = cpu_test_utils.unpack_4bit_to_32bit_signed(t["qweight"], t["qzeros"])
     assert torch.equal(q_theirs.long().T, q)  # theirs is [in, out]
     assert torch.equal(z_theirs.long().T, z)  # they add the one back, as the loader does
-    exact = s.float().repeat_interleave(32, 1) * (q - z.repeat_interleave(32, 1)).float()
+    exact = _expand(s.float(), 32, 128) * (q - _expand(z, 32, 128)).float()
     assert torch.equal(load_int4_layer("gptq", t), exact)
 
 
