@@ -20,9 +20,8 @@ Three implementations of ``x @ W^T``:
 - Triton (``quant_matmul_triton``): the same blocks on CUDA, dequantized in registers (Q4_0, Q4_1,
   Q8_0).
 
-:class:`QuantizedLinear` is the layer the model calls: a few rows (decode) go to the C kernel;
-many rows (prefill) dequantize the weight into a float32 buffer and take the fast GEMM, where
-the matmul, not the weight traffic, is the cost.
+:class:`QuantizedLinear` is the layer the model calls: every row count goes to the C kernel
+(prefill in parts of up to ``DIRECT_MAX_ROWS`` rows).
 """
 
 from __future__ import annotations
@@ -64,11 +63,13 @@ ACTS = ("q8", "f32")
 # path that computed it (8-bit rounding turns float noise between prefill and decode, cached and
 # uncached, into flipped greedy tokens; docs/performance.md). "q8" is the faster opt-in.
 DEFAULT_ACT = "f32"
-# A float-activation call (``act="f32"``, and every K-quant) with more rows than this
-# dequantizes the weight and runs the float32 GEMM instead: up to here the C kernels' small GEMM
-# is faster (1.5 vs 1.75 ms at 64 rows, 2.9 vs 3.4 at 128, even at 256, on a 3072 x 576 Q4_1
-# matrix). 8-bit-activation calls stay on the blocks at any size: a row's result then never
-# depends on the rows beside it.
+# A float-activation call (``act="f32"``, and every K-quant) with more rows than this runs the C
+# kernels' small GEMM on near-equal parts of at most this many rows (so its activations stay in
+# L2, and every part has >= 10 rows: the same per-row results as any call of 10-128 rows). It
+# used to dequantize the weight for torch's float32 GEMM: 19.6 against 11.4 ms at 1,024 rows of a
+# 3072 x 576 Q4_1 matrix, and inside the engine ~3x slower still (oneDNN's OpenMP threads spin
+# after each call while the next kernel needs the cores: 144 prompt tokens took 438 ms, 116
+# took 139 ms). 8-bit-activation calls stay on the blocks at any size.
 DIRECT_MAX_ROWS = 128
 
 
@@ -512,8 +513,8 @@ def quant_matmul(
 
 class QuantizedLinear:
     """``x @ W^T + b`` for a weight in blocks, the layer the model calls (see the module
-    docstring): up to ``DIRECT_MAX_ROWS`` rows run on the blocks, more rows dequantize the weight
-    for the float32 GEMM. ``bias`` is float32 ``[out]`` or None."""
+    docstring): on the blocks, more than ``DIRECT_MAX_ROWS`` rows in parts of at most that many.
+    ``bias`` is float32 ``[out]`` or None."""
 
     def __init__(
         self, weight: QuantizedTensor, bias: torch.Tensor | None = None, *, act: str = DEFAULT_ACT
@@ -536,10 +537,16 @@ class QuantizedLinear:
         if self.lib is None:  # CUDA (Triton), or a CPU without the C kernels
             return quant_matmul(x, self.weight, self.bias)
         mode = self.c_mode
-        if mode == "f32" and x.shape[0] > DIRECT_MAX_ROWS:
-            return F.linear(x, dequantize_c(self.lib, self.weight), self.bias)
         x = x if x.stride(-1) == 1 else x.contiguous()
-        return quant_matmul_c(self.lib, x, self.weight, self.bias, mode)
+        rows = x.shape[0]
+        if mode != "f32" or rows <= DIRECT_MAX_ROWS:
+            return quant_matmul_c(self.lib, x, self.weight, self.bias, mode)
+        y = torch.empty(rows, self.out_features)
+        parts = -(-rows // DIRECT_MAX_ROWS)
+        for i in range(parts):  # near-equal parts: each has more than DIRECT_MAX_ROWS / 2 rows
+            lo, hi = rows * i // parts, rows * (i + 1) // parts
+            quant_matmul_c(self.lib, x[lo:hi], self.weight, self.bias, mode, out=y[lo:hi])
+        return y
 
 
 def embedding(ids: torch.Tensor, weight: torch.Tensor | QuantizedTensor) -> torch.Tensor:
