@@ -133,8 +133,9 @@ def main() -> None:
     targets = [t.split("=", 1) for t in args.target]
     budgets = args.max_tokens if len(args.max_tokens) > 1 else args.max_tokens * len(args.levels)
     models = {name: model_of(url) for name, url in targets}
-    for name, url in targets:  # warm-up: first requests load kernels and caches
-        asyncio.run(level(url, models[name], 2, prompts(2, 0), 8))
+    top = max(args.levels)
+    for name, url in targets:  # warm-up: first requests load kernels, caches and batch shapes
+        asyncio.run(level(url, models[name], top, prompts(top, 0), 8))
     results: dict[str, dict[int, float]] = {name: {} for name, _ in targets}
     for lvl, budget in zip(args.levels, budgets):
         texts = prompts(args.requests or max(4, 4 * lvl), seed=lvl)
