@@ -9,7 +9,9 @@ drain. Plots latency distributions to a PNG.
     radixgen serve &                      # or any OpenAI-compatible server (vLLM, llama.cpp)
     python benchmarks/bench_serving.py --base-url http://127.0.0.1:30000 --clients 64 --duration 60
 
-Against servers without the ``regex`` extension pass ``--no-regex``.
+Against servers without the ``regex`` extension pass ``--no-regex``. A radixgen server's weight,
+activation and KV cache formats are printed first (start it with ``--quantization``,
+``--quant-activations``, ``--kv-cache-dtype`` to measure those configurations).
 """
 
 from __future__ import annotations
@@ -251,12 +253,34 @@ def plot(metrics: dict[str, list[float]], path: str, args) -> None:
     print(f"latency histograms written to {path}")
 
 
-def check_no_leak(args) -> None:
-    """radixgen servers: after the drain, every KV slot is free or in the radix tree."""
+def server_info(args) -> dict | None:
+    """A radixgen (or SGLang) server's ``/get_server_info``; None from other servers."""
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     try:
         info = httpx.get(f"{args.base_url}/get_server_info", headers=headers, timeout=10).json()
     except (httpx.HTTPError, ValueError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def print_configuration(args) -> None:
+    """What the measured server runs: weights, activations and KV cache formats (radixgen's
+    --quantization, --quant-activations, --kv-cache-dtype), so a report says which config."""
+    info = server_info(args)
+    if info is None or "kv_cache_dtype" not in info:
+        print(f"server {args.base_url}: configuration not reported (not a radixgen server)")
+        return
+    print(
+        f"server {args.base_url}: weights {info.get('quantization') or 'as the checkpoint stores them'}, "
+        f"activations {info.get('quant_activations')}, KV cache {info.get('kv_cache_dtype')}, "
+        f"pool {info.get('max_total_num_tokens')} tokens"
+    )
+
+
+def check_no_leak(args) -> None:
+    """radixgen servers: after the drain, every KV slot is free or in the radix tree."""
+    info = server_info(args)
+    if info is None:
         print("KV leak check skipped (no /get_server_info: not a radixgen server)")
         return
     stats = info.get("stats") or {}
@@ -304,6 +328,7 @@ def main() -> None:
             ).json()["data"][0]["id"]
         except (httpx.HTTPError, KeyError, IndexError, ValueError):
             pass
+    print_configuration(args)
     records, elapsed = asyncio.run(run(args))
     report(records, elapsed, args)
     check_no_leak(args)
