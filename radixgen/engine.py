@@ -41,6 +41,7 @@ from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator
 from .mem_cache.prefix_cache import PrefixCache
 from .mem_cache.radix_cache import RadixCache
 from .model_runner import MAX_DECODE_QUERIES, ModelRunner
+from .models.gguf_file import release_gguf
 from .models.hub import resolve_model
 from .models.llama import StepInterrupted
 from .models.loader import load_model, model_config
@@ -155,6 +156,7 @@ class Engine:
         self._score_jobs: deque[ScoreJob] = deque()
         self._stopping = False
         self._shut_down = False
+        release_gguf()  # the weights were copied out of the file's memory map
         # What is loaded lives as long as the engine: keep it out of the collector's full
         # scans, which otherwise cost ~200 ms in the middle of a decode step.
         gc.collect()

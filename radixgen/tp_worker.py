@@ -30,6 +30,7 @@ from .engine import pick_device, pick_dtype
 from .kernels import DecodePlan
 from .mem_cache.memory_pool import KVPool
 from .model_runner import plan_decode_for
+from .models.gguf_file import release_gguf
 from .models.hub import resolve_model
 from .models.loader import load_model
 
@@ -92,6 +93,7 @@ def run_worker(config: EngineConfig, plan: LaunchPlan, rank: int) -> int:
             config.quant_activations,
             tp=tp,
         )
+        release_gguf()  # this rank's shard was copied out of the file's memory map
         (num_slots,) = tp.broadcast_ints([0])
         cfg = model.config
         pool = KVPool(
