@@ -99,6 +99,24 @@ def test_linear_layer_with_bias_and_strided_rows(lib, fmt):
     assert layer(x[:0]).shape == (0, 45)
 
 
+@pytest.mark.parametrize("fmt", ["q4_1", "q8_0", "q4_k"])
+def test_prefill_rows_run_in_parts_with_the_small_gemms_results(lib, fmt):
+    """More than DIRECT_MAX_ROWS float-activation rows run the C small GEMM in near-equal parts
+    (not torch's GEMM on a dequantized copy): each row's bits are those of any 10-128-row call
+    holding it, and the whole matches the reference."""
+    inputs = _widths(fmt)[-1]
+    w = _weight(fmt, 70, inputs)
+    bias = torch.randn(70)
+    layer = Q.QuantizedLinear(w, bias)
+    rows = 2 * Q.DIRECT_MAX_ROWS + 45  # three parts of 100 and 101 rows
+    x = torch.randn(rows, inputs)
+    got = layer(x)
+    for lo, hi in ((0, 100), (150, 201), (290, 301)):  # 10-128-row calls over other slices
+        assert torch.equal(layer(x[lo:hi]), got[lo:hi])
+    want = Q.quant_matmul_ref(x, w, bias)
+    assert (got - want).abs().max() <= 1e-4 * want.abs().max()
+
+
 def test_quantize_rounds_to_nearest_per_block():
     g = torch.Generator().manual_seed(0)
     weight = torch.randn(16, 64, generator=g)
