@@ -120,9 +120,9 @@ def _store_kv_quant_kernel(
         # interpreter's float8 cast does not carry a rounded-up mantissa into the exponent).
         y = tl.minimum(tl.maximum(y, -448.0), 448.0)
         bits = y.to(tl.int32, bitcast=True)
+        negative = bits < 0  # the sign bit: -0.0 too, as torch writes it
         bits = (bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576  # ties to even, 20 bits dropped
         subnormal = (tl.abs(y) + 24576.0) - 24576.0  # below 2^-6: multiples of 2^-9 (1.5 * 2^14)
-        negative = y.to(tl.int32, bitcast=True) < 0  # the sign bit: -0.0 too, as torch writes it
         subnormal = tl.where(negative, -subnormal, subnormal)
         y = tl.where(tl.abs(y) < 0.015625, subnormal, bits.to(tl.float32, bitcast=True))
     tl.store(

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator
-from .model_runner import ModelRunner
+from .mem_cache.memory_pool import ReqToTokenPool, SlotAllocator
+from .model_runner import ModelRunner, kv_pool_for
 from .models.llama import LlamaModel
 from .request import Req
 
@@ -50,17 +50,9 @@ class DraftModel:
         vocab_size: int,
         kv_cache_dtype: str = "auto",
     ) -> None:
-        cfg = model.config
         self.model = model
-        self.pool = KVPool(  # the target's KV format (--kv-cache-dtype) for the draft's own pool
-            max_total_tokens,
-            cfg.num_layers,
-            cfg.num_kv_heads,
-            cfg.head_dim,
-            model.dtype,
-            model.device,
-            kv_cache_dtype,
-        )
+        # the draft's own pool, in the target's KV format (--kv-cache-dtype)
+        self.pool = kv_pool_for(model, max_total_tokens, kv_cache_dtype)
         self.allocator = SlotAllocator(max_total_tokens)
         self.table = ReqToTokenPool(max_rows, context_len + 1, model.device)
         self.runner = ModelRunner(model, self.pool, self.table)

@@ -40,7 +40,7 @@ from .mem_cache.kv_manager import KVManager
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator
 from .mem_cache.prefix_cache import PrefixCache
 from .mem_cache.radix_cache import RadixCache
-from .model_runner import MAX_DECODE_QUERIES, ModelRunner
+from .model_runner import MAX_DECODE_QUERIES, ModelRunner, kv_pool_for
 from .models.gguf_file import release_gguf
 from .models.hub import resolve_model
 from .models.llama import StepInterrupted
@@ -239,15 +239,7 @@ class Engine:
         self.kv_pool_bytes = per_token * self.max_total_tokens
         if self.tp is not None:  # every rank's pool has as many slots
             self.tp.broadcast_ints([self.max_total_tokens])
-        self.kv_pool = KVPool(
-            self.max_total_tokens,
-            cfg.num_layers,
-            kv_heads,
-            cfg.head_dim,
-            self.dtype,
-            self.device,
-            self.config.kv_cache_dtype,
-        )
+        self.kv_pool = kv_pool_for(self.model, self.max_total_tokens, self.config.kv_cache_dtype)
         allocator = SlotAllocator(self.max_total_tokens)
         req_to_token_pool = ReqToTokenPool(
             self.config.max_running_requests, self.context_len + 1, self.device

@@ -126,22 +126,28 @@ def plan_decode_for(
     )
 
 
+def kv_pool_for(model: LlamaModel, num_slots: int, kv_cache_dtype: str = "auto") -> KVPool:
+    """A KV pool of ``num_slots`` shaped for ``model`` (its layers, this rank's KV heads, its
+    activations' dtype and device), stored as ``kv_cache_dtype`` (``--kv-cache-dtype``)."""
+    heads = model.heads
+    return KVPool(
+        num_slots,
+        model.config.num_layers,
+        heads.num_kv_heads,
+        heads.head_dim,
+        model.dtype,
+        model.device,
+        kv_cache_dtype,
+    )
+
+
 def standalone_logits(
     model: LlamaModel, ids: Sequence[int], kv_cache_dtype: str = "auto"
 ) -> torch.Tensor:
     """float32 logits ``[V]`` of the token after ``ids``: one prefill over a private pool (of
     ``kv_cache_dtype``), no cache or scheduler (to compare one model's paths token for token)."""
-    cfg = model.config
     n = len(ids)
-    pool = KVPool(
-        n + 1,
-        cfg.num_layers,
-        cfg.num_kv_heads,
-        cfg.head_dim,
-        model.dtype,
-        model.device,
-        kv_cache_dtype,
-    )
+    pool = kv_pool_for(model, n + 1, kv_cache_dtype)
     table = ReqToTokenPool(1, n + 1, model.device)
     slots = torch.arange(1, n + 1, device=model.device)
     table.write(0, 0, slots)

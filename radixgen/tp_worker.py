@@ -28,8 +28,7 @@ from .distributed import (
 )
 from .engine import pick_device, pick_dtype
 from .kernels import DecodePlan
-from .mem_cache.memory_pool import KVPool
-from .model_runner import plan_decode_for
+from .model_runner import kv_pool_for, plan_decode_for
 from .models.gguf_file import release_gguf
 from .models.hub import resolve_model
 from .models.loader import load_model
@@ -95,16 +94,7 @@ def run_worker(config: EngineConfig, plan: LaunchPlan, rank: int) -> int:
         )
         release_gguf()  # this rank's shard was copied out of the file's memory map
         (num_slots,) = tp.broadcast_ints([0])
-        cfg = model.config
-        pool = KVPool(
-            num_slots,
-            cfg.num_layers,
-            model.heads.num_kv_heads,
-            cfg.head_dim,
-            dtype,
-            device,
-            config.kv_cache_dtype,
-        )
+        pool = kv_pool_for(model, num_slots, config.kv_cache_dtype)
         logger.info(
             "rank %d of %d ready on %s: %d query and %d KV heads, KV pool %d tokens",
             rank,
