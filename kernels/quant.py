@@ -12,8 +12,9 @@ Three implementations of ``x @ W^T``:
 - the reference: ``F.linear(x, dequantize_ref(W))``, with the ``gguf`` package's dequantizers
   (the formats' Python definition);
 - C (``csrc/quant_matmul.c``), float32 CPU: every weight row is read once per call, in its
-  blocks. ``act="f32"`` expands each row into floats in L1 and dots it with every activation
-  row (exact up to accumulation order, all six formats); ``act="q8"`` first rounds the
+  blocks. ``act="f32"`` multiplies the dequantized values in float32 (exact up to accumulation
+  order, all six formats; where the C build has AVX-512 a packed row's bits do not depend on
+  the number of rows in its call, see :func:`rows_batch_invariant`); ``act="q8"`` first rounds the
   activations to 8 bits per block of 32, as llama.cpp does, and multiplies blocks in integers
   (AVX2 / AVX-512 VNNI; Q4_0, Q4_1, Q8_0): a quarter of the memory traffic per activation and
   a fraction of the arithmetic, at the cost of the activations' rounding.
@@ -242,6 +243,7 @@ _C_SIGNATURES = {
     "quant_dequantize_rows": (I32, [I32, I32, PTR, I64, I64, PTR, I64, PTR, I64]),
     "quant_repack": (I32, [I32, PTR, I64, I64, I64, PTR]),
     "quant_simd_level": (I32, []),
+    "quant_rows_batch_invariant": (I32, []),
 }
 
 
@@ -369,6 +371,13 @@ def quant_c_library() -> ctypes.CDLL | None:
 
 
 _logged: set[str] = set()
+
+
+def rows_batch_invariant(lib: ctypes.CDLL) -> bool:
+    """Whether a float-activation row on a packed weight (Q4_0, Q4_1, Q8_0) gets the same bits
+    at any row count of its call: true for the AVX-512 build, whose few-row kernel sums in the
+    small GEMM's order; elsewhere only within 1-9 rows, and within 10 or more."""
+    return bool(lib.quant_rows_batch_invariant())
 
 
 # ---------------------------------------------------------------------------------------------

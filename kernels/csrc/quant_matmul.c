@@ -2,8 +2,12 @@
  * (+ bias[o]) with W kept in its blocks (ggml's layouts, byte for byte), never expanded in memory.
  *
  * Two ways to form the dot products, both reading each weight row once per call:
- *   - act_q8 = 0: each weight row is expanded into a float buffer on the stack (L1-resident), then
- *     dotted with every activation row in float32. Exact up to accumulation order; every format.
+ *   - act_q8 = 0: float32 products of the dequantized weights (exact up to accumulation order;
+ *     every format). Packed Q4_0/Q4_1/Q8_0 expand weights in registers (AVX-512: a nibble's
+ *     value is one permute of its block's 16-value table) for up to 9 rows, and into an
+ *     L1-resident tile for the small GEMM from 10; on AVX-512 both sum a row in the same order,
+ *     so a row's bits do not depend on the rows beside it. Other formats expand each weight row
+ *     into a float buffer on the stack.
  *   - act_q8 = 1: as llama.cpp does, activations are first quantized to 8 bits per block of 32
  *     (one float scale per block, round to nearest), and blocks are multiplied in integers
  *     (AVX2 maddubs, or AVX-512 VNNI dpbusd), one float multiply-add per block. Q4_0, Q4_1, Q8_0.
@@ -638,7 +642,7 @@ typedef struct {
     int64_t row_bytes, out_features, nb, nb8;
     const float *x;
     int64_t stride_x, rows;
-    const float *sums; /* [rows][nb8] sum of each block of x (zeros past nb) */
+    const float *sums; /* [rows][nb8] sum of each block of x (zeros past nb); NULL in pz_tile */
     float *y;
     int64_t stride_y;
     const float *bias;
@@ -821,6 +825,141 @@ static void gemm_part(void *p, int part, int parts) {
 }
 #endif
 
+#if defined(QM_AVX2) && defined(__AVX512F__) && defined(__F16C__)
+/* --------------------------- float activations on the packed layout, AVX-512: rows like the GEMM
+ *
+ * A row's outputs here are the small GEMM's (gemm_part, AVX-512) bit for bit: each weight value is
+ * dequantized as dequant_packed_row_avx2 rounds it, lane l of one 16-lane accumulator per
+ * (output, row) sums k = l mod 16 in order of k, and the lanes are summed by _mm512_reduce_add_ps.
+ * So a row's result does not depend on how many rows share its call: a decode row, a verify row
+ * and a prefill row of the same token agree, whatever the batch. Unlike the GEMM, the weights are
+ * expanded in registers (never stored), and a tile of 4 outputs (2 from 5 rows on) serves up to 8
+ * rows, so each conversion is shared by more rows. */
+#define PZ_MAX_RT 8
+/* Up to this many rows (measured: from 10 on, the small GEMM's expanded tile is as fast or faster). */
+#define PZ_MAX_ROWS 9
+
+/* The 16 values a Q4 block's nibbles stand for (q = 0..15), rounded as dequant_packed_row_avx2
+ * rounds them: a nibble's value is then one permute (vpermps reads the low 4 bits of its index). */
+static inline __m512 pz_q4_table(const int fmt, float d, float m) {
+    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 dv = _mm512_set1_ps(d);
+    if (fmt == Q4_1) return _mm512_add_ps(_mm512_mul_ps(q, dv), _mm512_set1_ps(m));
+    return _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(8.0f)), dv);
+}
+
+/* y for OT outputs from w0 against RT rows from r0 (OT, RT, fmt: constants at every call). */
+static inline __attribute__((always_inline)) void
+pz_tile(const int fmt, const PF32Job *j, const uint8_t *w0, int64_t o0, const int OT, int64_t r0, const int RT) {
+    const int64_t nb = j->nb, nb8 = j->nb8, row_bytes = j->row_bytes;
+    const int64_t qs_off = (fmt == Q4_1 ? 4 : 2) * nb8;
+    __m512 acc[4][PZ_MAX_RT];
+    for (int o = 0; o < OT; o++)
+        for (int r = 0; r < RT; r++) acc[o][r] = _mm512_setzero_ps();
+    const float *xr[PZ_MAX_RT];
+    for (int r = 0; r < RT; r++) xr[r] = j->x + (r0 + r) * j->stride_x;
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+        float dsc[4][8] __attribute__((aligned(32))), msc[4][8] __attribute__((aligned(32)));
+        for (int o = 0; o < OT; o++) { /* the scales (and minimums) of 8 blocks at once */
+            const uint8_t *wr = w0 + o * row_bytes;
+            _mm256_store_ps(dsc[o], load_fp16x8(wr + 2 * b0));
+            if (fmt == Q4_1) _mm256_store_ps(msc[o], load_fp16x8(wr + 2 * nb8 + 2 * b0));
+        }
+        const int64_t end = nb - b0 < 8 ? nb - b0 : 8;
+        const int step = fmt == Q8_0 ? 1 : 2; /* blocks per 32 bytes of quants */
+        for (int64_t k = 0; k < end; k += step) {
+            const int64_t b = b0 + k;
+            const int nv = fmt == Q8_0 || k + 1 == end ? 2 : 4; /* Q4: an odd last block pairs with zeros */
+            for (int o = 0; o < OT; o++) {
+                const uint8_t *wq = w0 + o * row_bytes + qs_off + 32 * (b / step);
+                __m512 wv[4];
+                if (fmt == Q8_0) {
+                    const __m512 d = _mm512_set1_ps(dsc[o][k]);
+                    wv[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)wq))), d);
+                    wv[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(wq + 16)))), d);
+                } else {
+                    const __m512i z0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)wq));
+                    const __m512i z1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wq + 16)));
+                    const __m512 t0 = pz_q4_table(fmt, dsc[o][k], fmt == Q4_1 ? msc[o][k] : 0.0f);
+                    wv[0] = _mm512_permutexvar_ps(z0, t0); /* low nibbles: block b */
+                    wv[1] = _mm512_permutexvar_ps(z1, t0);
+                    if (nv == 4) { /* high nibbles: block b + 1 */
+                        const __m512 t1 = pz_q4_table(fmt, dsc[o][k + 1], fmt == Q4_1 ? msc[o][k + 1] : 0.0f);
+                        wv[2] = _mm512_permutexvar_ps(_mm512_srli_epi32(z0, 4), t1);
+                        wv[3] = _mm512_permutexvar_ps(_mm512_srli_epi32(z1, 4), t1);
+                    }
+                }
+                for (int r = 0; r < RT; r++)
+                    for (int i = 0; i < nv; i++)
+                        acc[o][r] = _mm512_fmadd_ps(_mm512_loadu_ps(xr[r] + 32 * b + 16 * i), wv[i], acc[o][r]);
+            }
+        }
+    }
+    for (int r = 0; r < RT; r++) {
+        float *yr = j->y + (r0 + r) * j->stride_y + o0;
+        for (int o = 0; o < OT; o++) yr[o] = _mm512_reduce_add_ps(acc[o][r]) + (j->bias ? j->bias[o0 + o] : 0.0f);
+    }
+}
+
+/* One (format, rows) pair's tile over a whole tile of 4 outputs: 4 at once up to 4 rows, 2 and 2
+ * from 5; a partial tile one output at a time. */
+#define PZ_ROWS(F, RT)                                                                             \
+    case RT:                                                                                       \
+        if (nout == 4 && RT <= 4)                                                                  \
+            pz_tile(F, j, w0, o0, RT <= 4 ? 4 : 2, r0, RT);                                        \
+        else if (nout == 4) {                                                                      \
+            pz_tile(F, j, w0, o0, 2, r0, RT);                                                      \
+            pz_tile(F, j, w0 + 2 * j->row_bytes, o0 + 2, 2, r0, RT);                               \
+        } else                                                                                     \
+            for (int o = 0; o < nout; o++) pz_tile(F, j, w0 + o * j->row_bytes, o0 + o, 1, r0, RT); \
+        break;
+#define PZ_FORMAT(F)                                                                               \
+    static void pz_tiles_##F(const PF32Job *j, const uint8_t *w0, int64_t o0, int nout, int64_t r0, int rt) { \
+        switch (rt) {                                                                              \
+            PZ_ROWS(F, 1) PZ_ROWS(F, 2) PZ_ROWS(F, 3) PZ_ROWS(F, 4)                                \
+            PZ_ROWS(F, 5) PZ_ROWS(F, 6) PZ_ROWS(F, 7) PZ_ROWS(F, 8)                                \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+PZ_FORMAT(Q4_0)
+PZ_FORMAT(Q4_1)
+PZ_FORMAT(Q8_0)
+
+static void pz_part(void *p, int part, int parts) {
+    const PF32Job job = *(const PF32Job *)p, *j = &job; /* a local copy: y's stores cannot alias it */
+    const int64_t tiles = (j->out_features + 3) / 4;
+    const int64_t t_begin = tiles * part / parts, t_end = tiles * (part + 1) / parts;
+    const int64_t chunks = (j->rows + PZ_MAX_RT - 1) / PZ_MAX_RT; /* near-equal groups of rows */
+    for (int64_t t = t_begin; t < t_end; t++) {
+        const int64_t o0 = t * 4;
+        const int nout = j->out_features - o0 < 4 ? (int)(j->out_features - o0) : 4;
+        const uint8_t *w0 = j->w + o0 * j->row_bytes;
+        if (t + PREFETCH_TILES < t_end)
+            for (int64_t b = 0; b < j->row_bytes * 4; b += 64)
+                __builtin_prefetch(w0 + PREFETCH_TILES * j->row_bytes * 4 + b, 0, 3);
+        for (int64_t c = 0; c < chunks; c++) {
+            const int64_t r0 = j->rows * c / chunks, rt = j->rows * (c + 1) / chunks - r0;
+            switch (j->fmt) {
+            case Q4_0: pz_tiles_Q4_0(j, w0, o0, nout, r0, (int)rt); break;
+            case Q4_1: pz_tiles_Q4_1(j, w0, o0, nout, r0, (int)rt); break;
+            case Q8_0: pz_tiles_Q8_0(j, w0, o0, nout, r0, (int)rt); break;
+            default: break;
+            }
+        }
+    }
+}
+
+static int matmul_packed_pz(int fmt, const uint8_t *w, int64_t row_bytes, int64_t out_features,
+                            int64_t in, const float *x, int64_t stride_x, int64_t rows, float *y,
+                            int64_t stride_y, const float *bias) {
+    const int64_t nb = in / 32;
+    PF32Job job = {fmt, w, row_bytes, out_features, nb, pad8(nb), x, stride_x, rows, NULL, y, stride_y, bias};
+    spin_pool_run(pz_part, &job, parts_for(out_features * rows * in));
+    return 0;
+}
+#endif
+
 /* y[rows, out] (row stride stride_y) = x[rows, in] (row stride stride_x) @ W^T (+ bias).
  * W is [out, row_bytes] in format fmt, GGUF layout (packed = 0) or packed (packed = 1). act_q8
  * needs the packed layout. Returns 0, or -1 for what it does not handle (unknown format, a row
@@ -836,6 +975,10 @@ int quant_matmul_f32(int fmt, int packed, const uint8_t *w, int64_t row_bytes, i
         if (!packed) return -1;
         return matmul_q8_act(fmt, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias);
     }
+#if defined(QM_AVX2) && defined(__AVX512F__) && defined(__F16C__)
+    if (packed && rows <= PZ_MAX_ROWS)
+        return matmul_packed_pz(fmt, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias);
+#endif
 #if defined(QM_AVX2)
     if (rows >= GEMM_MIN_ROWS) {
         GemmJob job = {fmt, packed, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias, 0};
@@ -855,6 +998,17 @@ int quant_simd_level(void) {
 #if defined(QM_VNNI)
     return 2;
 #elif defined(QM_AVX2)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* Whether a float-activation row on the packed layout gets the same bits whatever the number of
+ * rows in its call (1: the AVX-512 build, whose few-row tile sums as the small GEMM does), or only
+ * within 1..GEMM_MIN_ROWS - 1 and within GEMM_MIN_ROWS.. rows (0). */
+int quant_rows_batch_invariant(void) {
+#if defined(QM_AVX2) && defined(__AVX512F__) && defined(__F16C__)
     return 1;
 #else
     return 0;

@@ -86,6 +86,26 @@ def test_a_row_does_not_depend_on_its_batch(lib, fmt):
     assert torch.equal(Q.quant_matmul_c(lib, x[3:8], w, None, "q8"), together[3:8])
 
 
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+def test_a_float_row_does_not_depend_on_its_batch(lib, fmt):
+    """Float activations on packed weights: a row's bits are the same alone and among 1-9 rows
+    (decode and speculative verify rows), and where the build says so (AVX-512) at any row count,
+    the small GEMM's and the prefill parts' included."""
+    for inputs in (32, 19 * 32, 1536):
+        gguf = _weight(fmt, 101, inputs)
+        w = gguf.to_packed()
+        bias = torch.randn(101)
+        x = torch.randn(300, inputs)
+        alone = torch.cat([Q.quant_matmul_c(lib, x[i : i + 1], w, bias, "f32") for i in range(40)])
+        for n in range(2, 10):
+            assert torch.equal(Q.quant_matmul_c(lib, x[:n], w, bias, "f32"), alone[:n]), (inputs, n)
+        if Q.rows_batch_invariant(lib):
+            for n in (10, 13, 17, 40):
+                assert torch.equal(Q.quant_matmul_c(lib, x[:n], w, bias, "f32"), alone[:n]), n
+            layer = Q.QuantizedLinear(gguf, bias)  # 300 rows: three prefill parts
+            assert torch.equal(layer(x)[:40], alone)
+
+
 @pytest.mark.parametrize("fmt", ["q4_1", "q6_k"])
 def test_linear_layer_with_bias_and_strided_rows(lib, fmt):
     inputs = _widths(fmt)[-1]
