@@ -267,7 +267,8 @@ static __attribute__((unused)) void dequant_packed_row(int fmt, const uint8_t *r
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 /* dequant_packed_row with 8-wide conversions: the same values (d * q + m, (q - 8) * d, q * d in
  * float32, one rounding each), for the batch GEMM and prefill that expand whole weights. */
-static void dequant_packed_row_avx2(int fmt, const uint8_t *row, float *out, int64_t in) {
+static __attribute__((unused)) void dequant_packed_row_avx2(int fmt, const uint8_t *row, float *out,
+                                                            int64_t in) {
     const int64_t nb = in / 32, nb8 = pad8(nb);
     const uint8_t *scales = row, *mins = row + 2 * nb8;
     const uint8_t *qs = row + (fmt == Q4_1 ? 4 : 2) * nb8;
@@ -298,9 +299,54 @@ static void dequant_packed_row_avx2(int fmt, const uint8_t *row, float *out, int
 }
 #endif
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__AVX512F__)
+/* The 16 values a Q4 block's nibbles stand for (q = 0..15), rounded as dequant_packed_row_avx2
+ * rounds them: a nibble's value is then one permute (vpermps reads the low 4 bits of its index). */
+static inline __m512 pz_q4_table(const int fmt, float d, float m) {
+    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 dv = _mm512_set1_ps(d);
+    if (fmt == Q4_1) return _mm512_add_ps(_mm512_mul_ps(q, dv), _mm512_set1_ps(m));
+    return _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(8.0f)), dv);
+}
+
+/* dequant_packed_row_avx2 16 values at a time, the same values: a Q4 nibble is a permute of its
+ * block's table (which the small GEMM spent a sixth of a 32-row decode step expanding at 8). */
+static void dequant_packed_row_avx512(int fmt, const uint8_t *row, float *out, int64_t in) {
+    const int64_t nb = in / 32, nb8 = pad8(nb);
+    const uint8_t *scales = row, *mins = row + 2 * nb8;
+    const uint8_t *qs = row + (fmt == Q4_1 ? 4 : 2) * nb8;
+    for (int64_t b = 0; b < nb; b += fmt == Q8_0 ? 1 : 2) {
+        const float d0 = _cvtsh_ss(read_u16(scales + 2 * b));
+        float *o = out + 32 * b;
+        if (fmt == Q8_0) {
+            const __m512 d = _mm512_set1_ps(d0);
+            for (int i = 0; i < 2; i++) {
+                const __m128i q = _mm_loadu_si128((const __m128i *)(qs + 32 * b + 16 * i));
+                _mm512_storeu_ps(o + 16 * i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d));
+            }
+            continue;
+        }
+        const uint8_t *pair = qs + 16 * b; /* 32 bytes per pair of blocks */
+        const __m512i z0 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)pair));
+        const __m512i z1 = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(pair + 16)));
+        const __m512 t0 = pz_q4_table(fmt, d0, fmt == Q4_1 ? _cvtsh_ss(read_u16(mins + 2 * b)) : 0.0f);
+        _mm512_storeu_ps(o, _mm512_permutexvar_ps(z0, t0));
+        _mm512_storeu_ps(o + 16, _mm512_permutexvar_ps(z1, t0));
+        if (b + 1 < nb) {
+            const __m512 t1 = pz_q4_table(fmt, _cvtsh_ss(read_u16(scales + 2 * (b + 1))),
+                                          fmt == Q4_1 ? _cvtsh_ss(read_u16(mins + 2 * (b + 1))) : 0.0f);
+            _mm512_storeu_ps(o + 32, _mm512_permutexvar_ps(_mm512_srli_epi32(z0, 4), t1));
+            _mm512_storeu_ps(o + 48, _mm512_permutexvar_ps(_mm512_srli_epi32(z1, 4), t1));
+        }
+    }
+}
+#endif
+
 static void dequant_row(int fmt, int packed, const uint8_t *row, float *out, int64_t n) {
     if (packed) {
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__AVX512F__)
+        dequant_packed_row_avx512(fmt, row, out, n);
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
         dequant_packed_row_avx2(fmt, row, out, n);
 #else
         dequant_packed_row(fmt, row, out, n);
@@ -780,6 +826,9 @@ static void gemm_part(void *p, int part, int parts) {
     for (int64_t t = t_begin; t < t_end; t++) {
         const int64_t o0 = t * GEMM_T;
         const int nout = j.out_features - o0 < GEMM_T ? (int)(j.out_features - o0) : GEMM_T;
+        if (t + PREFETCH_TILES < t_end) /* as TILED_PART: the weights come from memory */
+            for (int64_t b = 0; b < j.row_bytes * GEMM_T; b += 64)
+                __builtin_prefetch(j.w + (o0 + PREFETCH_TILES * GEMM_T) * j.row_bytes + b, 0, 3);
         for (int o = 0; o < GEMM_T; o++) /* past the last output: expand it again, store nothing */
             dequant_row(j.fmt, j.packed, j.w + (o0 + (o < nout ? o : nout - 1)) * j.row_bytes,
                         wt + o * k_len, k_len);
@@ -838,15 +887,6 @@ static void gemm_part(void *p, int part, int parts) {
 #define PZ_MAX_RT 8
 /* Up to this many rows (measured: from 10 on, the small GEMM's expanded tile is as fast or faster). */
 #define PZ_MAX_ROWS 9
-
-/* The 16 values a Q4 block's nibbles stand for (q = 0..15), rounded as dequant_packed_row_avx2
- * rounds them: a nibble's value is then one permute (vpermps reads the low 4 bits of its index). */
-static inline __m512 pz_q4_table(const int fmt, float d, float m) {
-    const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512 dv = _mm512_set1_ps(d);
-    if (fmt == Q4_1) return _mm512_add_ps(_mm512_mul_ps(q, dv), _mm512_set1_ps(m));
-    return _mm512_mul_ps(_mm512_sub_ps(q, _mm512_set1_ps(8.0f)), dv);
-}
 
 /* y for OT outputs from w0 against RT rows from r0 (OT, RT, fmt: constants at every call). */
 static inline __attribute__((always_inline)) void
