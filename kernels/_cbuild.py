@@ -34,7 +34,14 @@ import torch
 logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
-SOURCES = ("decode_attention.c", "decode_layers.c", "layer_ops.c", "quant_matmul.c", "spin_pool.c")
+SOURCES = (
+    "block_attention.c",
+    "decode_attention.c",
+    "decode_layers.c",
+    "layer_ops.c",
+    "quant_matmul.c",
+    "spin_pool.c",
+)
 HEADERS = ("common.h", "spin_pool.h")
 # Tried in order; the first that compiles wins. OpenMP (torch's pool, for prefill-sized
 # dequantization) and omp simd; the decode-sized kernels use spin_pool.c, which takes its thread

@@ -3,8 +3,8 @@
 The C kernel (``decode_native.py``) reads every request's keys through its ``req_to_token`` row, so
 64 requests behind one 1,024-token system prompt read those 1,024 keys 64 times. When
 requests share a prefix (same slots from position 0: a radix-cache hit), the prefix is
-attended once for all of them by one SDPA call whose query rows are every member's query
-heads ("cascade"), the kernel covers each request's own keys after it, and the two partial
+attended once for all of them by one call whose query rows are every member's query heads
+(the C block kernel of ``block_native.py``, else SDPA: "cascade"), the kernel covers each request's own keys after it, and the two partial
 softmaxes merge exactly by their log-sum-exps::
 
     out = (exp(lse_a - m) out_a + exp(lse_b - m) out_b) / (exp(lse_a - m) + exp(lse_b - m)),  m = max
@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from ..kv_quant import dequantize_kv, raw
+from .block_native import block_attention_c, block_c_library
 from .decode_native import check_decode_rows, decode_attention_c, decode_c_library
 
 # A shared prefix gets its own SDPA call when that saves the kernel at least this many key reads,
@@ -128,28 +129,12 @@ def cascade_decode_attention(
         assert isinstance(whole, torch.Tensor)
         return whole
     out, lse = decode_attention_c(*args, plan.starts, True, k_scale, v_scale)  # [B, Hq, D], [B, Hq]
-    batch, num_q_heads, head_dim = q.shape
-    num_kv_heads = k_buffer.shape[1]
-    group = num_q_heads // num_kv_heads
     for p in plan.prefixes:
-        users = p.members.numel()
         k, v = _prefix_rows(k_buffer, p), _prefix_rows(v_buffer, p)  # [n, Hkv, D]
         if k_scale is not None and v_scale is not None:  # an 8-bit pool: the prefix in float32
             k = dequantize_kv(k, _prefix_rows(k_scale, p))
             v = dequantize_kv(v, _prefix_rows(v_scale, p))
-        # Every member's query heads of one KV head become query rows of one attention call.
-        qp = q.index_select(0, p.members).view(users, num_kv_heads, group, head_dim)
-        qp = qp.transpose(0, 1).reshape(1, num_kv_heads, users * group, head_dim)
-        po, pl = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            qp, k.transpose(0, 1)[None], v.transpose(0, 1)[None], scale=sm_scale
-        )[:2]  # [1, Hkv, U*G, D], [1, Hkv, U*G]
-        po = (
-            po[0]
-            .view(num_kv_heads, users, group, head_dim)
-            .transpose(0, 1)
-            .reshape(users, num_q_heads, head_dim)
-        )
-        pl = pl[0].view(num_kv_heads, users, group).transpose(0, 1).reshape(users, num_q_heads)
+        po, pl = _prefix_attention(q.index_select(0, p.members), k, v, sm_scale)
         own_out, own_lse = out.index_select(0, p.members), lse.index_select(0, p.members)
         peak = torch.maximum(own_lse, pl)
         w_own, w_pre = (
@@ -159,6 +144,38 @@ def cascade_decode_attention(
         merged = (own_out * w_own[..., None] + po * w_pre[..., None]) / (w_own + w_pre)[..., None]
         out.index_copy_(0, p.members, merged)
     return out
+
+
+def _prefix_attention(
+    q: torch.Tensor,  # [U, Hq, D]: the members' queries
+    k: torch.Tensor,  # [n, Hkv, D] float32: the prefix's keys
+    v: torch.Tensor,
+    sm_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:  # [U, Hq, D], [U, Hq]
+    """The members' attention over the prefix and its log-sum-exps: the C block kernel where it
+    loads, else one SDPA call whose query rows are every member's query heads of a KV head."""
+    lib = block_c_library()
+    if lib is not None:
+        got = block_attention_c(lib, q, k, v, torch.arange(k.shape[0]), None, sm_scale, True)
+        if got is not None:
+            assert isinstance(got, tuple)
+            return got
+    users, num_q_heads, head_dim = q.shape
+    num_kv_heads = k.shape[1]
+    group = num_q_heads // num_kv_heads
+    qp = q.view(users, num_kv_heads, group, head_dim)
+    qp = qp.transpose(0, 1).reshape(1, num_kv_heads, users * group, head_dim)
+    po, pl = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        qp, k.transpose(0, 1)[None], v.transpose(0, 1)[None], scale=sm_scale
+    )[:2]  # [1, Hkv, U*G, D], [1, Hkv, U*G]
+    po = (
+        po[0]
+        .view(num_kv_heads, users, group, head_dim)
+        .transpose(0, 1)
+        .reshape(users, num_q_heads, head_dim)
+    )
+    pl = pl[0].view(num_kv_heads, users, group).transpose(0, 1).reshape(users, num_q_heads)
+    return po, pl
 
 
 def _prefix_rows(pool: torch.Tensor, prefix: SharedPrefix) -> torch.Tensor:

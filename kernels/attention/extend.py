@@ -1,8 +1,9 @@
 """Extend attention over the token pool: new tokens attend to their cached prefix plus
 causally among themselves (see the ``attention`` package for the layout).
 
-Two implementations: the torch reference (one SDPA call per request; the CPU path) and a
-Triton kernel (GPU). :func:`extend_attention` picks one.
+Three implementations: the torch reference (one SDPA call per request), the C kernel of
+``block_native.py`` (float32 CPU with AVX-512: one call per request, causal by per-token key
+limits) and a Triton kernel (GPU). :func:`extend_attention` picks one.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .._dispatch import use_triton
+from .._dispatch import use_native, use_triton
 from .._triton import dot_upcast, lazy_jit, next_power_of_2
 from ..kv_quant import check_scales, gather_kv
 from ._common import (
@@ -20,6 +21,7 @@ from ._common import (
     _default_block,
     _dot_precision,
 )
+from .block_native import block_attention_c, block_c_library
 
 try:
     import triton.language as tl
@@ -91,7 +93,50 @@ def extend_attention(
         return extend_attention_triton(*args, sm_scale, k_scale=k_scale, v_scale=v_scale)
     check_scales(k_buffer, k_scale, "extend_attention")
     check_scales(v_buffer, v_scale, "extend_attention", "v")
+    if use_native(backend) and q.device.type == "cpu" and q.dtype == torch.float32:
+        out = extend_attention_c(*args, sm_scale, k_scale, v_scale)
+        if out is not None:
+            return out
     return extend_attention_ref(*args, sm_scale, k_scale, v_scale)
+
+
+def extend_attention_c(
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    prefix_lens: torch.Tensor,
+    extend_lens: torch.Tensor,
+    sm_scale: float,
+    k_scale: torch.Tensor | None = None,
+    v_scale: torch.Tensor | None = None,
+) -> torch.Tensor | None:
+    """Extend attention by the C block kernel, one call per request (new token ``j`` sees the
+    first ``prefix_len + j + 1`` keys); an 8-bit pool's keys are gathered as floats first. None
+    when the kernel is not available for these tensors (the caller uses the reference)."""
+    lib = block_c_library()
+    if lib is None or k_buffer.dtype != v_buffer.dtype:
+        return None
+    out = torch.empty_like(q)
+    start = 0
+    for row, prefix_len, extend_len in zip(
+        req_pool_indices.tolist(), prefix_lens.tolist(), extend_lens.tolist(), strict=True
+    ):
+        total = prefix_len + extend_len
+        slots = req_to_token[row, :total].long()
+        k, v = k_buffer, v_buffer
+        if k_buffer.dtype != torch.float32:  # an 8-bit pool: its keys as floats, in order
+            k, v = gather_kv(k, k_scale, slots, q.dtype), gather_kv(v, v_scale, slots, q.dtype)
+            slots = torch.arange(total)
+        limits = torch.arange(prefix_len + 1, total + 1)
+        got = block_attention_c(lib, q[start : start + extend_len], k, v, slots, limits, sm_scale)
+        if got is None:
+            return None
+        assert isinstance(got, torch.Tensor)
+        out[start : start + extend_len] = got
+        start += extend_len
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

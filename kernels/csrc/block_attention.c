@@ -1,0 +1,202 @@
+/* Attention of many query rows against one run of keys, float32 CPU: a shared prefix attended
+ * once for every request behind it (cascade.py), and extend (a prompt chunk over its cached prefix
+ * and itself, causally).
+ *
+ * The query heads of one KV head over a block of 32 (token, head) rows are the 32 lanes of two
+ * AVX-512 vectors; the block's queries are transposed once ([D][32]), so a key's 32 scores are
+ * D broadcast-multiply-adds, the online softmax (running max, rescale, sums) runs 32 rows at a
+ * time, and the output accumulates transposed ([D][32]) from each key's values. Keys are taken
+ * 16 at a time from the first on, through a slot list (the pool as it is), so a row's result
+ * depends on its query, its keys and its limit alone, not on the rows beside it or the chunk
+ * that holds it. Tasks (KV head, row block) run on the spinning pool (spin_pool.h): torch's SDPA
+ * in between the pool's kernels ran at about half its own speed, its OpenMP threads contending
+ * with the pool's spinning ones.
+ *
+ * Without AVX-512 the entry point returns -1 and the caller keeps torch's SDPA.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "spin_pool.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+#define ROWS 32     /* query rows per task: two vectors of 16 lanes */
+#define KEYS 16     /* keys per block of scores */
+#define MAX_DIM 256 /* head sizes up to this */
+
+typedef struct {
+    const float *q;           /* [T, Hq, D] */
+    const float *k, *v;       /* [*, Hkv, D]: the slots' rows */
+    const int64_t *slots;     /* [num_keys] */
+    const int64_t *limits;    /* [T]: keys token t attends to (the first ones), or NULL: all */
+    int64_t tokens, num_keys;
+    int num_q_heads, num_kv_heads, head_dim;
+    float sm_scale;
+    float *out;               /* [T, Hq, D] */
+    float *lse;               /* [T, Hq] natural log-sum-exp of the scaled scores, or NULL */
+} BlockJob;
+
+/* e^x for x <= 0 (e^-inf = 0), lane-wise: 2^(x log2 e) as 2^k * 2^f, f in [-0.5, 0.5]. */
+static inline __m512 exp_nonpositive16(__m512 x) {
+    const __m512 t = _mm512_max_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(-150.0f));
+    const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(t, k);
+    __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, k); /* p * 2^k; underflows to 0 below 2^-149 */
+}
+
+static void block_task(const BlockJob *j, int h, int64_t r0) {
+    const int group = j->num_q_heads / j->num_kv_heads, d_len = j->head_dim;
+    const int64_t rows = j->tokens * group, kv_stride = (int64_t)j->num_kv_heads * d_len;
+    float qt[MAX_DIM][ROWS] __attribute__((aligned(64)));
+    float ot[MAX_DIM][ROWS] __attribute__((aligned(64)));
+    float pt[KEYS][ROWS] __attribute__((aligned(64)));
+    int32_t lim[ROWS] __attribute__((aligned(64)));
+    int64_t most = 0; /* the block's longest row */
+    for (int i = 0; i < ROWS; i++) {
+        const int64_t r = r0 + i;
+        if (r >= rows) { /* past the last row: no keys, nothing stored */
+            lim[i] = 0;
+            for (int d = 0; d < d_len; d++) qt[d][i] = 0.0f;
+            continue;
+        }
+        const int64_t t = r / group;
+        const float *qr = j->q + (t * j->num_q_heads + (int64_t)h * group + r % group) * d_len;
+        for (int d = 0; d < d_len; d++) qt[d][i] = qr[d] * j->sm_scale;
+        const int64_t n = j->limits ? j->limits[t] : j->num_keys;
+        lim[i] = (int32_t)(n < j->num_keys ? n : j->num_keys);
+        most = lim[i] > most ? lim[i] : most;
+    }
+    for (int d = 0; d < d_len; d++) {
+        _mm512_store_ps(ot[d], _mm512_setzero_ps());
+        _mm512_store_ps(ot[d] + 16, _mm512_setzero_ps());
+    }
+    const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+    __m512 m[2] = {neg_inf, neg_inf}, l[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    const __m512i lim_v[2] = {_mm512_load_si512(lim), _mm512_load_si512(lim + 16)};
+    for (int64_t t0 = 0; t0 < most; t0 += KEYS) {
+        const int nk = most - t0 < KEYS ? (int)(most - t0) : KEYS;
+        /* scores of KEYS keys (4 at a time) for the 32 rows, masked past each row's limit */
+        for (int kk = 0; kk < KEYS; kk += 4) {
+            const float *kp[4];
+            for (int u = 0; u < 4; u++) /* past the block's last key: key t0 again, masked */
+                kp[u] = j->k + j->slots[t0 + (kk + u < nk ? kk + u : 0)] * kv_stride + (int64_t)h * d_len;
+            __m512 a[4][2];
+            for (int u = 0; u < 4; u++) a[u][0] = a[u][1] = _mm512_setzero_ps();
+            for (int d = 0; d < d_len; d++) {
+                const __m512 q0 = _mm512_load_ps(qt[d]), q1 = _mm512_load_ps(qt[d] + 16);
+                for (int u = 0; u < 4; u++) {
+                    const __m512 kb = _mm512_set1_ps(kp[u][d]);
+                    a[u][0] = _mm512_fmadd_ps(kb, q0, a[u][0]);
+                    a[u][1] = _mm512_fmadd_ps(kb, q1, a[u][1]);
+                }
+            }
+            for (int u = 0; u < 4; u++) {
+                const __m512i key = _mm512_set1_epi32((int32_t)(t0 + kk + u));
+                for (int s = 0; s < 2; s++) {
+                    const __mmask16 seen = kk + u < nk ? _mm512_cmplt_epi32_mask(key, lim_v[s]) : 0;
+                    _mm512_store_ps(pt[kk + u] + 16 * s, _mm512_mask_mov_ps(neg_inf, seen, a[u][s]));
+                }
+            }
+        }
+        /* online softmax: new running max, rescale what was summed, probabilities in place */
+        __m512 alpha[2];
+        for (int s = 0; s < 2; s++) {
+            __m512 peak = m[s];
+            for (int kk = 0; kk < KEYS; kk++) peak = _mm512_max_ps(peak, _mm512_load_ps(pt[kk] + 16 * s));
+            /* a row with no key yet keeps max -inf: subtract 0 instead (its scores are all -inf) */
+            const __mmask16 none = _mm512_cmp_ps_mask(peak, neg_inf, _CMP_EQ_OQ);
+            const __m512 base = _mm512_mask_mov_ps(peak, none, _mm512_setzero_ps());
+            alpha[s] = exp_nonpositive16(_mm512_sub_ps(m[s], base));
+            __m512 sum = _mm512_setzero_ps();
+            for (int kk = 0; kk < KEYS; kk++) {
+                const __m512 p = exp_nonpositive16(_mm512_sub_ps(_mm512_load_ps(pt[kk] + 16 * s), base));
+                _mm512_store_ps(pt[kk] + 16 * s, p);
+                sum = _mm512_add_ps(sum, p);
+            }
+            l[s] = _mm512_fmadd_ps(l[s], alpha[s], sum);
+            m[s] = peak;
+        }
+        /* out^T[d] = alpha * out^T[d] + sum_k p_k v_k[d], 4 values of d at a time */
+        const float *vp[KEYS];
+        for (int kk = 0; kk < KEYS; kk++)
+            vp[kk] = j->v + j->slots[t0 + (kk < nk ? kk : 0)] * kv_stride + (int64_t)h * d_len;
+        for (int d0 = 0; d0 < d_len; d0 += 4) {
+            __m512 acc[4][2];
+            for (int u = 0; u < 4; u++)
+                for (int s = 0; s < 2; s++) acc[u][s] = _mm512_mul_ps(_mm512_load_ps(ot[d0 + u] + 16 * s), alpha[s]);
+            for (int kk = 0; kk < KEYS; kk++) {
+                const __m512 p0 = _mm512_load_ps(pt[kk]), p1 = _mm512_load_ps(pt[kk] + 16);
+                for (int u = 0; u < 4; u++) {
+                    const __m512 vb = _mm512_set1_ps(vp[kk][d0 + u]);
+                    acc[u][0] = _mm512_fmadd_ps(vb, p0, acc[u][0]);
+                    acc[u][1] = _mm512_fmadd_ps(vb, p1, acc[u][1]);
+                }
+            }
+            for (int u = 0; u < 4; u++)
+                for (int s = 0; s < 2; s++) _mm512_store_ps(ot[d0 + u] + 16 * s, acc[u][s]);
+        }
+    }
+    float sum[ROWS] __attribute__((aligned(64))), peak[ROWS] __attribute__((aligned(64)));
+    for (int s = 0; s < 2; s++) {
+        _mm512_store_ps(sum + 16 * s, l[s]);
+        _mm512_store_ps(peak + 16 * s, m[s]);
+    }
+    for (int i = 0; i < ROWS && r0 + i < rows; i++) {
+        const int64_t r = r0 + i, t = r / group, head = (int64_t)h * group + r % group;
+        float *o = j->out + (t * j->num_q_heads + head) * d_len;
+        if (lim[i] == 0) { /* no keys: output 0, log-sum-exp -inf (weight 0 when merged) */
+            for (int d = 0; d < d_len; d++) o[d] = 0.0f;
+            if (j->lse) j->lse[t * j->num_q_heads + head] = -INFINITY;
+            continue;
+        }
+        const float inv = 1.0f / sum[i];
+        for (int d = 0; d < d_len; d++) o[d] = ot[d][i] * inv;
+        if (j->lse) j->lse[t * j->num_q_heads + head] = peak[i] + logf(sum[i]);
+    }
+}
+
+static void block_part(void *arg, int part, int parts) {
+    const BlockJob *j = arg;
+    const int64_t blocks = (j->tokens * (j->num_q_heads / j->num_kv_heads) + ROWS - 1) / ROWS;
+    const int64_t tasks = blocks * j->num_kv_heads;
+    for (int64_t task = tasks * part / parts; task < tasks * (part + 1) / parts; task++)
+        block_task(j, (int)(task % j->num_kv_heads), task / j->num_kv_heads * ROWS);
+}
+#endif
+
+/* out[t, hq] = softmax(sm_scale q[t, hq] . k[s]) v over the first limits[t] (all: NULL) of the
+ * keys slots[0..num_keys), k and v rows of num_kv_heads x head_dim floats per slot (num_slots of
+ * them). lse (may be NULL) gets each row's natural log-sum-exp (-inf with no keys, out 0).
+ * Returns 0; -2 for a slot outside 0..num_slots - 1; -1 without
+ * AVX-512 or for a head size over MAX_DIM or not a multiple of 4, or query heads that are not a
+ * multiple of the KV heads (the caller then uses torch). */
+int block_attention_f32(const float *q, const float *k, const float *v, int64_t num_slots,
+                        const int64_t *slots, int64_t num_keys, const int64_t *limits, int64_t tokens, int num_q_heads,
+                        int num_kv_heads, int head_dim, float sm_scale, float *out, float *lse) {
+#if defined(__AVX512F__)
+    if (head_dim > MAX_DIM || head_dim % 4 || num_kv_heads <= 0 || num_q_heads % num_kv_heads)
+        return -1;
+    if (tokens <= 0) return 0;
+    for (int64_t i = 0; i < num_keys; i++)
+        if (slots[i] < 0 || slots[i] >= num_slots) return -2;
+    BlockJob job = {q, k, v, slots, limits, tokens, num_keys, num_q_heads, num_kv_heads, head_dim,
+                    sm_scale, out, lse};
+    const int64_t macs = tokens * num_q_heads * (num_keys + 1) * head_dim * 2;
+    spin_pool_run(block_part, &job, macs >= 200000 ? spin_pool_threads() : 1);
+    return 0;
+#else
+    (void)q; (void)k; (void)v; (void)num_slots; (void)slots; (void)num_keys; (void)limits; (void)tokens;
+    (void)num_q_heads; (void)num_kv_heads; (void)head_dim; (void)sm_scale; (void)out; (void)lse;
+    return -1;
+#endif
+}
