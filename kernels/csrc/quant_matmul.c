@@ -3,10 +3,10 @@
  *
  * Two ways to form the dot products, both reading each weight row once per call:
  *   - act_q8 = 0: float32 products of the dequantized weights (exact up to accumulation order;
- *     every format). Packed Q4_0/Q4_1/Q8_0 expand weights in registers (AVX-512: a nibble's
- *     value is one permute of its block's 16-value table) for up to 9 rows, and into an
- *     L1-resident tile for the small GEMM from 10; on AVX-512 both sum a row in the same order,
- *     so a row's bits do not depend on the rows beside it. Other formats expand each weight row
+ *     every format). Packed Q4_0/Q4_1/Q8_0 expand weights in registers for a few rows (AVX-512:
+ *     a nibble's value is one permute of its block's 16-value table), and into an L1-resident
+ *     tile for the small GEMM beyond; on AVX-512 both sum a row in the same order, so a row's
+ *     bits do not depend on the rows beside it. Other formats expand each weight row
  *     into a float buffer on the stack.
  *   - act_q8 = 1: as llama.cpp does, activations are first quantized to 8 bits per block of 32
  *     (one float scale per block, round to nearest), and blocks are multiplied in integers
@@ -842,8 +842,16 @@ static void gemm_part(void *p, int part, int parts) {
                 for (int o = 0; o < GEMM_T; o++) c[r][o] = _mm512_setzero_ps();
             for (int64_t k = 0; k < k_len; k += 16) {
                 __m512 wv[GEMM_T], xv[GEMM_T];
-                for (int o = 0; o < GEMM_T; o++) wv[o] = _mm512_load_ps(wt + o * k_len + k);
-                for (int r = 0; r < GEMM_T; r++) xv[r] = _mm512_loadu_ps(xr[r] + k);
+                /* each in a register: GCC otherwise folds the loads of one operand into the 16
+                 * FMAs, 20 loads where 8 do */
+                for (int o = 0; o < GEMM_T; o++) {
+                    wv[o] = _mm512_load_ps(wt + o * k_len + k);
+                    __asm__("" : "+v"(wv[o]));
+                }
+                for (int r = 0; r < GEMM_T; r++) {
+                    xv[r] = _mm512_loadu_ps(xr[r] + k);
+                    __asm__("" : "+v"(xv[r]));
+                }
                 for (int r = 0; r < GEMM_T; r++)
                     for (int o = 0; o < GEMM_T; o++) c[r][o] = _mm512_fmadd_ps(xv[r], wv[o], c[r][o]);
             }
@@ -885,8 +893,12 @@ static void gemm_part(void *p, int part, int parts) {
  * expanded in registers (never stored), and a tile of 4 outputs (2 from 5 rows on) serves up to 8
  * rows, so each conversion is shared by more rows. */
 #define PZ_MAX_RT 8
-/* Up to this many rows (measured: from 10 on, the small GEMM's expanded tile is as fast or faster). */
-#define PZ_MAX_ROWS 9
+/* Up to this many rows, then the small GEMM (which sums a row alike here): measured per call on
+ * the default model's matrices, the GEMM's expanded tile was faster from 6 rows on for Q4_1 (8
+ * rows of 3072 x 576: 101 against 129 us) and slower up to 9 for the Q8_0 head (1,663 against
+ * 1,430 us at 8). */
+#define PZ_MAX_ROWS 5
+#define PZ_MAX_ROWS_Q8 9
 
 /* y for OT outputs from w0 against RT rows from r0 (OT, RT, fmt: constants at every call). */
 static inline __attribute__((always_inline)) void
@@ -1015,12 +1027,14 @@ int quant_matmul_f32(int fmt, int packed, const uint8_t *w, int64_t row_bytes, i
         if (!packed) return -1;
         return matmul_q8_act(fmt, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias);
     }
-#if defined(QM_AVX2) && defined(__AVX512F__) && defined(__F16C__)
-    if (packed && rows <= PZ_MAX_ROWS)
-        return matmul_packed_pz(fmt, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias);
-#endif
 #if defined(QM_AVX2)
-    if (rows >= GEMM_MIN_ROWS) {
+    int gemm = rows >= GEMM_MIN_ROWS;
+#if defined(__AVX512F__) && defined(__F16C__)
+    if (packed && rows <= (fmt == Q8_0 ? PZ_MAX_ROWS_Q8 : PZ_MAX_ROWS))
+        return matmul_packed_pz(fmt, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias);
+    gemm |= packed; /* the same sums either way here: the faster one */
+#endif
+    if (gemm) {
         GemmJob job = {fmt, packed, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias, 0};
         spin_pool_run(gemm_part, &job, parts_for(out_features * rows * in));
         return job.failed ? -2 : 0;
