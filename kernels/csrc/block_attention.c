@@ -26,6 +26,8 @@
 #define ROWS 32     /* query rows per task: two vectors of 16 lanes */
 #define KEYS 16     /* keys per block of scores */
 #define MAX_DIM 256 /* head sizes up to this */
+#define KU 8        /* keys per pass of the scores (2 accumulators each) */
+#define DU 8        /* values of d per pass of the output (likewise); head sizes: multiples */
 
 typedef struct {
     const float *q;           /* [T, Hq, D] */
@@ -86,21 +88,22 @@ static void block_task(const BlockJob *j, int h, int64_t r0) {
     for (int64_t t0 = 0; t0 < most; t0 += KEYS) {
         const int nk = most - t0 < KEYS ? (int)(most - t0) : KEYS;
         /* scores of KEYS keys (4 at a time) for the 32 rows, masked past each row's limit */
-        for (int kk = 0; kk < KEYS; kk += 4) {
-            const float *kp[4];
-            for (int u = 0; u < 4; u++) /* past the block's last key: key t0 again, masked */
+        for (int kk = 0; kk < KEYS; kk += KU) {
+            const float *kp[KU];
+            for (int u = 0; u < KU; u++) /* past the block's last key: key t0 again, masked */
                 kp[u] = j->k + j->slots[t0 + (kk + u < nk ? kk + u : 0)] * kv_stride + (int64_t)h * d_len;
-            __m512 a[4][2];
-            for (int u = 0; u < 4; u++) a[u][0] = a[u][1] = _mm512_setzero_ps();
+            __m512 a[KU][2];
+            for (int u = 0; u < KU; u++) a[u][0] = a[u][1] = _mm512_setzero_ps();
             for (int d = 0; d < d_len; d++) {
-                const __m512 q0 = _mm512_load_ps(qt[d]), q1 = _mm512_load_ps(qt[d] + 16);
-                for (int u = 0; u < 4; u++) {
+                __m512 q0 = _mm512_load_ps(qt[d]), q1 = _mm512_load_ps(qt[d] + 16);
+                __asm__("" : "+v"(q0), "+v"(q1)); /* in registers: GCC folds them into every FMA */
+                for (int u = 0; u < KU; u++) {
                     const __m512 kb = _mm512_set1_ps(kp[u][d]);
                     a[u][0] = _mm512_fmadd_ps(kb, q0, a[u][0]);
                     a[u][1] = _mm512_fmadd_ps(kb, q1, a[u][1]);
                 }
             }
-            for (int u = 0; u < 4; u++) {
+            for (int u = 0; u < KU; u++) {
                 const __m512i key = _mm512_set1_epi32((int32_t)(t0 + kk + u));
                 for (int s = 0; s < 2; s++) {
                     const __mmask16 seen = kk + u < nk ? _mm512_cmplt_epi32_mask(key, lim_v[s]) : 0;
@@ -126,23 +129,24 @@ static void block_task(const BlockJob *j, int h, int64_t r0) {
             l[s] = _mm512_fmadd_ps(l[s], alpha[s], sum);
             m[s] = peak;
         }
-        /* out^T[d] = alpha * out^T[d] + sum_k p_k v_k[d], 4 values of d at a time */
+        /* out^T[d] = alpha * out^T[d] + sum_k p_k v_k[d], DU values of d at a time */
         const float *vp[KEYS];
         for (int kk = 0; kk < KEYS; kk++)
             vp[kk] = j->v + j->slots[t0 + (kk < nk ? kk : 0)] * kv_stride + (int64_t)h * d_len;
-        for (int d0 = 0; d0 < d_len; d0 += 4) {
-            __m512 acc[4][2];
-            for (int u = 0; u < 4; u++)
+        for (int d0 = 0; d0 < d_len; d0 += DU) {
+            __m512 acc[DU][2];
+            for (int u = 0; u < DU; u++)
                 for (int s = 0; s < 2; s++) acc[u][s] = _mm512_mul_ps(_mm512_load_ps(ot[d0 + u] + 16 * s), alpha[s]);
             for (int kk = 0; kk < KEYS; kk++) {
-                const __m512 p0 = _mm512_load_ps(pt[kk]), p1 = _mm512_load_ps(pt[kk] + 16);
-                for (int u = 0; u < 4; u++) {
+                __m512 p0 = _mm512_load_ps(pt[kk]), p1 = _mm512_load_ps(pt[kk] + 16);
+                __asm__("" : "+v"(p0), "+v"(p1));
+                for (int u = 0; u < DU; u++) {
                     const __m512 vb = _mm512_set1_ps(vp[kk][d0 + u]);
                     acc[u][0] = _mm512_fmadd_ps(vb, p0, acc[u][0]);
                     acc[u][1] = _mm512_fmadd_ps(vb, p1, acc[u][1]);
                 }
             }
-            for (int u = 0; u < 4; u++)
+            for (int u = 0; u < DU; u++)
                 for (int s = 0; s < 2; s++) _mm512_store_ps(ot[d0 + u] + 16 * s, acc[u][s]);
         }
     }
@@ -178,13 +182,13 @@ static void block_part(void *arg, int part, int parts) {
  * keys slots[0..num_keys), k and v rows of num_kv_heads x head_dim floats per slot (num_slots of
  * them). lse (may be NULL) gets each row's natural log-sum-exp (-inf with no keys, out 0).
  * Returns 0; -2 for a slot outside 0..num_slots - 1; -1 without
- * AVX-512 or for a head size over MAX_DIM or not a multiple of 4, or query heads that are not a
+ * AVX-512 or for a head size over MAX_DIM or not a multiple of DU (8), or query heads that are not a
  * multiple of the KV heads (the caller then uses torch). */
 int block_attention_f32(const float *q, const float *k, const float *v, int64_t num_slots,
                         const int64_t *slots, int64_t num_keys, const int64_t *limits, int64_t tokens, int num_q_heads,
                         int num_kv_heads, int head_dim, float sm_scale, float *out, float *lse) {
 #if defined(__AVX512F__)
-    if (head_dim > MAX_DIM || head_dim % 4 || num_kv_heads <= 0 || num_q_heads % num_kv_heads)
+    if (head_dim > MAX_DIM || head_dim % DU || num_kv_heads <= 0 || num_q_heads % num_kv_heads)
         return -1;
     if (tokens <= 0) return 0;
     for (int64_t i = 0; i < num_keys; i++)
