@@ -65,6 +65,56 @@ static inline __attribute__((always_inline)) void dequantize_tile(
     }
 }
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* The lane sums of v[0..15] as one vector (lane t: the sum of v[t]): halving rounds that each
+ * add two vectors' halves side by side, 46 operations for the 16 where 16 reductions take ~130. */
+static inline __m512 reduce16_ps(const __m512 v[16]) {
+    __m512 r1[8], r2[4], r3[2];
+    for (int i = 0; i < 8; i++) /* lanes 0-7: v[i]'s 8 partial sums, 8-15: v[i + 8]'s */
+        r1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[i], v[i + 8], 0x44), _mm512_shuffle_f32x4(v[i], v[i + 8], 0xee));
+    for (int i = 0; i < 4; i++) /* quarters: 4 partials of v[i], v[i + 8], v[i + 4], v[i + 12] */
+        r2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r1[i], r1[i + 4], 0x88), _mm512_shuffle_f32x4(r1[i], r1[i + 4], 0xdd));
+    for (int i = 0; i < 2; i++) /* each quarter: 2 partials of r2[i]'s vector, 2 of r2[i + 2]'s */
+        r3[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(r2[i]), _mm512_castps_pd(r2[i + 2]))),
+                              _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(r2[i]), _mm512_castps_pd(r2[i + 2]))));
+    const __m512 r4 = _mm512_add_ps(_mm512_shuffle_ps(r3[0], r3[1], 0x88), _mm512_shuffle_ps(r3[0], r3[1], 0xdd));
+    /* r4 holds v 0 2 1 3 | 8 10 9 11 | 4 6 5 7 | 12 14 13 15: put them in order */
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), r4);
+}
+
+/* scores_pass for a float32 pool on AVX-512, head_dim a multiple of 16: 16 keys' dot products
+ * with one query head accumulate in 16 vectors (the key rows read straight from the pool) and
+ * reduce together (reduce16_ps). 32 requests x 200 keys, 9 query heads of 64 over 3 KV heads, a
+ * layer: 272 -> 239 us (and 239 -> 151 with values_pass_f32x16). */
+static inline __attribute__((always_inline)) void scores_pass_f32x16(
+        const float *qb, const float *k_buffer, const int64_t *slots, int64_t len, int num_q_heads,
+        int num_kv_heads, const int head_dim, float sm_scale, float *scores) {
+    const int group = num_q_heads / num_kv_heads, chunks = head_dim / 16;
+    const int64_t row_stride = (int64_t)num_kv_heads * head_dim;
+    const __m512 scale = _mm512_set1_ps(sm_scale);
+    for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
+        const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
+        for (int j = 0; j < num_q_heads; j++) {
+            const float *qj = qb + (int64_t)j * head_dim;
+            const int64_t offset = (int64_t)(j / group) * head_dim;
+            for (int64_t tt = t0; tt < t1; tt += 16) {
+                const int n = t1 - tt < 16 ? (int)(t1 - tt) : 16;
+                __m512 acc[16];
+                for (int u = 0; u < 16; u++) { /* past the last key: key tt again, not stored */
+                    const float *kr = k_buffer + slots[tt + (u < n ? u : 0)] * row_stride + offset;
+                    acc[u] = _mm512_mul_ps(_mm512_loadu_ps(qj), _mm512_loadu_ps(kr));
+                    for (int c = 1; c < chunks; c++)
+                        acc[u] = _mm512_fmadd_ps(_mm512_loadu_ps(qj + 16 * c), _mm512_loadu_ps(kr + 16 * c), acc[u]);
+                }
+                _mm512_mask_storeu_ps(scores + j * len + tt, (__mmask16)((1u << n) - 1),
+                                      _mm512_mul_ps(scale, reduce16_ps(acc)));
+            }
+        }
+    }
+}
+#endif
+
 /* scores[j][t] = sm_scale * <q_j, k_t[j / group]>. Inlined with a constant head_dim (64, 128)
  * the dot runs in registers; one query head at a time over a block of keys. An 8-bit pool's
  * block is first made floats once per KV head (dequantize_tile), for all its query heads. */
@@ -73,6 +123,13 @@ static inline __attribute__((always_inline)) void scores_pass(
         int64_t len, int num_q_heads, int num_kv_heads, const int head_dim, float sm_scale, float *scores) {
     const int group = num_q_heads / num_kv_heads;
     const int64_t row_stride = (int64_t)num_kv_heads * head_dim; /* values per pool slot */
+#if defined(__AVX512F__)
+    if (fmt == KV_F32 && head_dim % 16 == 0 && head_dim <= 256) {
+        scores_pass_f32x16(qb, (const float *)k_buffer, slots, len, num_q_heads, num_kv_heads, head_dim,
+                           sm_scale, scores);
+        return;
+    }
+#endif
     float tile[fmt == KV_F32 ? 1 : KEY_BLOCK * head_dim];
     for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
         const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
@@ -97,6 +154,51 @@ static inline __attribute__((always_inline)) void scores_pass(
     }
 }
 
+#if defined(__AVX512F__)
+/* values_pass for a float32 pool on AVX-512: the G query heads of one KV head accumulate in
+ * registers (G x head_dim / 16 vectors) over all the keys, each value row read once for the
+ * group (the generic loop kept its output rows in memory: a load and a store per product). */
+static inline __attribute__((always_inline)) void values_group_f32x16(
+        const float *v_buffer, const int64_t *slots, int64_t len, int h, const int G, const int head_dim,
+        int64_t row_stride, const float *scores, float *ob) {
+    const int chunks = head_dim / 16;
+    __m512 acc[24];
+    for (int i = 0; i < G * chunks; i++) acc[i] = _mm512_setzero_ps();
+    const float *p = scores + (int64_t)h * G * len;
+    for (int64_t t = 0; t < len; t++) {
+        const float *v = v_buffer + slots[t] * row_stride + (int64_t)h * head_dim;
+        for (int c = 0; c < chunks; c++) {
+            const __m512 vc = _mm512_loadu_ps(v + 16 * c);
+            for (int g = 0; g < G; g++)
+                acc[g * chunks + c] = _mm512_fmadd_ps(_mm512_set1_ps(p[g * len + t]), vc, acc[g * chunks + c]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < chunks; c++)
+            _mm512_storeu_ps(ob + ((int64_t)h * G + g) * head_dim + 16 * c, acc[g * chunks + c]);
+}
+
+/* 1 when values_group_f32x16 took the pass (the group and head size fit its registers). */
+static inline __attribute__((always_inline)) int values_pass_f32x16(
+        const float *v_buffer, const int64_t *slots, int64_t len, int num_q_heads, int num_kv_heads,
+        const int head_dim, const float *scores, float *ob) {
+    const int group = num_q_heads / num_kv_heads;
+    const int64_t row_stride = (int64_t)num_kv_heads * head_dim;
+    if (head_dim % 16 || group * (head_dim / 16) > 24) return 0;
+    for (int h = 0; h < num_kv_heads; h++) {
+        switch (group) {
+        case 1: values_group_f32x16(v_buffer, slots, len, h, 1, head_dim, row_stride, scores, ob); break;
+        case 2: values_group_f32x16(v_buffer, slots, len, h, 2, head_dim, row_stride, scores, ob); break;
+        case 3: values_group_f32x16(v_buffer, slots, len, h, 3, head_dim, row_stride, scores, ob); break;
+        case 4: values_group_f32x16(v_buffer, slots, len, h, 4, head_dim, row_stride, scores, ob); break;
+        case 6: values_group_f32x16(v_buffer, slots, len, h, 6, head_dim, row_stride, scores, ob); break;
+        default: return 0;
+        }
+    }
+    return 1;
+}
+#endif
+
 /* out_j = sum_t p[j][t] * v_t[j / group]: per query head, a block of keys accumulates into the
  * output row (in registers when head_dim is a constant); an 8-bit pool's block is made floats
  * once per KV head, as in scores_pass. */
@@ -105,6 +207,11 @@ static inline __attribute__((always_inline)) void values_pass(
         int num_q_heads, int num_kv_heads, const int head_dim, const float *scores, float *ob) {
     const int group = num_q_heads / num_kv_heads;
     const int64_t row_stride = (int64_t)num_kv_heads * head_dim;
+#if defined(__AVX512F__)
+    if (fmt == KV_F32 && values_pass_f32x16((const float *)v_buffer, slots, len, num_q_heads, num_kv_heads,
+                                            head_dim, scores, ob))
+        return;
+#endif
     float tile[fmt == KV_F32 ? 1 : KEY_BLOCK * head_dim];
     for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
         const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
