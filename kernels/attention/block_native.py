@@ -34,12 +34,12 @@ def block_attention_c(
     k: torch.Tensor,  # [S, Hkv, D] float32 contiguous (a float pool, or rows gathered from one)
     v: torch.Tensor,  # [S, Hkv, D]
     slots: torch.Tensor,  # [N] int64: the keys, in order, as rows of k and v
-    limits: torch.Tensor
-    | None,  # [T] int64: token t attends to the first limits[t] keys; None: all
+    limits: torch.Tensor | None,  # [T] int64
     sm_scale: float,
     with_lse: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
-    """``out [T, Hq, D]`` (and the rows' natural log-sum-exps ``[T, Hq]``, ``-inf`` with no key),
+    """Token ``t`` attends to the first ``limits[t]`` keys (all of them without ``limits``).
+    ``out [T, Hq, D]`` (and the rows' natural log-sum-exps ``[T, Hq]``, ``-inf`` with no key),
     or None when the kernel declines the shapes (the caller then uses torch). ValueError for a
     slot outside ``k``."""
     tokens, num_q_heads, head_dim = q.shape

@@ -4,8 +4,9 @@ The C kernel (``decode_native.py``) reads every request's keys through its ``req
 64 requests behind one 1,024-token system prompt read those 1,024 keys 64 times. When
 requests share a prefix (same slots from position 0: a radix-cache hit), the prefix is
 attended once for all of them by one call whose query rows are every member's query heads
-(the C block kernel of ``block_native.py``, else SDPA: "cascade"), the kernel covers each request's own keys after it, and the two partial
-softmaxes merge exactly by their log-sum-exps::
+(the C block kernel of ``block_native.py``, else SDPA: "cascade"), the kernel covers each
+request's own keys after it, and the two partial softmaxes merge exactly by their
+log-sum-exps::
 
     out = (exp(lse_a - m) out_a + exp(lse_b - m) out_b) / (exp(lse_a - m) + exp(lse_b - m)),  m = max
 
@@ -25,8 +26,9 @@ from ..kv_quant import dequantize_kv, raw
 from .block_native import block_attention_c, block_c_library
 from .decode_native import check_decode_rows, decode_attention_c, decode_c_library
 
-# A shared prefix gets its own SDPA call when that saves the kernel at least this many key reads,
-# (members - 1) * length: one call plus the merge costs about what the kernel spends on ~2k keys.
+# A shared prefix gets its own attention call when that saves the kernel at least this many key
+# reads, (members - 1) * length: one call plus the merge costs about what the kernel spends on ~2k
+# keys (measured with SDPA for the prefix; the block kernel is cheaper).
 MIN_SAVED_KEYS = 2048
 
 

@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "common.h"
 #include "spin_pool.h"
 
 #if defined(__AVX512F__)
@@ -40,21 +41,6 @@ typedef struct {
     float *out;               /* [T, Hq, D] */
     float *lse;               /* [T, Hq] natural log-sum-exp of the scaled scores, or NULL */
 } BlockJob;
-
-/* e^x for x <= 0 (e^-inf = 0), lane-wise: 2^(x log2 e) as 2^k * 2^f, f in [-0.5, 0.5]. */
-static inline __m512 exp_nonpositive16(__m512 x) {
-    const __m512 t = _mm512_max_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(-150.0f));
-    const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512 f = _mm512_sub_ps(t, k);
-    __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, k); /* p * 2^k; underflows to 0 below 2^-149 */
-}
 
 static void block_task(const BlockJob *j, int h, int64_t r0) {
     const int group = j->num_q_heads / j->num_kv_heads, d_len = j->head_dim;

@@ -34,6 +34,25 @@ static inline float exp_nonpositive(float x) {
     return r + (x - x); /* x - x is 0, or NaN for NaN/inf input */
 }
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* exp_nonpositive's polynomial on 16 lanes with AVX-512, where -inf gives 0 (masked scores):
+ * 2^(x log2 e) as 2^k * 2^f, f in [-0.5, 0.5], 2^k by scalef (down to 0 below 2^-149). */
+static inline __m512 exp_nonpositive16(__m512 x) {
+    const __m512 t = _mm512_max_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(-150.0f));
+    const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(t, k);
+    __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, k); /* p * 2^k; underflows to 0 below 2^-149 */
+}
+#endif
+
 /* The KV pool's storage (kv_quant.py): float32, or 8 bits with one float32 scale per token and
  * KV head. A stored value reads back as q * scale. */
 enum { KV_F32 = 0, KV_INT8 = 1, KV_FP8_E4M3 = 2 };

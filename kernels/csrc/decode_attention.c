@@ -124,7 +124,7 @@ static inline __attribute__((always_inline)) void scores_pass(
     const int group = num_q_heads / num_kv_heads;
     const int64_t row_stride = (int64_t)num_kv_heads * head_dim; /* values per pool slot */
 #if defined(__AVX512F__)
-    if (fmt == KV_F32 && head_dim % 16 == 0 && head_dim <= 256) {
+    if (fmt == KV_F32 && head_dim % 16 == 0) {
         scores_pass_f32x16(qb, (const float *)k_buffer, slots, len, num_q_heads, num_kv_heads, head_dim,
                            sm_scale, scores);
         return;

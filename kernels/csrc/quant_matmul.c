@@ -32,6 +32,11 @@
 #if defined(QM_AVX2) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
 #define QM_VNNI 1
 #endif
+/* The AVX-512 float paths (16-wide expansion, the few-row register tile): with them a row sums
+ * alike whatever the rows beside it (quant_rows_batch_invariant). */
+#if defined(QM_AVX2) && defined(__F16C__) && defined(__AVX512F__)
+#define QM_AVX512 1
+#endif
 
 enum { Q4_0 = 2, Q4_1 = 3, Q8_0 = 8, Q4_K = 12, Q5_K = 13, Q6_K = 14 };
 
@@ -299,7 +304,7 @@ static __attribute__((unused)) void dequant_packed_row_avx2(int fmt, const uint8
 }
 #endif
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__AVX512F__)
+#if defined(QM_AVX512)
 /* The 16 values a Q4 block's nibbles stand for (q = 0..15), rounded as dequant_packed_row_avx2
  * rounds them: a nibble's value is then one permute (vpermps reads the low 4 bits of its index). */
 static inline __m512 pz_q4_table(const int fmt, float d, float m) {
@@ -344,7 +349,7 @@ static void dequant_packed_row_avx512(int fmt, const uint8_t *row, float *out, i
 
 static void dequant_row(int fmt, int packed, const uint8_t *row, float *out, int64_t n) {
     if (packed) {
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__AVX512F__)
+#if defined(QM_AVX512)
         dequant_packed_row_avx512(fmt, row, out, n);
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
         dequant_packed_row_avx2(fmt, row, out, n);
@@ -882,7 +887,7 @@ static void gemm_part(void *p, int part, int parts) {
 }
 #endif
 
-#if defined(QM_AVX2) && defined(__AVX512F__) && defined(__F16C__)
+#if defined(QM_AVX512)
 /* --------------------------- float activations on the packed layout, AVX-512: rows like the GEMM
  *
  * A row's outputs here are the small GEMM's (gemm_part, AVX-512) bit for bit: each weight value is
@@ -958,7 +963,7 @@ pz_tile(const int fmt, const PF32Job *j, const uint8_t *w0, int64_t o0, const in
 #define PZ_ROWS(F, RT)                                                                             \
     case RT:                                                                                       \
         if (nout == 4 && RT <= 4)                                                                  \
-            pz_tile(F, j, w0, o0, RT <= 4 ? 4 : 2, r0, RT);                                        \
+            pz_tile(F, j, w0, o0, 4, r0, RT);                                                      \
         else if (nout == 4) {                                                                      \
             pz_tile(F, j, w0, o0, 2, r0, RT);                                                      \
             pz_tile(F, j, w0 + 2 * j->row_bytes, o0 + 2, 2, r0, RT);                               \
@@ -1029,7 +1034,7 @@ int quant_matmul_f32(int fmt, int packed, const uint8_t *w, int64_t row_bytes, i
     }
 #if defined(QM_AVX2)
     int gemm = rows >= GEMM_MIN_ROWS;
-#if defined(__AVX512F__) && defined(__F16C__)
+#if defined(QM_AVX512)
     if (packed && rows <= (fmt == Q8_0 ? PZ_MAX_ROWS_Q8 : PZ_MAX_ROWS))
         return matmul_packed_pz(fmt, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias);
     gemm |= packed; /* the same sums either way here: the faster one */
@@ -1062,7 +1067,7 @@ int quant_simd_level(void) {
  * rows in its call (1: the AVX-512 build, whose few-row tile sums as the small GEMM does), or only
  * within 1..GEMM_MIN_ROWS - 1 and within GEMM_MIN_ROWS.. rows (0). */
 int quant_rows_batch_invariant(void) {
-#if defined(QM_AVX2) && defined(__AVX512F__) && defined(__F16C__)
+#if defined(QM_AVX512)
     return 1;
 #else
     return 0;
