@@ -132,11 +132,9 @@ def cascade_decode_attention(
         return whole
     out, lse = decode_attention_c(*args, plan.starts, True, k_scale, v_scale)  # [B, Hq, D], [B, Hq]
     for p in plan.prefixes:
-        k, v = _prefix_rows(k_buffer, p), _prefix_rows(v_buffer, p)  # [n, Hkv, D]
-        if k_scale is not None and v_scale is not None:  # an 8-bit pool: the prefix in float32
-            k = dequantize_kv(k, _prefix_rows(k_scale, p))
-            v = dequantize_kv(v, _prefix_rows(v_scale, p))
-        po, pl = _prefix_attention(q.index_select(0, p.members), k, v, sm_scale)
+        po, pl = _prefix_attention(
+            q.index_select(0, p.members), k_buffer, v_buffer, p, sm_scale, k_scale, v_scale
+        )
         own_out, own_lse = out.index_select(0, p.members), lse.index_select(0, p.members)
         peak = torch.maximum(own_lse, pl)
         w_own, w_pre = (
@@ -150,13 +148,26 @@ def cascade_decode_attention(
 
 def _prefix_attention(
     q: torch.Tensor,  # [U, Hq, D]: the members' queries
-    k: torch.Tensor,  # [n, Hkv, D] float32: the prefix's keys
-    v: torch.Tensor,
+    k_buffer: torch.Tensor,  # [S, Hkv, D]: the pool
+    v_buffer: torch.Tensor,
+    prefix: SharedPrefix,
     sm_scale: float,
+    k_scale: torch.Tensor | None,  # [S, Hkv]: an 8-bit pool's scales
+    v_scale: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # [U, Hq, D], [U, Hq]
     """The members' attention over the prefix and its log-sum-exps: the C block kernel where it
-    loads, else one SDPA call whose query rows are every member's query heads of a KV head."""
+    loads (reading a float pool's rows through the prefix's slots, wherever they lie), else
+    one SDPA call whose query rows are every member's query heads of a KV head."""
     lib = block_c_library()
+    if lib is not None and k_scale is None and k_buffer.dtype == torch.float32:
+        got = block_attention_c(lib, q, k_buffer, v_buffer, prefix.slots, None, sm_scale, True)
+        if got is not None:
+            assert isinstance(got, tuple)
+            return got
+    k, v = _prefix_rows(k_buffer, prefix), _prefix_rows(v_buffer, prefix)  # [n, Hkv, D]
+    if k_scale is not None and v_scale is not None:  # an 8-bit pool: the prefix in float32
+        k = dequantize_kv(k, _prefix_rows(k_scale, prefix))
+        v = dequantize_kv(v, _prefix_rows(v_scale, prefix))
     if lib is not None:
         got = block_attention_c(lib, q, k, v, torch.arange(k.shape[0]), None, sm_scale, True)
         if got is not None:

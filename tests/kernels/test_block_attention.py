@@ -10,7 +10,7 @@ import torch
 from radixgen.kernels import attention as att
 from radixgen.kernels.attention import extend_attention
 from radixgen.kernels.attention.block_native import block_attention_c, block_c_library
-from radixgen.kernels.attention.cascade import _prefix_attention
+from radixgen.kernels.attention.cascade import SharedPrefix, _prefix_attention
 from radixgen.kernels.attention.extend import extend_attention_c
 from radixgen.kernels.kv_quant import quantize_kv
 from test_attention import EXTEND_LENS, HEADS, dense_attention, extend_inputs, pool_rows
@@ -78,10 +78,13 @@ def test_extend_over_an_eight_bit_pool(lib, dtype):
 def test_shared_prefix_matches_sdpa(lib, monkeypatch):
     g = torch.Generator().manual_seed(1)
     q = torch.randn(33, 9, 64, generator=g)  # 99 rows per KV head: four tasks
-    k, v = torch.randn(781, 3, 64, generator=g), torch.randn(781, 3, 64, generator=g)
-    out, lse = _prefix_attention(q, k, v, 0.125)
+    k, v = torch.randn(900, 3, 64, generator=g), torch.randn(900, 3, 64, generator=g)
+    # a prefix whose slots lie anywhere in the pool: the kernel reads them in place
+    slots = torch.randperm(899, generator=g)[:781] + 1
+    prefix = SharedPrefix(torch.arange(33), 781, slots, None)
+    out, lse = _prefix_attention(q, k, v, prefix, 0.125, None, None)
     monkeypatch.setattr("radixgen.kernels.attention.cascade.block_c_library", lambda: None)
-    want_out, want_lse = _prefix_attention(q, k, v, 0.125)
+    want_out, want_lse = _prefix_attention(q, k, v, prefix, 0.125, None, None)
     torch.testing.assert_close(out, want_out, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(lse, want_lse, rtol=1e-5, atol=1e-5)
 
