@@ -51,6 +51,36 @@ static inline __m512 exp_nonpositive16(__m512 x) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_scalef_ps(p, k); /* p * 2^k; underflows to 0 below 2^-149 */
 }
+
+/* The lane sums of v[0..15] as one vector (lane t: the sum of v[t]): halving rounds that each
+ * add two vectors' halves side by side, 46 operations for the 16 where 16 reductions take ~130.
+ * Each sum pairs its lanes as reduce_add16 does (t + 8, then t + 4, t + 2, t + 1), so a value
+ * reduced either way has the same bits. */
+static inline __m512 reduce16_ps(const __m512 v[16]) {
+    __m512 r1[8], r2[4], r3[2];
+    for (int i = 0; i < 8; i++) /* lanes 0-7: v[i]'s 8 partial sums, 8-15: v[i + 8]'s */
+        r1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[i], v[i + 8], 0x44), _mm512_shuffle_f32x4(v[i], v[i + 8], 0xee));
+    for (int i = 0; i < 4; i++) /* quarters: 4 partials of v[i], v[i + 8], v[i + 4], v[i + 12] */
+        r2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r1[i], r1[i + 4], 0x88), _mm512_shuffle_f32x4(r1[i], r1[i + 4], 0xdd));
+    for (int i = 0; i < 2; i++) /* each quarter: 2 partials of r2[i]'s vector, 2 of r2[i + 2]'s */
+        r3[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(r2[i]), _mm512_castps_pd(r2[i + 2]))),
+                              _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(r2[i]), _mm512_castps_pd(r2[i + 2]))));
+    const __m512 r4 = _mm512_add_ps(_mm512_shuffle_ps(r3[0], r3[1], 0x88), _mm512_shuffle_ps(r3[0], r3[1], 0xdd));
+    /* r4 holds v 0 2 1 3 | 8 10 9 11 | 4 6 5 7 | 12 14 13 15: put them in order */
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), r4);
+}
+
+/* The sum of v's lanes, paired as reduce16_ps pairs them (GCC's _mm512_reduce_add_ps does the
+ * same, but another compiler's need not): kernels that must give a value the same bits however
+ * they batch it reduce with these two. */
+static inline float reduce_add16(__m512 v) {
+    const __m256 lo = _mm512_castps512_ps256(v);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    const __m256 h8 = _mm256_add_ps(lo, hi); /* t + (t + 8) */
+    const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+    const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+    return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
 #endif
 
 /* The KV pool's storage (kv_quant.py): float32, or 8 bits with one float32 scale per token and

@@ -67,22 +67,6 @@ static inline __attribute__((always_inline)) void dequantize_tile(
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
-/* The lane sums of v[0..15] as one vector (lane t: the sum of v[t]): halving rounds that each
- * add two vectors' halves side by side, 46 operations for the 16 where 16 reductions take ~130. */
-static inline __m512 reduce16_ps(const __m512 v[16]) {
-    __m512 r1[8], r2[4], r3[2];
-    for (int i = 0; i < 8; i++) /* lanes 0-7: v[i]'s 8 partial sums, 8-15: v[i + 8]'s */
-        r1[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[i], v[i + 8], 0x44), _mm512_shuffle_f32x4(v[i], v[i + 8], 0xee));
-    for (int i = 0; i < 4; i++) /* quarters: 4 partials of v[i], v[i + 8], v[i + 4], v[i + 12] */
-        r2[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r1[i], r1[i + 4], 0x88), _mm512_shuffle_f32x4(r1[i], r1[i + 4], 0xdd));
-    for (int i = 0; i < 2; i++) /* each quarter: 2 partials of r2[i]'s vector, 2 of r2[i + 2]'s */
-        r3[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(r2[i]), _mm512_castps_pd(r2[i + 2]))),
-                              _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(r2[i]), _mm512_castps_pd(r2[i + 2]))));
-    const __m512 r4 = _mm512_add_ps(_mm512_shuffle_ps(r3[0], r3[1], 0x88), _mm512_shuffle_ps(r3[0], r3[1], 0xdd));
-    /* r4 holds v 0 2 1 3 | 8 10 9 11 | 4 6 5 7 | 12 14 13 15: put them in order */
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15), r4);
-}
-
 /* scores_pass for a float32 pool on AVX-512, head_dim a multiple of 16: 16 keys' dot products
  * with one query head accumulate in 16 vectors (the key rows read straight from the pool) and
  * reduce together (reduce16_ps). 32 requests x 200 keys, 9 query heads of 64 over 3 KV heads, a

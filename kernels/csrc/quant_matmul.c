@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
 #include "spin_pool.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -860,10 +861,12 @@ static void gemm_part(void *p, int part, int parts) {
                 for (int r = 0; r < GEMM_T; r++)
                     for (int o = 0; o < GEMM_T; o++) c[r][o] = _mm512_fmadd_ps(xv[r], wv[o], c[r][o]);
             }
+            _Static_assert(GEMM_T * GEMM_T == 16, "reduce16_ps sums 16 accumulators");
+            float sums[GEMM_T * GEMM_T]; /* the 16 reductions together, paired as reduce_add16 */
+            _mm512_storeu_ps(sums, reduce16_ps(&c[0][0]));
             for (int r = 0; r < GEMM_T && r0 + r < j.rows; r++) {
                 float *yr = j.y + (r0 + r) * j.stride_y + o0;
-                for (int o = 0; o < nout; o++)
-                    yr[o] = _mm512_reduce_add_ps(c[r][o]) + (j.bias ? j.bias[o0 + o] : 0.0f);
+                for (int o = 0; o < nout; o++) yr[o] = sums[r * GEMM_T + o] + (j.bias ? j.bias[o0 + o] : 0.0f);
             }
 #else
             __m256 c[GEMM_T][GEMM_T];
@@ -892,7 +895,7 @@ static void gemm_part(void *p, int part, int parts) {
  *
  * A row's outputs here are the small GEMM's (gemm_part, AVX-512) bit for bit: each weight value is
  * dequantized as dequant_packed_row_avx2 rounds it, lane l of one 16-lane accumulator per
- * (output, row) sums k = l mod 16 in order of k, and the lanes are summed by _mm512_reduce_add_ps.
+ * (output, row) sums k = l mod 16 in order of k, and the lanes are summed in reduce_add16's order.
  * So a row's result does not depend on how many rows share its call: a decode row, a verify row
  * and a prefill row of the same token agree, whatever the batch. Unlike the GEMM, the weights are
  * expanded in registers (never stored), and a tile of 4 outputs (2 from 5 rows on) serves up to 8
@@ -954,7 +957,7 @@ pz_tile(const int fmt, const PF32Job *j, const uint8_t *w0, int64_t o0, const in
     }
     for (int r = 0; r < RT; r++) {
         float *yr = j->y + (r0 + r) * j->stride_y + o0;
-        for (int o = 0; o < OT; o++) yr[o] = _mm512_reduce_add_ps(acc[o][r]) + (j->bias ? j->bias[o0 + o] : 0.0f);
+        for (int o = 0; o < OT; o++) yr[o] = reduce_add16(acc[o][r]) + (j->bias ? j->bias[o0 + o] : 0.0f);
     }
 }
 
