@@ -69,6 +69,9 @@ T = TypeVar("T")
 Prompt = str | list[int]  # text, or token ids
 SCORE_TIMEOUT_S = 300.0  # a score call waiting this long (rows or memory short) gives up
 MAX_STEP_MS = {"cpu": 300.0, "cuda": 100.0}  # default --max-step-ms per device type
+# The idle engine keeps this much of the KV pool past its used slots resident (CPU pools; the
+# process's memory grows by about this much over what the slots in use need).
+WARM_AHEAD_BYTES = 128 << 20
 
 
 class Engine:
@@ -241,6 +244,9 @@ class Engine:
             self.tp.broadcast_ints([self.max_total_tokens])
         self.kv_pool = kv_pool_for(self.model, self.max_total_tokens, self.config.kv_cache_dtype)
         allocator = SlotAllocator(self.max_total_tokens)
+        self._allocator = allocator
+        # slots past the allocator's never-used ones whose pool pages the idle loop touches
+        self._warm_ahead = min(self.max_total_tokens, WARM_AHEAD_BYTES // per_token)
         req_to_token_pool = ReqToTokenPool(
             self.config.max_running_requests, self.context_len + 1, self.device
         )
@@ -509,7 +515,8 @@ class Engine:
             torch.set_num_threads(self.num_threads)
         busy = False
         while not self._stopping:
-            self._drain_inbox(block=not busy)
+            warming = not busy and self._warm_kv_pool()
+            self._drain_inbox(block=not busy and not warming)
             if self._stopping:
                 break
             busy = False
@@ -524,6 +531,13 @@ class Engine:
                 logger.error("engine step failed:\n%s", traceback.format_exc())
                 for req in list(self.scheduler.running) + list(self.scheduler.waiting):
                     self._fail(req, "internal error in the engine step")
+
+    def _warm_kv_pool(self) -> bool:
+        """While idle: touch a piece of the pool's pages for the next never-used slots (up to
+        ``WARM_AHEAD_BYTES`` of them), so the next requests do not fault them in. False when
+        there is nothing left to touch."""
+        start = self._allocator.never_used_from
+        return self.kv_pool.warm(start, start + self._warm_ahead)
 
     def _rank_exited(self, message: str) -> None:
         """A spawned rank died (watcher thread): stop the engine from its own thread."""

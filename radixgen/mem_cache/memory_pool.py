@@ -20,9 +20,19 @@ import torch
 
 from ..kernels.kv_quant import is_quantized, storage_dtype
 
+# KVPool.warm touches this many slots of one buffer per call (~0.2 MB for the default model).
+WARM_PIECE = 256
+
 
 class SlotAllocator:
-    """Free list of KV slots ``1..size`` (slot 0 is never handed out)."""
+    """Free list of KV slots ``1..size`` (slot 0 is never handed out).
+
+    Slots given back are handed out again before any never-used slot, the most recently freed
+    first: the pool's pages that a fresh process has not touched yet stay untouched until more
+    slots are held at once than ever before. A first-in-first-out list walked through the whole
+    pool instead, so a new server faulted in (and the kernel zeroed) fresh pages for its first
+    ``size`` tokens: 12 % of a 32-stream decode step, and a resident set that grew toward the
+    whole pool even when a few thousand slots were in use."""
 
     def __init__(self, size: int) -> None:
         if size < 1:
@@ -31,35 +41,51 @@ class SlotAllocator:
         self.clear()
 
     def clear(self) -> None:
-        self._free = torch.arange(1, self.size + 1, dtype=torch.int64)
-        self._released: list[torch.Tensor] = []
+        self._reuse = torch.empty(0, dtype=torch.int64)  # freed slots, most recent last
+        self._released: list[torch.Tensor] = []  # freed since the last merge into _reuse
+        self._num_released = 0
+        self._fresh = 1  # slots _fresh..size were never handed out
 
     @property
     def num_free(self) -> int:
-        return len(self._free) + sum(len(t) for t in self._released)
+        return len(self._reuse) + self._num_released + self.size + 1 - self._fresh
+
+    @property
+    def never_used_from(self) -> int:
+        """Slots from this one on were never handed out (free, and their pool pages untouched
+        unless ``KVPool.warm`` touched them)."""
+        return self._fresh
 
     def alloc(self, n: int) -> torch.Tensor | None:
         """Take ``n`` slots (int64 CPU tensor) or return None when fewer are free. Caller owns them."""
-        if n > len(self._free) and self._released:
-            self._merge()
-        if n > len(self._free):
+        if n > self.num_free:
             return None
-        out, self._free = self._free[:n], self._free[n:]
+        if self._released:
+            self._merge()
+        reused = min(n, len(self._reuse))
+        out = self._reuse[len(self._reuse) - reused :]
+        self._reuse = self._reuse[: len(self._reuse) - reused]
+        if reused < n:
+            fresh = torch.arange(self._fresh, self._fresh + n - reused, dtype=torch.int64)
+            self._fresh += n - reused
+            out = torch.cat([out, fresh]) if reused else fresh
         return out
 
     def free(self, slots: torch.Tensor) -> None:
         """Give ``slots`` back. The caller must own them; double frees are a caller bug."""
         if slots.numel():
             self._released.append(slots.to(torch.int64).reshape(-1))
+            self._num_released += slots.numel()
 
     def _merge(self) -> None:
-        self._free = torch.cat([self._free, *self._released])
+        self._reuse = torch.cat([self._reuse, *self._released])
         self._released.clear()
+        self._num_released = 0
 
     def free_slots(self) -> torch.Tensor:
         """All free slots (for integrity checks; does not take them)."""
         self._merge()
-        return self._free
+        return torch.cat([self._reuse, torch.arange(self._fresh, self.size + 1, dtype=torch.int64)])
 
 
 class ReqToTokenPool:
@@ -100,6 +126,7 @@ class KVPool:
     ) -> None:
         self.dtype = storage_dtype(kv_cache_dtype, dtype)
         self.kv_cache_dtype = kv_cache_dtype
+        self._cpu = torch.device(device).type == "cpu"
         shape = (num_slots + 1, num_kv_heads, head_dim)
         self.k_buffers = [_zeros(shape, self.dtype, device) for _ in range(num_layers)]
         self.v_buffers = [_zeros(shape, self.dtype, device) for _ in range(num_layers)]
@@ -110,6 +137,35 @@ class KVPool:
             self.k_scales = [_zeros(scales, torch.float32, device) for _ in range(num_layers)]
             self.v_scales = [_zeros(scales, torch.float32, device) for _ in range(num_layers)]
         self.num_slots = num_slots
+        self._warm_end = 1  # warm: slots below this had their pages touched
+        self._warm_next = 0  # the next buffer to touch for the slots from _warm_end
+
+    def warm(self, start: int, end: int) -> bool:
+        """Touch the pages of one buffer for up to ``WARM_PIECE`` slots of ``[start, end)``, which
+        no one may be using (``SlotAllocator.never_used_from`` on); False when every buffer's
+        slots up to ``end`` were already touched. The engine calls this while idle, a little at
+        a time, so that the pages its next requests write are resident: on a virtual machine
+        whose host backs memory on first use, the faults of fresh pool pages took ~15 % of a
+        burst of 32 new requests (0.16 GiB/s on the machine this was measured on)."""
+        if not self._cpu:
+            return False
+        begin = max(self._warm_end, start)
+        if begin != self._warm_end:  # slots were handed out past the piece: start it again there
+            self._warm_end, self._warm_next = begin, 0
+        stop = min(begin + WARM_PIECE, end, self.num_slots + 1)
+        if begin >= stop:
+            return False
+        buffers = self._all_buffers()
+        raw_rows = buffers[self._warm_next].view(buffers[self._warm_next].shape[0], -1)
+        raw_rows[begin:stop].zero_()  # zeros over zeros: the first write faults the pages in
+        self._warm_next += 1
+        if self._warm_next == len(buffers):
+            self._warm_end, self._warm_next = stop, 0
+        return True
+
+    def _all_buffers(self) -> list[torch.Tensor]:
+        scales = [t for t in self.k_scales + self.v_scales if t is not None]
+        return self.k_buffers + self.v_buffers + scales
 
     @staticmethod
     def bytes_per_token(
