@@ -42,6 +42,8 @@ static inline float dot(const float *a, const float *b, int n) {
 
 /* Keys are visited in blocks that stay in L1 while every query head of their KV head reads them. */
 #define KEY_BLOCK 32
+/* values_group_f32x16 prefetches the value row this many keys ahead */
+#define VALUE_PREFETCH 8
 
 /* A block of an 8-bit pool's rows of one KV head as floats, each times its scale:
  * tile[t][d] = value(slot t, head h, d) * scale[slot t, h]. */
@@ -79,12 +81,18 @@ static inline __attribute__((always_inline)) void scores_pass_f32x16(
     const __m512 scale = _mm512_set1_ps(sm_scale);
     for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
         const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
+        /* the next block's key rows, while this one computes: the slots are scattered over the
+         * pool, so the hardware prefetchers cannot guess them */
+        const int64_t t2 = t1 + KEY_BLOCK < len ? t1 + KEY_BLOCK : len;
+        for (int64_t t = t1; t < t2; t++)
+            for (int64_t b = 0; b < row_stride; b += 16) __builtin_prefetch(k_buffer + slots[t] * row_stride + b, 0, 3);
         for (int j = 0; j < num_q_heads; j++) {
             const float *qj = qb + (int64_t)j * head_dim;
             const int64_t offset = (int64_t)(j / group) * head_dim;
             for (int64_t tt = t0; tt < t1; tt += 16) {
                 const int n = t1 - tt < 16 ? (int)(t1 - tt) : 16;
                 __m512 acc[16];
+#pragma GCC unroll 16
                 for (int u = 0; u < 16; u++) { /* past the last key: key tt again, not stored */
                     const float *kr = k_buffer + slots[tt + (u < n ? u : 0)] * row_stride + offset;
                     acc[u] = _mm512_mul_ps(_mm512_loadu_ps(qj), _mm512_loadu_ps(kr));
@@ -151,6 +159,9 @@ static inline __attribute__((always_inline)) void values_group_f32x16(
     const float *p = scores + (int64_t)h * G * len;
     for (int64_t t = 0; t < len; t++) {
         const float *v = v_buffer + slots[t] * row_stride + (int64_t)h * head_dim;
+        if (t + VALUE_PREFETCH < len) /* scattered rows: ask for one a few keys ahead */
+            for (int c = 0; c < chunks; c++)
+                __builtin_prefetch(v_buffer + slots[t + VALUE_PREFETCH] * row_stride + (int64_t)h * head_dim + 16 * c, 0, 3);
         for (int c = 0; c < chunks; c++) {
             const __m512 vc = _mm512_loadu_ps(v + 16 * c);
             for (int g = 0; g < G; g++)
