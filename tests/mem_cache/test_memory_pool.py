@@ -3,6 +3,7 @@ one holds."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from radixgen.mem_cache.memory_pool import WARM_PIECE, KVPool, SlotAllocator
@@ -46,9 +47,11 @@ def test_clear_makes_every_slot_free():
     assert a.free_slots().tolist() == list(range(1, 17))
 
 
-def test_warm_writes_only_slots_no_one_holds():
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "int8", "fp8_e4m3"])
+def test_warm_writes_only_slots_no_one_holds(kv_cache_dtype):
     n = 3 * WARM_PIECE
-    pool = KVPool(n, 2, 2, 8, torch.float32, "cpu")
+    pool = KVPool(n, 2, 2, 8, torch.float32, "cpu", kv_cache_dtype)
+    buffers = 4 if kv_cache_dtype == "auto" else 8  # K and V of 2 layers (and their scales)
     a = SlotAllocator(n)
     held = a.alloc(5)
     assert held is not None
@@ -63,7 +66,7 @@ def test_warm_writes_only_slots_no_one_holds():
             for buf in pool.k_buffers + pool.v_buffers:
                 buf[more] = 5.0
             held = torch.cat([held, more])
-    assert calls >= 2 * 4  # two pieces of four buffers
+    assert calls == 3 + 2 * buffers  # 3, then two pieces (256 + 10 slots) over every buffer
     for buf in pool.k_buffers + pool.v_buffers:
         assert bool((buf[held[:5]] == 7.0).all()) and bool((buf[held[5:]] == 5.0).all())
     assert not pool.warm(a.never_used_from, a.never_used_from + WARM_PIECE)  # already warm
