@@ -33,6 +33,9 @@ class DraftRow:
     computed_len: int = 0
     extend_len: int = 0
     slots: list[int] = field(default_factory=list)  # the slot of each computed token
+    # the draft model's rows only propose tokens (the target verifies them): they take the
+    # cheaper path for short rows whatever the tokens are
+    prefill: bool = False
 
     def token_ids(self, start: int, end: int) -> list[int]:
         return self.tokens[start:end]

@@ -40,7 +40,7 @@ from .mem_cache.kv_manager import KVManager
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator
 from .mem_cache.prefix_cache import PrefixCache
 from .mem_cache.radix_cache import RadixCache
-from .model_runner import MAX_DECODE_QUERIES, ModelRunner, kv_pool_for
+from .model_runner import ModelRunner, as_decode_queries, kv_pool_for
 from .models.gguf_file import release_gguf
 from .models.hub import resolve_model
 from .models.llama import StepInterrupted
@@ -287,7 +287,7 @@ class Engine:
             sum(r.extend_len for r in batch)
             if self.speculator is not None
             and not score_rows
-            and all(r.extend_len <= MAX_DECODE_QUERIES for r in batch)
+            and all(as_decode_queries(r) for r in batch)
             else 0
         )
         horizon = self.scheduler.budget.horizon

@@ -12,10 +12,19 @@ from .mem_cache.memory_pool import KVPool, ReqToTokenPool
 from .models.llama import LlamaModel, StepInterrupted
 from .request import ExtendRow
 
-# A row of at most this many new tokens runs as that many decode queries (the decode attention
-# kernels over its keys) rather than through extend attention, whose fixed cost per call
-# (~0.45 ms a layer on the default model's CPU path at 3 tokens) would dominate it.
+# A row of at most this many generated tokens (a decode row, a draft to verify, jump-forward
+# text) runs as that many decode queries (the decode attention kernels over its keys) rather
+# than through extend attention, whose fixed cost per call (~0.45 ms a layer on the default
+# model's CPU path at 3 tokens, with torch's SDPA) would dominate it. Prompt tokens always
+# extend: the two kernels sum in different orders, so a prompt whose tail ran as decode queries
+# when most of it was cached gave other logits than the same prompt computed whole, and a
+# repeated greedy request could answer differently.
 MAX_DECODE_QUERIES = 16
+
+
+def as_decode_queries(row: ExtendRow) -> bool:
+    """Whether ``row``'s new tokens run as decode queries (else as one extend)."""
+    return row.extend_len <= MAX_DECODE_QUERIES and not row.prefill
 
 
 class ModelRunner:
@@ -49,8 +58,8 @@ class ModelRunner:
     def prepare(
         self, reqs: Sequence[ExtendRow], positions: Sequence[Sequence[int]]
     ) -> ForwardBatch:
-        """Pack the rows: short ones (up to ``MAX_DECODE_QUERIES`` tokens: decode rows,
-        speculative drafts to verify, jump-forward text) first, each token as a decode query
+        """Pack the rows: short generated ones (``as_decode_queries``: decode rows, speculative
+        drafts to verify, jump-forward text) first, each token as a decode query
         (its row's keys up to itself, all written before any attention runs, so this is the
         causal extend), then the longer extends. Logits come back in the callers' row order."""
         input_ids: list[int] = []
@@ -59,15 +68,16 @@ class ModelRunner:
         rows: list[int] = []
         prefix_lens: list[int] = []
         extend_lens: list[int] = []
-        short = [i for i, r in enumerate(reqs) if r.extend_len <= MAX_DECODE_QUERIES]
-        long = [i for i, r in enumerate(reqs) if r.extend_len > MAX_DECODE_QUERIES]
+        queries = [as_decode_queries(r) for r in reqs]
+        short = [i for i, q in enumerate(queries) if q]
+        long = [i for i, q in enumerate(queries) if not q]
         for i in short + long:
             req = reqs[i]
             start, n = req.computed_len, req.extend_len
             offsets[i] = len(input_ids) - start
             input_ids.extend(req.token_ids(start, start + n))
             token_positions.extend(range(start, start + n))
-            if n <= MAX_DECODE_QUERIES:
+            if queries[i]:
                 rows.extend([req.pool_row] * n)
                 prefix_lens.extend(range(start, start + n))
                 extend_lens.extend([1] * n)

@@ -151,6 +151,12 @@ class ExtendRow(Protocol):
     @property
     def extend_len(self) -> int: ...
 
+    @property
+    def prefill(self) -> bool:
+        """Whether the new tokens are prompt tokens: those always run as one extend, however
+        few, so a prompt's logits and KV do not depend on how much of it was cached."""
+        ...
+
     def token_ids(self, start: int, end: int) -> list[int]: ...
 
 
@@ -168,6 +174,10 @@ class RunningReq(OnKVRow):
     @property
     def num_draft(self) -> int:
         return len(self.req.draft_ids)
+
+    @property
+    def prefill(self) -> bool:
+        return self.kv.computed_len < len(self.req.prompt_ids)
 
     def token_ids(self, start: int, end: int) -> list[int]:
         """Tokens ``start .. end`` of ``fill_ids`` followed by the step's draft."""

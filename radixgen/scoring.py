@@ -71,6 +71,8 @@ class ScoreRow(OnKVRow):
     kv: KVRow
     index: int
 
+    prefill = True  # a scored text is all prompt
+
     def token_ids(self, start: int, end: int) -> list[int]:
         return self.spec.ids[start:end]
 

@@ -169,3 +169,24 @@ def test_flush_cache_empties_the_tree(engine, tokenizer):
     assert engine.flush_cache()
     stats = engine.stats()
     assert stats["tokens_in_tree"] == 0 and stats["free_tokens"] == stats["max_total_tokens"]
+
+
+@pytest.mark.parametrize("tail", [1, 5, 40])
+def test_a_prompt_gets_the_same_logits_however_much_of_it_was_cached(engine, tokenizer, tail):
+    """Prompt tokens always run through extend attention, so a prompt whose first tokens were
+    cached computes its tail exactly as the whole prompt computed it (a tail of up to 16 tokens
+    used to run as decode queries, whose kernel sums in another order: a repeated greedy
+    request could then answer differently)."""
+    ids = tokenizer.encode(shared_prefix_prompts(tokenizer)[1])
+    params = SamplingParams(max_new_tokens=6, temperature=0.0, logprobs=True, top_logprobs=5)
+    engine.flush_cache()
+    whole = engine.generate([ids], params)[0]
+    engine.flush_cache()
+    engine.generate([ids[:-tail]], SamplingParams(max_new_tokens=1, temperature=0.0))
+    part = engine.generate([ids], params)[0]
+    assert part.cached_tokens == len(ids) - tail
+    assert part.token_ids == whole.token_ids
+    assert [(lp.logprob, lp.top) for lp in part.logprobs] == [
+        (lp.logprob, lp.top) for lp in whole.logprobs
+    ]
+    engine.check_integrity()
