@@ -72,6 +72,7 @@ MAX_STEP_MS = {"cpu": 300.0, "cuda": 100.0}  # default --max-step-ms per device 
 # The idle engine keeps this much of the KV pool past its used slots resident (CPU pools; the
 # process's memory grows by about this much over what the slots in use need).
 WARM_AHEAD_BYTES = 128 << 20
+IDLE_WAIT_S = 0.02  # an idle engine waits this long for a command between steps
 
 
 class Engine:
@@ -515,8 +516,7 @@ class Engine:
             torch.set_num_threads(self.num_threads)
         busy = False
         while not self._stopping:
-            warming = not busy and self._warm_kv_pool()
-            self._drain_inbox(block=not busy and not warming)
+            self._drain_inbox(IDLE_WAIT_S if not busy else 0.0)
             if self._stopping:
                 break
             busy = False
@@ -533,7 +533,7 @@ class Engine:
                     self._fail(req, "internal error in the engine step")
 
     def _warm_kv_pool(self) -> bool:
-        """While idle: touch a piece of the pool's pages for the next never-used slots (up to
+        """Touch a piece of the pool's pages for the next never-used slots (up to
         ``WARM_AHEAD_BYTES`` of them), so the next requests do not fault them in. False when
         there is nothing left to touch."""
         start = self._allocator.never_used_from
@@ -557,9 +557,17 @@ class Engine:
         if self.on_fatal is not None:
             self.on_fatal(message)
 
-    def _drain_inbox(self, block: bool) -> None:
+    def _drain_inbox(self, wait_s: float) -> None:
+        """Run the inbox's commands, waiting up to ``wait_s`` for the first one (an idle
+        engine). While it waits it warms the KV pool a piece at a time, so an idle engine still
+        steps at the same pace."""
         try:
-            command = self._inbox.get(timeout=0.02) if block else self._inbox.get_nowait()
+            if wait_s > 0:
+                end = time.monotonic() + wait_s
+                while self._inbox.empty() and time.monotonic() < end and self._warm_kv_pool():
+                    pass
+                wait_s = max(end - time.monotonic(), 0.0)
+            command = self._inbox.get(timeout=wait_s) if wait_s > 0 else self._inbox.get_nowait()
             command()
             while True:
                 self._inbox.get_nowait()()

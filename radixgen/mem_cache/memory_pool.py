@@ -41,14 +41,13 @@ class SlotAllocator:
         self.clear()
 
     def clear(self) -> None:
-        self._reuse = torch.empty(0, dtype=torch.int64)  # freed slots, most recent last
-        self._released: list[torch.Tensor] = []  # freed since the last merge into _reuse
-        self._num_released = 0
+        self._reuse: list[torch.Tensor] = []  # freed slots, in the order given back (a stack)
+        self._num_reuse = 0
         self._fresh = 1  # slots _fresh..size were never handed out
 
     @property
     def num_free(self) -> int:
-        return len(self._reuse) + self._num_released + self.size + 1 - self._fresh
+        return self._num_reuse + self.size + 1 - self._fresh
 
     @property
     def never_used_from(self) -> int:
@@ -60,32 +59,35 @@ class SlotAllocator:
         """Take ``n`` slots (int64 CPU tensor) or return None when fewer are free. Caller owns them."""
         if n > self.num_free:
             return None
-        if self._released:
-            self._merge()
-        reused = min(n, len(self._reuse))
-        out = self._reuse[len(self._reuse) - reused :]
-        self._reuse = self._reuse[: len(self._reuse) - reused]
-        if reused < n:
-            fresh = torch.arange(self._fresh, self._fresh + n - reused, dtype=torch.int64)
-            self._fresh += n - reused
-            out = torch.cat([out, fresh]) if reused else fresh
-        return out
+        if n <= 0:
+            return torch.empty(0, dtype=torch.int64)
+        parts: list[torch.Tensor] = []
+        need = n
+        while need and self._reuse:  # the latest freed first, whole chunks where they fit
+            last = self._reuse[-1]
+            if len(last) <= need:
+                parts.append(self._reuse.pop())
+                need -= len(last)
+            else:
+                parts.append(last[len(last) - need :])
+                self._reuse[-1] = last[: len(last) - need]
+                need = 0
+        self._num_reuse -= n - need
+        if need:
+            parts.append(torch.arange(self._fresh, self._fresh + need, dtype=torch.int64))
+            self._fresh += need
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def free(self, slots: torch.Tensor) -> None:
         """Give ``slots`` back. The caller must own them; double frees are a caller bug."""
         if slots.numel():
-            self._released.append(slots.to(torch.int64).reshape(-1))
-            self._num_released += slots.numel()
-
-    def _merge(self) -> None:
-        self._reuse = torch.cat([self._reuse, *self._released])
-        self._released.clear()
-        self._num_released = 0
+            self._reuse.append(slots.to(torch.int64).reshape(-1))
+            self._num_reuse += slots.numel()
 
     def free_slots(self) -> torch.Tensor:
         """All free slots (for integrity checks; does not take them)."""
-        self._merge()
-        return torch.cat([self._reuse, torch.arange(self._fresh, self.size + 1, dtype=torch.int64)])
+        fresh = torch.arange(self._fresh, self.size + 1, dtype=torch.int64)
+        return torch.cat([*self._reuse, fresh])
 
 
 class ReqToTokenPool:

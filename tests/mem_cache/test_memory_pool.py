@@ -16,8 +16,8 @@ def test_freed_slots_are_reused_before_never_used_ones():
     assert a.never_used_from == 11
     a.free(first[:4])
     a.free(first[6:])
-    again = a.alloc(7)  # from the 8 freed ones, the latest freed first
-    assert again is not None and again.tolist() == [2, 3, 4, 7, 8, 9, 10]
+    again = a.alloc(7)  # from the 8 freed ones: the latest freed chunk, then the one before
+    assert again is not None and again.tolist() == [7, 8, 9, 10, 2, 3, 4]
     assert a.never_used_from == 11
     more = a.alloc(3)
     assert more is not None and a.never_used_from == 13
