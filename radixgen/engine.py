@@ -245,7 +245,6 @@ class Engine:
             self.tp.broadcast_ints([self.max_total_tokens])
         self.kv_pool = kv_pool_for(self.model, self.max_total_tokens, self.config.kv_cache_dtype)
         allocator = SlotAllocator(self.max_total_tokens)
-        self._allocator = allocator
         # slots past the allocator's never-used ones whose pool pages the idle loop touches
         self._warm_ahead = min(self.max_total_tokens, WARM_AHEAD_BYTES // per_token)
         req_to_token_pool = ReqToTokenPool(
@@ -536,7 +535,7 @@ class Engine:
         """Touch a piece of the pool's pages for the next never-used slots (up to
         ``WARM_AHEAD_BYTES`` of them), so the next requests do not fault them in. False when
         there is nothing left to touch."""
-        start = self._allocator.never_used_from
+        start = self.kv.allocator.never_used_from
         return self.kv_pool.warm(start, start + self._warm_ahead)
 
     def _rank_exited(self, message: str) -> None:

@@ -21,8 +21,7 @@
 #include "common.h"
 #include "spin_pool.h"
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
+#if defined(__AVX512F__) /* common.h includes immintrin.h */
 
 #define ROWS 32     /* query rows per task: two vectors of 16 lanes */
 #define KEYS 16     /* keys per block of scores */

@@ -67,8 +67,7 @@ static inline __attribute__((always_inline)) void dequantize_tile(
     }
 }
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
+#if defined(__AVX512F__) /* common.h includes immintrin.h */
 /* scores_pass for a float32 pool on AVX-512, head_dim a multiple of 16: 16 keys' dot products
  * with one query head accumulate in 16 vectors (the key rows read straight from the pool) and
  * reduce together (reduce16_ps). 32 requests x 200 keys, 9 query heads of 64 over 3 KV heads, a
