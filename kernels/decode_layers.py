@@ -112,7 +112,7 @@ def _linear(layer: QuantizedLinear) -> _Linear:
     w = layer.weight
     return _Linear(
         fmt=w.ggml_type,
-        packed=int(w.packed),
+        packed=w.layout,
         act_q8=int(layer.c_mode == "q8"),
         w=w.data.data_ptr(),
         row_bytes=w.data.shape[1],

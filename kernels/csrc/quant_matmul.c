@@ -363,12 +363,16 @@ static void dequant_row(int fmt, int packed, const uint8_t *row, float *out, int
     for (int64_t b = 0; b < n / be; b++) dequant_block(fmt, row + b * bb, out + b * be);
 }
 
-/* The row bytes of `in` values in fmt's GGUF (packed = 0) or packed layout; 0 if it has none. */
+/* The row bytes of `in` values in fmt's GGUF (packed = 0), packed (1) or interleaved (2, GGUF's
+ * bytes) layout; 0 if it has none. */
 static int64_t row_bytes_of(int fmt, int packed, int64_t in) {
     const int64_t be = quant_block_elements(fmt);
-    if (be == 0 || in % be) return 0;
-    return packed ? quant_packed_row_bytes(fmt, in) : in / be * quant_block_bytes(fmt);
+    if (be == 0 || in % be || packed < 0 || packed > 2) return 0;
+    if (packed == 2 && fmt != Q4_0 && fmt != Q4_1 && fmt != Q8_0) return 0;
+    return packed == 1 ? quant_packed_row_bytes(fmt, in) : in / be * quant_block_bytes(fmt);
 }
+
+static void dequant_il_row(int fmt, const uint8_t *w, int64_t in, int64_t r, float *out);
 
 /* out[i, :] = dequantized row ids[i] of w ([rows, row_bytes]); ids are checked by the caller
  * (an embedding lookup) or are 0..n-1 (a whole weight). Returns -1 for a format, layout or
@@ -379,7 +383,10 @@ int quant_dequantize_rows(int fmt, int packed, const uint8_t *w, int64_t row_byt
 #pragma omp parallel for schedule(static) if (n * in >= 4 * PARALLEL_MIN_MACS)
     for (int64_t i = 0; i < n; i++) {
         const int64_t r = ids ? ids[i] : i;
-        dequant_row(fmt, packed, w + r * row_bytes, out + i * stride_out, in);
+        if (packed == 2)
+            dequant_il_row(fmt, w, in, r, out + i * stride_out);
+        else
+            dequant_row(fmt, packed, w + r * row_bytes, out + i * stride_out, in);
     }
     return 0;
 }
@@ -441,6 +448,20 @@ static void quantize_acts(const float *x, int64_t stride_x, int64_t rows, int64_
                 continue;
             }
             const float *xb = x + r * stride_x + 32 * b;
+#if defined(QM_AVX512)
+            /* the same values 16 at a time (a 32-row call spent ~50 us here, scalar): max|x| in
+             * any order, x * inv rounded to nearest even as lrintf rounds */
+            const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+            const __m512 sign = _mm512_set1_ps(-0.0f);
+            const float amax = _mm512_reduce_max_ps(_mm512_max_ps(
+                _mm512_andnot_ps(sign, x1), _mm512_max_ps(_mm512_andnot_ps(sign, x0), _mm512_setzero_ps())));
+            const float scale = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            const __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, _mm512_set1_ps(inv)));
+            const __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, _mm512_set1_ps(inv)));
+            _mm_storeu_si128((__m128i *)(qs + 32 * b), _mm512_cvtsepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(qs + 32 * b + 16), _mm512_cvtsepi32_epi8(q1));
+            const int sum = _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+#else
             float amax = 0.0f;
             for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
             const float scale = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
@@ -450,10 +471,33 @@ static void quantize_acts(const float *x, int64_t stride_x, int64_t rows, int64_
                 qs[32 * b + j] = (int8_t)q;
                 sum += q;
             }
+#endif
             d[b] = scale;
             ds[b] = scale * (float)sum;
         }
     }
+}
+
+/* x's rows quantized into a (its buffers malloc'ed; qacts_free gives them back); -1 when memory
+ * could not be had. */
+static int qacts_make(const float *x, int64_t stride_x, int64_t rows, int64_t in, QActs *a) {
+    const int64_t nb8 = pad8(in / 32);
+    a->qs = malloc((size_t)(rows * nb8 * 32));
+    a->d = malloc(sizeof(float) * (size_t)(rows * nb8 * 2));
+    a->nb8 = nb8;
+    if (!a->qs || !a->d) {
+        free(a->qs);
+        free(a->d);
+        return -1;
+    }
+    a->ds = a->d + rows * nb8;
+    quantize_acts(x, stride_x, rows, in, a);
+    return 0;
+}
+
+static void qacts_free(QActs *a) {
+    free(a->qs);
+    free(a->d);
 }
 
 /* A tile of y: OT consecutive weight rows against RT activation rows, accumulators in
@@ -663,23 +707,236 @@ TILED_PART(q8_part, Q8Job, dot_tile)
 static int matmul_q8_act(int fmt, const uint8_t *w, int64_t row_bytes, int64_t out_features,
                          int64_t in, const float *x, int64_t stride_x, int64_t rows, float *y,
                          int64_t stride_y, const float *bias) {
-    const int64_t nb = in / 32, nb8 = pad8(nb);
-    QActs a = {malloc((size_t)(rows * nb8 * 32)), malloc(sizeof(float) * (size_t)(rows * nb8 * 2)),
-               NULL, nb8};
-    if (!a.qs || !a.d) {
-        free(a.qs);
-        free(a.d);
-        return -2;
-    }
-    a.ds = a.d + rows * nb8;
-    quantize_acts(x, stride_x, rows, in, &a);
-    Q8Job job = {fmt, w, row_bytes, out_features, nb, &a, rows, y, stride_y, bias};
+    QActs a;
+    if (qacts_make(x, stride_x, rows, in, &a)) return -2;
+    Q8Job job = {fmt, w, row_bytes, out_features, in / 32, &a, rows, y, stride_y, bias};
     spin_pool_run(q8_part, &job, parts_for(out_features * rows * in));
-    free(a.qs);
-    free(a.d);
+    qacts_free(&a);
     return 0;
 }
 
+
+/* ----------------------- 8-bit activations on the interleaved layout (AVX-512 VNNI, layout 2)
+ *
+ * Q4_0, Q4_1 and Q8_0 weights whose row count is a multiple of 16, for 8-bit activations: the
+ * rows in groups of 16, each group's blocks in order. A block of a group holds its 16 rows' fp16
+ * scales (32 bytes), Q4_1's 16 fp16 minimums (32 bytes), then the quants as 64-byte vectors of 16
+ * dword lanes, lane o for row o of the group:
+ *   - Q4 (4 vectors): vector i, lane o is GGUF's quant bytes 4i..4i+3 of row o's block: byte j's
+ *     low nibble is element 4i + j, its high nibble element 16 + 4i + j;
+ *   - Q8_0 (8 vectors): vector i, lane o, byte j is element 4i + j plus 128, unsigned.
+ * A group's block has the bytes of 16 GGUF blocks, so a weight keeps GGUF's [out, row_bytes].
+ *
+ * One vpdpbusd multiplies 4 elements of 16 rows by 4 of one activation row in integers: per block
+ * of 32, 8 instructions serve 16 outputs of one row, where float32 takes 32 multiply-adds (the
+ * packed q8 tile, dot_tile, also converts and scales each 8-lane partial). Every output sums,
+ * for its blocks b in order and whatever the rows beside it:
+ *   acc = fma(float(sum_k q_k x_k), d_w * d_x, acc);  acc = fma(m_w, d_x * sum_k x_k, acc)
+ * with m_w Q4_1's minimum, -8 d_w for Q4_0 and -128 d_w for Q8_0 (whose quants are stored + 128).
+ * The integer sums are exact, so a row's bits do not depend on the number of rows in its call. */
+#if defined(QM_AVX512) && defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define QM_IL 1
+#endif
+#define IL_GROUP 16
+#define IL_MAX_RT 8
+#ifndef IL_PREFETCH_GROUPS
+#define IL_PREFETCH_GROUPS 2
+#endif
+
+/* GGUF rows (src) -> the interleaved layout (dst, as many bytes); rows a multiple of 16. */
+int quant_interleave(int fmt, const uint8_t *src, int64_t src_row_bytes, int64_t rows, int64_t in,
+                     uint8_t *dst) {
+    const int64_t bb = quant_block_bytes(fmt);
+    if ((fmt != Q4_0 && fmt != Q4_1 && fmt != Q8_0) || in % 32 || rows % IL_GROUP ||
+        src_row_bytes != in / 32 * bb)
+        return -1;
+    const int64_t nb = in / 32, ib = IL_GROUP * bb, groups = rows / IL_GROUP;
+    const int64_t q_off = fmt == Q4_1 ? 64 : 32, sq_off = fmt == Q4_1 ? 4 : 2;
+#pragma omp parallel for schedule(static) if (rows * in >= 4 * PARALLEL_MIN_MACS)
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = dst + (g * nb + b) * ib;
+            for (int o = 0; o < IL_GROUP; o++) {
+                const uint8_t *s = src + (g * IL_GROUP + o) * src_row_bytes + b * bb;
+                memcpy(blk + 2 * o, s, 2);
+                if (fmt == Q4_1) memcpy(blk + 32 + 2 * o, s + 2, 2);
+                uint8_t *q = blk + q_off + 4 * o;
+                const uint8_t *sq = s + sq_off;
+                for (int i = 0; i < (fmt == Q8_0 ? 8 : 4); i++)
+                    for (int k = 0; k < 4; k++)
+                        q[64 * i + k] = fmt == Q8_0 ? (uint8_t)(sq[4 * i + k] ^ 0x80) : sq[4 * i + k];
+            }
+        }
+    return 0;
+}
+
+/* Row r of an interleaved weight to floats: its blocks rebuilt in GGUF's bytes, then
+ * dequant_block (the same values). */
+static void dequant_il_row(int fmt, const uint8_t *w, int64_t in, int64_t r, float *out) {
+    const int64_t bb = quant_block_bytes(fmt), nb = in / 32, ib = IL_GROUP * bb;
+    const int64_t q_off = fmt == Q4_1 ? 64 : 32, sq_off = fmt == Q4_1 ? 4 : 2;
+    const int o = (int)(r % IL_GROUP);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + ((r / IL_GROUP) * nb + b) * ib;
+        uint8_t gguf[34];
+        memcpy(gguf, blk + 2 * o, 2);
+        if (fmt == Q4_1) memcpy(gguf + 2, blk + 32 + 2 * o, 2);
+        const uint8_t *q = blk + q_off + 4 * o;
+        for (int i = 0; i < (fmt == Q8_0 ? 8 : 4); i++)
+            for (int k = 0; k < 4; k++)
+                gguf[sq_off + 4 * i + k] = fmt == Q8_0 ? (uint8_t)(q[64 * i + k] ^ 0x80) : q[64 * i + k];
+        dequant_block(fmt, gguf, out + 32 * b);
+    }
+}
+
+int quant_interleave_supported(void) {
+#if defined(QM_IL)
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+#if defined(QM_IL)
+typedef struct {
+    int fmt;
+    const uint8_t *w;
+    int64_t nb, groups;
+    const QActs *a;
+    int64_t rows;
+    float *y;
+    int64_t stride_y;
+    const float *bias;
+} ILJob;
+
+static inline int32_t act_quad(const QActs *a, int64_t r, int64_t b, int i) {
+    int32_t v;
+    memcpy(&v, a->qs + (r * a->nb8 + b) * 32 + 4 * i, sizeof v);
+    return v;
+}
+
+/* The 16 outputs of a group (at w0, from output o0) for RT rows from r0 (fmt, RT: constants);
+ * pf (or NULL): a later group, whose blocks are prefetched one per block here. */
+static inline __attribute__((always_inline)) void
+il_tile(const int fmt, const ILJob *j, const uint8_t *w0, int64_t o0, int64_t r0, const int RT,
+        const uint8_t *pf) {
+    const QActs *a = j->a;
+    const int64_t nb = j->nb, nb8 = a->nb8, ib = IL_GROUP * quant_block_bytes(fmt);
+    const int64_t q_off = fmt == Q4_1 ? 64 : 32;
+    const __m512i low4 = _mm512_set1_epi8(0xf);
+    __m512 acc[IL_MAX_RT];
+#pragma GCC unroll 8
+    for (int r = 0; r < RT; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w0 + b * ib, *q = blk + q_off;
+        if (pf)
+            for (int64_t l = 0; l < ib; l += 64) __builtin_prefetch(pf + b * ib + l, 0, 3);
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+        const __m512 m = fmt == Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
+                                     : _mm512_mul_ps(d, _mm512_set1_ps(fmt == Q4_0 ? -8.0f : -128.0f));
+        /* NC chains of integer sums per row (exact, so any split sums alike): with few rows one
+         * chain of 8 dependent vpdpbusd per block was bound by their latency */
+        const int NC = RT >= 4 ? 1 : RT >= 2 ? 2 : 4;
+        __m512i s[4][IL_MAX_RT];
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++)
+#pragma GCC unroll 8
+            for (int r = 0; r < RT; r++) s[c][r] = _mm512_setzero_si512();
+        if (fmt == Q8_0) {
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const __m512i wv = _mm512_loadu_si512((const void *)(q + 64 * i));
+#pragma GCC unroll 8
+                for (int r = 0; r < RT; r++)
+                    s[i % NC][r] = _mm512_dpbusd_epi32(s[i % NC][r], wv, _mm512_set1_epi32(act_quad(a, r0 + r, b, i)));
+            }
+        } else {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * i));
+                const __m512i lo = _mm512_and_si512(v, low4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+#pragma GCC unroll 8
+                for (int r = 0; r < RT; r++) {
+                    const int c0 = (2 * i) % NC, c1 = (2 * i + 1) % NC;
+                    s[c0][r] = _mm512_dpbusd_epi32(s[c0][r], lo, _mm512_set1_epi32(act_quad(a, r0 + r, b, i)));
+                    s[c1][r] = _mm512_dpbusd_epi32(s[c1][r], hi, _mm512_set1_epi32(act_quad(a, r0 + r, b, 4 + i)));
+                }
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < RT; r++)
+#pragma GCC unroll 4
+            for (int c = 1; c < NC; c++) s[0][r] = _mm512_add_epi32(s[0][r], s[c][r]);
+#pragma GCC unroll 8
+        for (int r = 0; r < RT; r++) {
+            const __m512 dd = _mm512_mul_ps(d, _mm512_set1_ps(a->d[(r0 + r) * nb8 + b]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[0][r]), dd, acc[r]);
+            acc[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(a->ds[(r0 + r) * nb8 + b]), acc[r]);
+        }
+    }
+    const __m512 bias = j->bias ? _mm512_loadu_ps(j->bias + o0) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+    for (int r = 0; r < RT; r++) _mm512_storeu_ps(j->y + (r0 + r) * j->stride_y + o0, _mm512_add_ps(acc[r], bias));
+}
+
+#define IL_ROWS(F, RT)                                                                             \
+    case RT:                                                                                       \
+        il_tile(F, j, w0, o0, r0, RT, pf);                                                         \
+        break;
+#define IL_FORMAT(F)                                                                               \
+    static void il_tiles_##F(const ILJob *j, const uint8_t *w0, int64_t o0, int64_t r0, int rt,    \
+                             const uint8_t *pf) {                                                  \
+        switch (rt) {                                                                              \
+            IL_ROWS(F, 1) IL_ROWS(F, 2) IL_ROWS(F, 3) IL_ROWS(F, 4)                                \
+            IL_ROWS(F, 5) IL_ROWS(F, 6) IL_ROWS(F, 7) IL_ROWS(F, 8)                                \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    }
+IL_FORMAT(Q4_0)
+IL_FORMAT(Q4_1)
+IL_FORMAT(Q8_0)
+
+static void il_part(void *p, int part, int parts) {
+    const ILJob job = *(const ILJob *)p, *j = &job; /* a local copy: y's stores cannot alias it */
+    const int64_t gbytes = j->nb * IL_GROUP * quant_block_bytes(j->fmt);
+    const int64_t g_begin = j->groups * part / parts, g_end = j->groups * (part + 1) / parts;
+    const int64_t chunks = (j->rows + IL_MAX_RT - 1) / IL_MAX_RT; /* near-equal groups of rows */
+    for (int64_t g = g_begin; g < g_end; g++) {
+        const uint8_t *w0 = j->w + g * gbytes;
+        /* the weights come from memory: the first pass over a group asks for the group
+         * IL_PREFETCH_GROUPS ahead, a block at a time */
+        const uint8_t *pf = g + IL_PREFETCH_GROUPS < g_end ? w0 + IL_PREFETCH_GROUPS * gbytes : NULL;
+        for (int64_t c = 0; c < chunks; c++, pf = NULL) {
+            const int64_t r0 = j->rows * c / chunks, rt = j->rows * (c + 1) / chunks - r0;
+            switch (j->fmt) {
+            case Q4_0: il_tiles_Q4_0(j, w0, g * IL_GROUP, r0, (int)rt, pf); break;
+            case Q4_1: il_tiles_Q4_1(j, w0, g * IL_GROUP, r0, (int)rt, pf); break;
+            case Q8_0: il_tiles_Q8_0(j, w0, g * IL_GROUP, r0, (int)rt, pf); break;
+            default: break;
+            }
+        }
+    }
+}
+#endif
+
+static int matmul_q8_interleaved(int fmt, const uint8_t *w, int64_t out_features, int64_t in,
+                                 const float *x, int64_t stride_x, int64_t rows, float *y,
+                                 int64_t stride_y, const float *bias) {
+#if defined(QM_IL)
+    QActs a;
+    if (qacts_make(x, stride_x, rows, in, &a)) return -2;
+    ILJob job = {fmt, w, in / 32, out_features / IL_GROUP, &a, rows, y, stride_y, bias};
+    spin_pool_run(il_part, &job, parts_for(out_features * rows * in));
+    qacts_free(&a);
+    return 0;
+#else
+    (void)fmt, (void)w, (void)out_features, (void)in, (void)x, (void)stride_x, (void)rows, (void)y,
+        (void)stride_y, (void)bias;
+    return -1;
+#endif
+}
 
 /* ------------------------------------------------ float activations on the packed layout (AVX2)
  *
@@ -1027,16 +1284,20 @@ static int matmul_packed_pz(int fmt, const uint8_t *w, int64_t row_bytes, int64_
 #endif
 
 /* y[rows, out] (row stride stride_y) = x[rows, in] (row stride stride_x) @ W^T (+ bias).
- * W is [out, row_bytes] in format fmt, GGUF layout (packed = 0) or packed (packed = 1). act_q8
- * needs the packed layout. Returns 0, or -1 for what it does not handle (unknown format, a row
- * size that does not match, a row longer than MAX_ROW on the float path, act_q8 with a K-quant
- * or the GGUF layout), -2 when scratch memory could not be had. */
+ * W is [out, row_bytes] in format fmt, GGUF layout (packed = 0), packed (packed = 1) or
+ * interleaved (packed = 2: 8-bit activations only, out a multiple of 16, a build with AVX-512
+ * VNNI). act_q8 needs the packed or interleaved layout. Returns 0, or -1 for what it does not
+ * handle (unknown format, a row size that does not match, a row longer than MAX_ROW on the float
+ * path, act_q8 with a K-quant or the GGUF layout), -2 when scratch memory could not be had. */
 int quant_matmul_f32(int fmt, int packed, const uint8_t *w, int64_t row_bytes, int64_t out_features,
                      int64_t in, const float *x, int64_t stride_x, int64_t rows, float *y,
                      int64_t stride_y, const float *bias, int act_q8) {
     const int64_t expected = row_bytes_of(fmt, packed, in);
     if (expected == 0 || row_bytes != expected) return -1;
+    if (packed == 2 && (!act_q8 || out_features % IL_GROUP)) return -1;
     if (rows == 0 || out_features == 0) return 0;
+    if (packed == 2)
+        return matmul_q8_interleaved(fmt, w, out_features, in, x, stride_x, rows, y, stride_y, bias);
     if (act_q8) {
         if (!packed) return -1;
         return matmul_q8_act(fmt, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias);

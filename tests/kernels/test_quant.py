@@ -86,6 +86,71 @@ def test_a_row_does_not_depend_on_its_batch(lib, fmt):
     assert torch.equal(Q.quant_matmul_c(lib, x[3:8], w, None, "q8"), together[3:8])
 
 
+@pytest.fixture(scope="module")
+def interleaving(lib):
+    if not lib.quant_interleave_supported():
+        pytest.skip("the C build has no AVX-512 VNNI (the interleaved layout)")
+    return lib
+
+
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+def test_interleaved_layout_holds_the_same_values(interleaving, fmt):
+    for inputs in _widths(fmt):
+        w = _weight(fmt, 48, inputs)
+        il = Q._interleave_c(interleaving, w)
+        assert il.interleaved and il.data.shape == w.data.shape and il.layout == 2
+        assert torch.equal(il.dequantize(), Q.dequantize_ref(w))
+        ids = torch.tensor([47, 0, 17, 16, 31])  # rows in both groups, either side of the seam
+        assert torch.equal(Q.embedding(ids, il), Q.dequantize_ref(w)[ids])
+
+
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 9, 17, 64])
+def test_interleaved_eight_bit_activations_stay_within_their_rounding(interleaving, fmt, rows):
+    """The same integer products as the packed 8-bit path, scaled per block in another order:
+    within the activations' rounding of the reference, and within float noise of the packed
+    path."""
+    for inputs in _widths(fmt):
+        w = _weight(fmt, 32, inputs)
+        x = torch.randn(rows, inputs)
+        bias = torch.randn(32)
+        want = Q.quant_matmul_ref(x, w, bias)
+        got = Q.quant_matmul_c(interleaving, x, Q._interleave_c(interleaving, w), bias, "q8")
+        assert (got - want).abs().max() <= 0.02 * want.abs().max()
+        packed = Q.quant_matmul_c(interleaving, x, w.to_packed(), bias, "q8")
+        torch.testing.assert_close(got, packed, rtol=1e-5, atol=1e-5 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+def test_an_interleaved_row_does_not_depend_on_its_batch(interleaving, fmt):
+    """Every row count takes its own tile (1-8 rows, several chunks beyond): a row's bits are
+    the same alone, among any number of rows and at any place among them."""
+    w = Q._interleave_c(interleaving, _weight(fmt, 64, 19 * 32))
+    bias = torch.randn(64)
+    x = torch.randn(40, 19 * 32)
+    together = Q.quant_matmul_c(interleaving, x, w, bias, "q8")
+    for n in range(1, 18):
+        part = Q.quant_matmul_c(interleaving, x[3 : 3 + n], w, bias, "q8")
+        assert torch.equal(part, together[3 : 3 + n]), n
+
+
+def test_quantized_linear_interleaves_only_for_eight_bit_activations(interleaving):
+    w = _weight("q4_1", 48, 96)
+    assert Q.QuantizedLinear(w, act="q8").weight.interleaved
+    assert Q.QuantizedLinear(w, act="f32").weight.packed
+    odd = Q.QuantizedLinear(_weight("q4_1", 37, 96), act="q8")  # not a multiple of 16 rows
+    assert odd.weight.packed and odd.c_mode == "q8"
+    x = torch.randn(5, 96)
+    layer = Q.QuantizedLinear(w, act="q8")
+    assert torch.equal(layer(x), Q.quant_matmul_c(interleaving, x, layer.weight, None, "q8"))
+    with pytest.raises(ValueError, match="interleaved"):
+        Q.quant_matmul(x, layer.weight, act="f32")
+    with pytest.raises(ValueError, match="interleaved"):
+        Q.QuantizedTensor(w.data[:40], "q4_1", 96, interleaved=True)  # 40 rows
+    with pytest.raises(ValueError, match="interleaved"):
+        layer.weight.rows(torch.tensor([0, 1]))
+
+
 @pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
 def test_a_float_row_does_not_depend_on_its_batch(lib, fmt):
     """Float activations on packed weights: a row's bits are the same alone and among 1-9 rows
