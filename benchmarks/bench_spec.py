@@ -14,6 +14,7 @@ each side is kept. Greedy outputs must be identical on and off (checked, reporte
     python benchmarks/bench_spec.py [--workloads json chat code] [--batches 1 8]
         [--requests 8] [--new-tokens 128] [--repeats 2] [--num-tokens K] [--json-out F]
         [--quantization none --algorithm draft --draft-model M]  # a draft model instead
+        [--quant-activations q8]  # 8-bit activations on both sides
 """
 
 from __future__ import annotations
@@ -164,15 +165,26 @@ def main() -> None:
     ap.add_argument("--num-tokens", type=int, default=None, help="--speculative-num-tokens")
     ap.add_argument("--model", default=None)
     ap.add_argument("--quantization", default=None, help="the target's --quantization")
+    ap.add_argument(
+        "--quant-activations",
+        default="f32",
+        choices=["f32", "q8"],
+        help="the target's --quant-activations (both sides)",
+    )
     ap.add_argument("--algorithm", default="ngram", choices=["ngram", "draft"])
     ap.add_argument("--draft-model", default=None, help="--speculative-draft-model (draft)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
 
-    off = Engine(model=args.model, quantization=args.quantization)
+    off = Engine(
+        model=args.model,
+        quantization=args.quantization,
+        quant_activations=args.quant_activations,
+    )
     on = Engine(
         model=args.model,
         quantization=args.quantization,
+        quant_activations=args.quant_activations,
         speculative_algorithm=args.algorithm,
         speculative_num_tokens=args.num_tokens,
         speculative_draft_model=args.draft_model,
