@@ -37,7 +37,7 @@ from .draft_model import DraftModel
 from .kernels import wake_threads
 from .mem_cache.chunk_cache import ChunkCache
 from .mem_cache.kv_manager import KVManager
-from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator
+from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator, WarmAhead
 from .mem_cache.prefix_cache import PrefixCache
 from .mem_cache.radix_cache import RadixCache
 from .model_runner import ModelRunner, as_decode_queries, kv_pool_for
@@ -69,9 +69,12 @@ T = TypeVar("T")
 Prompt = str | list[int]  # text, or token ids
 SCORE_TIMEOUT_S = 300.0  # a score call waiting this long (rows or memory short) gives up
 MAX_STEP_MS = {"cpu": 300.0, "cuda": 100.0}  # default --max-step-ms per device type
-# The idle engine keeps this much of the KV pool past its used slots resident (CPU pools; the
-# process's memory grows by about this much over what the slots in use need).
+# The idle engine keeps the KV pool's pages resident past its used slots (CPU pools): at least
+# this much, and as many slots as were first handed out over the last WARM_DEMAND_S (a load
+# like the last minute's then finds its pages resident). The process's memory grows by about
+# that much over what the slots in use need: a minute's traffic, which it would touch anyway.
 WARM_AHEAD_BYTES = 128 << 20
+WARM_DEMAND_S = 60.0
 IDLE_WAIT_S = 0.02  # an idle engine waits this long for a command between steps
 
 
@@ -246,7 +249,9 @@ class Engine:
         self.kv_pool = kv_pool_for(self.model, self.max_total_tokens, self.config.kv_cache_dtype)
         allocator = SlotAllocator(self.max_total_tokens)
         # slots past the allocator's never-used ones whose pool pages the idle loop touches
-        self._warm_ahead = min(self.max_total_tokens, WARM_AHEAD_BYTES // per_token)
+        self._warm_ahead = WarmAhead(
+            min(self.max_total_tokens, WARM_AHEAD_BYTES // per_token), WARM_DEMAND_S
+        )
         req_to_token_pool = ReqToTokenPool(
             self.config.max_running_requests, self.context_len + 1, self.device
         )
@@ -515,6 +520,7 @@ class Engine:
             torch.set_num_threads(self.num_threads)
         busy = False
         while not self._stopping:
+            self._warm_ahead.mark(self.kv.allocator.never_used_from, time.monotonic())
             self._drain_inbox(IDLE_WAIT_S if not busy else 0.0)
             if self._stopping:
                 break
@@ -532,11 +538,11 @@ class Engine:
                     self._fail(req, "internal error in the engine step")
 
     def _warm_kv_pool(self) -> bool:
-        """Touch a piece of the pool's pages for the next never-used slots (up to
-        ``WARM_AHEAD_BYTES`` of them), so the next requests do not fault them in. False when
-        there is nothing left to touch."""
+        """Touch a piece of the pool's pages for the next never-used slots (``WARM_AHEAD_BYTES``
+        of them, or as many as the last ``WARM_DEMAND_S`` handed out), so the next requests do
+        not fault them in. False when there is nothing left to touch."""
         start = self.kv.allocator.never_used_from
-        return self.kv_pool.warm(start, start + self._warm_ahead)
+        return self.kv_pool.warm(start, start + self._warm_ahead.target(start))
 
     def _rank_exited(self, message: str) -> None:
         """A spawned rank died (watcher thread): stop the engine from its own thread."""

@@ -15,6 +15,8 @@ request's private tail, or a radix-tree node (see ``RadixCache.check_integrity``
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy
 import torch
 
@@ -88,6 +90,29 @@ class SlotAllocator:
         """All free slots (for integrity checks; does not take them)."""
         fresh = torch.arange(self._fresh, self.size + 1, dtype=torch.int64)
         return torch.cat([*self._reuse, fresh])
+
+
+class WarmAhead:
+    """How many slots past ``SlotAllocator.never_used_from`` an idle engine keeps resident
+    (``KVPool.warm``): at least ``base``, and as many as were first handed out over the last
+    ``window_s`` seconds, so a load like the last one finds its pages already touched.
+    ``mark`` records the never-used mark (at most once a second; the engine calls it every
+    turn of its loop)."""
+
+    def __init__(self, base: int, window_s: float) -> None:
+        self.base, self.window_s = base, window_s
+        self._marks: deque[tuple[float, int]] = deque()  # (time, never_used_from)
+
+    def mark(self, never_used_from: int, now: float) -> None:
+        marks = self._marks
+        if not marks or now - marks[-1][0] >= 1.0:
+            marks.append((now, never_used_from))
+        while now - marks[0][0] > self.window_s:
+            marks.popleft()
+
+    def target(self, never_used_from: int) -> int:
+        demand = never_used_from - self._marks[0][1] if self._marks else 0
+        return max(self.base, demand)
 
 
 class ReqToTokenPool:

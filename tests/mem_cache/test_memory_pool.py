@@ -1,12 +1,12 @@
 """SlotAllocator hands freed slots out before never-used ones; KVPool.warm touches only slots no
-one holds."""
+one holds; WarmAhead sizes what the idle engine warms."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from radixgen.mem_cache.memory_pool import WARM_PIECE, KVPool, SlotAllocator
+from radixgen.mem_cache.memory_pool import WARM_PIECE, KVPool, SlotAllocator, WarmAhead
 
 
 def test_freed_slots_are_reused_before_never_used_ones():
@@ -73,3 +73,20 @@ def test_warm_writes_only_slots_no_one_holds(kv_cache_dtype):
     assert pool.warm(a.never_used_from, n + 100)  # further on: more to do, never past the pool
     while pool.warm(a.never_used_from, n + 100):
         pass
+
+
+def test_warm_ahead_follows_the_last_window_of_fresh_slots():
+    """The idle engine keeps at least ``base`` slots resident past the never-used mark, and as
+    many as were first handed out over the last window."""
+    ahead = WarmAhead(base=100, window_s=60.0)
+    assert ahead.target(0) == 100  # nothing recorded yet
+    ahead.mark(0, now=1000.0)
+    ahead.mark(50, now=1000.5)  # within a second of the last mark: not recorded
+    ahead.mark(400, now=1010.0)
+    assert ahead.target(400) == 400  # 400 fresh slots since t=1000
+    ahead.mark(900, now=1030.0)
+    assert ahead.target(900) == 900
+    ahead.mark(950, now=1065.0)  # t=1000 falls out of the window: demand since t=1010
+    assert ahead.target(950) == 550
+    ahead.mark(950, now=1200.0)  # a quiet window: back to the floor
+    assert ahead.target(950) == 100
