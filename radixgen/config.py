@@ -101,9 +101,9 @@ class EngineConfig:
         "f32",
         "activations of the quantized matmuls: f32 keeps them (the dequantized model's outputs "
         "up to summation order), q8 rounds them to 8 bits per block of 32 as llama.cpp does "
-        "(logits move by ~1 on the default model, greedy outputs then depend on batching and "
-        "caching, and on an AVX-512 CPU it is no faster: even at one stream, ~0.65x from 8 "
-        "rows on; see docs/performance.md)",
+        "(logits move by ~1.5 on the default model and greedy outputs drift from the "
+        "dequantized model's; with AVX-512 VNNI the matmuls run 2-3x faster from 4 rows on, "
+        "~1.3x at one: see docs/performance.md)",
         choices=QUANT_ACTIVATIONS,
     )
     kv_cache_dtype: str = option(
