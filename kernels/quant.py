@@ -25,7 +25,7 @@ Three implementations of ``x @ W^T``:
   Q8_0).
 
 :class:`QuantizedLinear` is the layer the model calls: every row count goes to the C kernel
-(prefill in parts of up to ``DIRECT_MAX_ROWS`` rows).
+(prefill in parts of up to ``DIRECT_MAX_ROWS`` rows, ``Q8_MAX_ROWS`` with 8-bit activations).
 """
 
 from __future__ import annotations
@@ -73,8 +73,13 @@ DEFAULT_ACT = "f32"
 # used to dequantize the weight for torch's float32 GEMM: 19.6 against 11.4 ms at 1,024 rows of a
 # 3072 x 576 Q4_1 matrix, and inside the engine ~3x slower still (oneDNN's OpenMP threads spin
 # after each call while the next kernel needs the cores: 144 prompt tokens took 438 ms, 116
-# took 139 ms). 8-bit-activation calls stay on the blocks at any size.
+# took 139 ms). 8-bit-activation calls stay on the blocks at any size (see Q8_MAX_ROWS).
 DIRECT_MAX_ROWS = 128
+# An 8-bit-activation call with more rows than this runs in parts of at most this many (any
+# split gives the same bits: rows are quantized alone): a 2,048-row prefill of the 3072 x 576
+# Q4_1 matrix took 6.7 ms whole, 5.7 ms in parts of 256, whose activations stay in L2 while
+# every group of 16 outputs reads them.
+Q8_MAX_ROWS = 256
 
 
 def format_of_ggml(type_id: int) -> str | None:
@@ -604,11 +609,12 @@ class QuantizedLinear:
         mode = self.c_mode
         x = x if x.stride(-1) == 1 else x.contiguous()
         rows = x.shape[0]
-        if mode != "f32" or rows <= DIRECT_MAX_ROWS:
+        most = DIRECT_MAX_ROWS if mode == "f32" else Q8_MAX_ROWS
+        if rows <= most:
             return quant_matmul_c(self.lib, x, self.weight, self.bias, mode)
         y = torch.empty(rows, self.out_features)
-        parts = -(-rows // DIRECT_MAX_ROWS)
-        for i in range(parts):  # near-equal parts: each has more than DIRECT_MAX_ROWS / 2 rows
+        parts = -(-rows // most)
+        for i in range(parts):  # near-equal parts: each has more than most / 2 rows
             lo, hi = rows * i // parts, rows * (i + 1) // parts
             quant_matmul_c(self.lib, x[lo:hi], self.weight, self.bias, mode, out=y[lo:hi])
         return y

@@ -449,8 +449,10 @@ static void quantize_acts(const float *x, int64_t stride_x, int64_t rows, int64_
             }
             const float *xb = x + r * stride_x + 32 * b;
 #if defined(QM_AVX512)
-            /* the same values 16 at a time (a 32-row call spent ~50 us here, scalar): max|x| in
-             * any order, x * inv rounded to nearest even as lrintf rounds */
+            /* the scalar loop's values 16 at a time for finite x (a 32-row call spent ~50 us
+             * here, scalar): max|x| in any order, x * inv rounded to nearest even as lrintf
+             * rounds. A NaN element becomes -128 here (0 there); a model that produced one has
+             * already failed */
             const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
             const __m512 sign = _mm512_set1_ps(-0.0f);
             const float amax = _mm512_reduce_max_ps(_mm512_max_ps(

@@ -107,7 +107,7 @@ class WarmAhead:
         marks = self._marks
         if not marks or now - marks[-1][0] >= 1.0:
             marks.append((now, never_used_from))
-        while now - marks[0][0] > self.window_s:
+        while len(marks) > 1 and now - marks[0][0] > self.window_s:
             marks.popleft()
 
     def target(self, never_used_from: int) -> int:

@@ -134,6 +134,58 @@ def test_an_interleaved_row_does_not_depend_on_its_batch(interleaving, fmt):
         assert torch.equal(part, together[3 : 3 + n]), n
 
 
+def _q8_emulated(x: torch.Tensor, w: Q.QuantizedTensor) -> torch.Tensor:
+    """The 8-bit-activation product in float64 from its definition: x rounded per block of 32
+    (d = max|x| / 127 in float32, q = x * (127 / max|x|) rounded half to even), each block's
+    exact integer dot product with the weight's quants, times both scales, plus the weight's
+    offset (Q4_1's minimum; -8 d for Q4_0, none for Q8_0) times d * sum(q)."""
+    _, _, nbytes = Q.FORMATS[w.fmt]
+    blocks = w.data.reshape(w.out_features, -1, nbytes)
+    d_w = blocks[..., :2].contiguous().view(torch.float16).squeeze(-1).double()
+    if w.fmt == "q8_0":
+        q_w = blocks[..., 2:].contiguous().view(torch.int8).long()
+        m_w = torch.zeros_like(d_w)
+    else:
+        packed = blocks[..., 4:] if w.fmt == "q4_1" else blocks[..., 2:]
+        q_w = torch.cat([packed & 0xF, packed >> 4], dim=-1).long()
+        m_w = (
+            blocks[..., 2:4].contiguous().view(torch.float16).squeeze(-1).double()
+            if w.fmt == "q4_1"
+            else -8 * d_w
+        )
+    xb = x.reshape(x.shape[0], -1, 32)
+    amax = xb.abs().amax(-1)
+    d_x = (amax / 127).double()
+    inv = torch.where(amax > 0, 127 / amax, torch.zeros_like(amax))
+    q_x = torch.round(xb * inv.unsqueeze(-1)).long()  # float32 product, half to even
+    dots = torch.einsum("rbk,obk->rob", q_x, q_w).double()  # exact integers
+    return (dots * d_w * d_x[:, None]).sum(-1) + (m_w * (d_x * q_x.sum(-1))[:, None]).sum(-1)
+
+
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+def test_interleaved_products_are_their_definition(interleaving, fmt):
+    """The C result is the float64 emulation up to float32 rounding of a few terms: a wrong
+    rounding of one activation moves an output by ~|w| d_x, hundreds of times more."""
+    w = _weight(fmt, 48, 19 * 32)
+    if fmt == "q8_0":  # the quant -128 (stored as 0 after the + 128) must multiply right too
+        data = w.data.clone()
+        data[:, 2 + 34 * 3] = 0x80
+        w = Q.QuantizedTensor(data, fmt, w.in_features)
+    x = torch.randn(7, 19 * 32)
+    want = _q8_emulated(x, w)
+    got = Q.quant_matmul_c(interleaving, x, Q._interleave_c(interleaving, w), None, "q8")
+    assert (got.double() - want).abs().max() <= 1e-5 * want.abs().max()
+    assert torch.equal(Q._interleave_c(interleaving, w).dequantize(), Q.dequantize_ref(w))
+
+
+def test_eight_bit_prefill_parts_give_the_same_bits(interleaving):
+    """More than Q8_MAX_ROWS rows run in parts; rows are quantized alone, so any split holds."""
+    layer = Q.QuantizedLinear(_weight("q4_1", 64, 96), torch.randn(64), act="q8")
+    x = torch.randn(2 * Q.Q8_MAX_ROWS + 45, 96)
+    got = layer(x)
+    assert torch.equal(got[:7], layer(x[:7])) and torch.equal(got[-300:], layer(x[-300:]))
+
+
 def test_quantized_linear_interleaves_only_for_eight_bit_activations(interleaving):
     w = _weight("q4_1", 48, 96)
     assert Q.QuantizedLinear(w, act="q8").weight.interleaved
