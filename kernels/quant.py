@@ -359,8 +359,8 @@ def _probe_c(lib: ctypes.CDLL) -> bool:
             got = quant_matmul_c(lib, x, packed, None, "f32")
             if not torch.allclose(got, want, rtol=1e-4, atol=1e-3):
                 return False
-            if lib.quant_interleave_supported():  # 32 rows: two groups of 16
-                w32 = w if w.out_features == 32 else _random_rows(w, 32, g)
+            if lib.quant_interleave_supported():  # 32 of its rows: two groups of 16
+                w32 = w.rows(torch.randint(0, w.out_features, (32,), generator=g))
                 il = _interleave_c(lib, w32)
                 if not torch.equal(dequantize_c(lib, il), dequantize_ref(w32)):
                     return False
@@ -369,11 +369,6 @@ def _probe_c(lib: ctypes.CDLL) -> bool:
                 if (got - want32).abs().max() > 0.05 * want32.abs().max():
                     return False
     return True
-
-
-def _random_rows(w: QuantizedTensor, rows: int, g: torch.Generator) -> QuantizedTensor:
-    """``rows`` rows of ``w``'s blocks, drawn with replacement (a GGUF-layout weight)."""
-    return w.rows(torch.randint(0, w.out_features, (rows,), generator=g))
 
 
 def _interleave_c(lib: ctypes.CDLL, w: QuantizedTensor) -> QuantizedTensor:

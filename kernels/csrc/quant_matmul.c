@@ -741,9 +741,7 @@ static int matmul_q8_act(int fmt, const uint8_t *w, int64_t row_bytes, int64_t o
 #endif
 #define IL_GROUP 16
 #define IL_MAX_RT 8
-#ifndef IL_PREFETCH_GROUPS
 #define IL_PREFETCH_GROUPS 2
-#endif
 
 /* GGUF rows (src) -> the interleaved layout (dst, as many bytes); rows a multiple of 16. */
 int quant_interleave(int fmt, const uint8_t *src, int64_t src_row_bytes, int64_t rows, int64_t in,
@@ -921,24 +919,18 @@ static void il_part(void *p, int part, int parts) {
         }
     }
 }
-#endif
 
 static int matmul_q8_interleaved(int fmt, const uint8_t *w, int64_t out_features, int64_t in,
                                  const float *x, int64_t stride_x, int64_t rows, float *y,
                                  int64_t stride_y, const float *bias) {
-#if defined(QM_IL)
     QActs a;
     if (qacts_make(x, stride_x, rows, in, &a)) return -2;
     ILJob job = {fmt, w, in / 32, out_features / IL_GROUP, &a, rows, y, stride_y, bias};
     spin_pool_run(il_part, &job, parts_for(out_features * rows * in));
     qacts_free(&a);
     return 0;
-#else
-    (void)fmt, (void)w, (void)out_features, (void)in, (void)x, (void)stride_x, (void)rows, (void)y,
-        (void)stride_y, (void)bias;
-    return -1;
-#endif
 }
+#endif
 
 /* ------------------------------------------------ float activations on the packed layout (AVX2)
  *
@@ -1298,8 +1290,13 @@ int quant_matmul_f32(int fmt, int packed, const uint8_t *w, int64_t row_bytes, i
     if (expected == 0 || row_bytes != expected) return -1;
     if (packed == 2 && (!act_q8 || out_features % IL_GROUP)) return -1;
     if (rows == 0 || out_features == 0) return 0;
-    if (packed == 2)
+    if (packed == 2) {
+#if defined(QM_IL)
         return matmul_q8_interleaved(fmt, w, out_features, in, x, stride_x, rows, y, stride_y, bias);
+#else
+        return -1;
+#endif
+    }
     if (act_q8) {
         if (!packed) return -1;
         return matmul_q8_act(fmt, w, row_bytes, out_features, in, x, stride_x, rows, y, stride_y, bias);
