@@ -139,11 +139,14 @@ def test_the_c_rotary_store_writes_what_the_reference_writes(dtype):
 
 @pytest.mark.parametrize("dtype", KV_DTYPES)
 @pytest.mark.parametrize("backend", ["auto", "torch"])
-def test_decode_attention_over_an_8bit_pool_equals_it_over_the_values_held(dtype, backend):
+@pytest.mark.parametrize("head_dim", [64, 128, 48, 40])  # AVX-512 paths for multiples of 16
+def test_decode_attention_over_an_8bit_pool_equals_it_over_the_values_held(
+    dtype, backend, head_dim
+):
     lens = [1, 17, 130, 300]
-    kb, vb, table, rows = make_pool(lens, 2, 64, torch.float32, "cpu")
+    kb, vb, table, rows = make_pool(lens, 2, head_dim, torch.float32, "cpu")
     (kq, vq, ks, vs), (kd, vd) = _quantized_pool(kb, vb, dtype)
-    q = torch.randn(len(lens), 6, 64)
+    q = torch.randn(len(lens), 6, head_dim)
     seq = torch.tensor(lens)
     got = decode_attention(
         q, kq, vq, table, rows, seq, 0.125, backend=backend, k_scale=ks, v_scale=vs
