@@ -239,9 +239,9 @@ class Speculator:
         cleared): the drafter's proposal, cut to the request's room, before the first token
         its grammar rejects, and to what the step's budget buys."""
         live: set[Req] = set()
-        proposals: list[tuple[Req, _ReqState, list[int]]] = []
-        from_model: list[tuple[Req, _ReqState, int]] = []
+        wanted: list[tuple[Req, _ReqState, int, int]] = []  # request, state, room, pending
         num_rows = 0
+        best = 0.0  # the best first-token chance of any bucket of any request that may draft
         for row in rows:
             req = row.req
             live.add(req)
@@ -262,21 +262,27 @@ class Speculator:
             )
             if room <= 0:
                 continue
-            if self.draft_model is not None:
-                from_model.append((req, state, room))
-                continue
-            state.index.sync(req)
-            draft, match_len = state.index.propose(room)
-            cut = next((i for i, t in enumerate(draft) if t in self.eos_token_ids), len(draft))
-            if cut:
-                state.last = bucket(match_len, pending > 1)
-                proposals.append((req, state, draft[:cut]))
+            wanted.append((req, state, room, pending))
+            buckets = (FROM_MODEL,) if self.draft_model is not None else range(FROM_MODEL)
+            best = max(best, *(state.first[k].rate(self.prior_first[k]) for k in buckets))
         for req in [r for r in self._states if r not in live]:
             del self._states[req]
         if self.draft_model is not None:
             self.draft_model.forget(live)
-            drafts = self.draft_model.propose([(req, room) for req, _, room in from_model])
-            for req, state, _ in from_model:
+        if self.budgeted and not self._may_pay(best, num_rows):
+            return  # no draft token could buy its row: skip the lookups (or the draft model)
+        proposals: list[tuple[Req, _ReqState, list[int]]] = []
+        if self.draft_model is None:
+            for req, state, room, pending in wanted:
+                state.index.sync(req)
+                draft, match_len = state.index.propose(room)
+                cut = next((i for i, t in enumerate(draft) if t in self.eos_token_ids), len(draft))
+                if cut:
+                    state.last = bucket(match_len, pending > 1)
+                    proposals.append((req, state, draft[:cut]))
+        else:
+            drafts = self.draft_model.propose([(req, room) for req, _, room, _ in wanted])
+            for req, state, _, _ in wanted:
                 draft = drafts.get(req, [])
                 cut = next((i for i, t in enumerate(draft) if t in self.eos_token_ids), len(draft))
                 if cut:
@@ -291,6 +297,13 @@ class Speculator:
             if req.matcher is not None:
                 draft = constraints.grammar_prefix(req, draft)
             req.draft_ids = draft
+
+    def _may_pay(self, gain: float, num_rows: int) -> bool:
+        """Whether a first draft token expected to add ``gain`` tokens would be bought in a step
+        of ``num_rows`` rows: ``_budget``'s first test, so when the best chance of all fails
+        it, no draft would be verified."""
+        a, b = self.cost.fit()
+        return gain * (a + b * num_rows) > MARGIN * b * num_rows
 
     def _budget(
         self, proposals: list[tuple[Req, _ReqState, list[int]]], num_rows: int

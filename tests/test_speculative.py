@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
@@ -16,7 +17,7 @@ from radixgen import Engine, SamplingParams
 from radixgen.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from radixgen.request import Req
 from radixgen.sampler import Sampler
-from radixgen.speculative import NgramIndex, StepCost
+from radixgen.speculative import NgramIndex, Speculator, StepCost
 
 # chi-square critical values at p = 0.001 by degrees of freedom (a fair test fails 1 in 1000)
 CHI2_999 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 7: 24.32, 8: 26.12, 15: 37.70}
@@ -86,6 +87,30 @@ def test_step_cost_fits_rows():
     for _ in range(10):
         same.observe(1, 24.0)  # only one row count seen: the prior's shape, scaled
     assert same.fit() == pytest.approx((20.0, 4.0))
+
+
+def test_a_step_where_no_draft_can_pay_looks_nothing_up(monkeypatch):
+    """When rows cost so much that even the best record cannot buy one (a wide batch), no
+    request gets a draft and the drafter is not asked; where rows are cheap it is."""
+    lookups: list[int] = []
+
+    def propose(self, k):
+        lookups.append(k)
+        return [7, 8], 2
+
+    monkeypatch.setattr(NgramIndex, "propose", propose)
+
+    def speculator(a: float, b: float) -> Speculator:
+        spec = Speculator(num_tokens=4, eos_token_ids=[0], context_len=1000)
+        for rows in (1, 8, 16):
+            spec.observe(rows, a + b * rows)
+        return spec
+
+    rows = [SimpleNamespace(req=_req([5, 6, 7, 8, 5, 6]), seq_len=6, computed_len=5)] * 8
+    speculator(a=1.0, b=1.0).propose(rows, constraints=None)  # best chance 0.6 < 1.25 * 8 / 9
+    assert lookups == [] and rows[0].req.draft_ids == []
+    speculator(a=10.0, b=0.1).propose(rows[:1], constraints=None)
+    assert lookups == [4] and rows[0].req.draft_ids == [7, 8]
 
 
 # ---------------------------------------------------------------------------- verification
