@@ -17,6 +17,7 @@ import ctypes
 import functools
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,10 +26,8 @@ from ._cbuild import I64, PTR
 from ._dispatch import use_native, use_triton
 from ._triton import lazy_jit
 
-try:
+if TYPE_CHECKING:  # lazy_jit imports Triton on a kernel's first launch, not here
     import triton.language as tl
-except ImportError:  # the torch reference works without Triton
-    tl = None
 
 LOGITS_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

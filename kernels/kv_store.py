@@ -3,16 +3,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ._dispatch import use_triton
 from ._triton import lazy_jit, next_power_of_2
 from .kv_quant import QMAX, check_scales, is_quantized, quantize_kv, raw
 
-try:
+if TYPE_CHECKING:  # lazy_jit imports Triton on a kernel's first launch, not here
     import triton.language as tl
-except ImportError:  # the torch reference works without Triton
-    tl = None
 
 
 def store_kv_ref(

@@ -13,6 +13,7 @@ call on dispatch). :func:`rms_norm` picks one.
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,10 +22,8 @@ from ._cbuild import F32, I64, PTR
 from ._dispatch import use_native, use_triton
 from ._triton import lazy_jit, next_power_of_2
 
-try:
+if TYPE_CHECKING:  # lazy_jit imports Triton on a kernel's first launch, not here
     import triton.language as tl
-except ImportError:  # the torch reference works without Triton
-    tl = None
 
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 

@@ -34,6 +34,7 @@ import ctypes
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -44,10 +45,8 @@ from ._cbuild import I32, I64, PTR
 from ._dispatch import use_native, use_triton
 from ._triton import lazy_jit
 
-try:
+if TYPE_CHECKING:  # lazy_jit imports Triton on a kernel's first launch, not here
     import triton.language as tl
-except ImportError:  # the reference and C paths work without Triton
-    tl = None
 
 logger = logging.getLogger(__name__)
 

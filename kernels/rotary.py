@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,10 +20,8 @@ from ._dispatch import use_native, use_triton
 from ._triton import lazy_jit, next_power_of_2
 from .kv_quant import C_FORMATS, dequantize_kv, is_quantized, quantize_kv, raw
 
-try:
+if TYPE_CHECKING:  # lazy_jit imports Triton on a kernel's first launch, not here
     import triton.language as tl
-except ImportError:  # the torch reference works without Triton
-    tl = None
 
 
 def build_cos_sin_cache(

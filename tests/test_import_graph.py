@@ -128,3 +128,22 @@ def test_every_module_imports() -> None:
         [sys.executable, "-c", code, *names], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-4000:]
+
+
+def test_a_cpu_engine_never_loads_triton(tiny_model_folder) -> None:
+    """Triton is imported on a Triton kernel's first launch only: a CPU engine that loads a
+    model and generates leaves it unloaded (~70 MB resident, and nanobind's leak report)."""
+    code = (
+        "import sys\nfrom radixgen import Engine, SamplingParams\n"
+        "engine = Engine(sys.argv[1], max_total_tokens=1024)\n"
+        "engine.generate(['hi'], SamplingParams(max_new_tokens=4))\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'triton'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tiny_model_folder)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"

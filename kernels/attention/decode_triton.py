@@ -5,6 +5,8 @@ Same arguments and result as ``decode.decode_attention_ref``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from .._triton import dot_upcast, lazy_jit, next_power_of_2
@@ -16,10 +18,8 @@ from ._common import (
     _dot_precision,
 )
 
-try:
+if TYPE_CHECKING:  # lazy_jit imports Triton on a kernel's first launch, not here
     import triton.language as tl
-except ImportError:  # the torch reference works without Triton
-    tl = None
 
 
 # ---------------------------------------------------------------------------------------------

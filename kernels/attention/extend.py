@@ -8,6 +8,8 @@ limits) and a Triton kernel (GPU). :func:`extend_attention` picks one.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 
@@ -23,10 +25,8 @@ from ._common import (
 )
 from .block_native import block_attention_c, block_c_library
 
-try:
+if TYPE_CHECKING:  # lazy_jit imports Triton on a kernel's first launch, not here
     import triton.language as tl
-except ImportError:  # the torch reference works without Triton
-    tl = None
 
 
 def extend_attention_ref(
