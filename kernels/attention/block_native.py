@@ -19,11 +19,12 @@ import torch
 
 from .. import _cbuild
 from .._cbuild import F32, I32, I64, PTR
+from ..kv_quant import C_FORMATS, quantize_kv
 
 _C_SIGNATURES = {
     "block_attention_f32": (
         I32,
-        [PTR, PTR, PTR, I64, PTR, I64, PTR, I64, I32, I32, I32, F32, PTR, PTR],
+        [PTR, PTR, PTR, I32, PTR, PTR, I64, PTR, I64, PTR, I64, I32, I32, I32, F32, PTR, PTR],
     ),
 }
 
@@ -31,17 +32,21 @@ _C_SIGNATURES = {
 def block_attention_c(
     lib: ctypes.CDLL,
     q: torch.Tensor,  # [T, Hq, D] float32
-    k: torch.Tensor,  # [S, Hkv, D] float32 contiguous (a float pool, or rows gathered from one)
+    k: torch.Tensor,  # [S, Hkv, D] contiguous: a float32 or 8-bit pool (or rows of one)
     v: torch.Tensor,  # [S, Hkv, D]
     slots: torch.Tensor,  # [N] int64: the keys, in order, as rows of k and v
     limits: torch.Tensor | None,  # [T] int64
     sm_scale: float,
     with_lse: bool = False,
+    k_scale: torch.Tensor | None = None,  # [S, Hkv] float32 contiguous, for an 8-bit pool
+    v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None:
     """Token ``t`` attends to the first ``limits[t]`` keys (all of them without ``limits``).
     ``out [T, Hq, D]`` (and the rows' natural log-sum-exps ``[T, Hq]``, ``-inf`` with no key),
     or None when the kernel declines the shapes (the caller then uses torch). ValueError for a
     slot outside ``k``."""
+    if (k.dtype == torch.float32) != (k_scale is None) or k.dtype != v.dtype:
+        return None  # a float pool without scales, an 8-bit one with them
     tokens, num_q_heads, head_dim = q.shape
     q = q.contiguous()
     slots = slots.to(torch.int64).contiguous()
@@ -53,6 +58,9 @@ def block_attention_c(
         q.data_ptr(),
         k.data_ptr(),
         v.data_ptr(),
+        C_FORMATS[k.dtype],
+        None if k_scale is None else k_scale.data_ptr(),
+        None if v_scale is None else v_scale.data_ptr(),
         k.shape[0],
         slots.data_ptr(),
         slots.numel(),
@@ -106,6 +114,16 @@ def _probe_c(lib: ctypes.CDLL) -> bool:
             and torch.allclose(lse[~lse.isinf()], want_lse[~want_lse.isinf()], rtol=1e-4, atol=1e-5)
         ):
             return False
+        # An 8-bit pool: the same attention over the values it holds (dequantized for the check).
+        for dtype in (torch.int8, torch.float8_e4m3fn):
+            (kq, ks), (vq, vs) = quantize_kv(k, dtype), quantize_kv(v, dtype)
+            kd, vd = kq.float() * ks[..., None], vq.float() * vs[..., None]
+            got = block_attention_c(lib, q, kq, vq, slots, lim, 0.25, True, ks, vs)
+            want = block_attention_c(lib, q, kd, vd, slots, lim, 0.25, True)
+            if got is None or want is None:
+                return False
+            if not all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(got, want)):
+                return False
     return True
 
 

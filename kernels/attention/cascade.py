@@ -156,11 +156,13 @@ def _prefix_attention(
     v_scale: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # [U, Hq, D], [U, Hq]
     """The members' attention over the prefix and its log-sum-exps: the C block kernel where it
-    loads (reading a float pool's rows through the prefix's slots, wherever they lie), else
-    one SDPA call whose query rows are every member's query heads of a KV head."""
+    loads (reading the pool's rows, float or 8-bit, through the prefix's slots, wherever they
+    lie), else one SDPA call whose query rows are every member's query heads of a KV head."""
     lib = block_c_library()
-    if lib is not None and k_scale is None and k_buffer.dtype == torch.float32:
-        got = block_attention_c(lib, q, k_buffer, v_buffer, prefix.slots, None, sm_scale, True)
+    if lib is not None:
+        got = block_attention_c(
+            lib, q, k_buffer, v_buffer, prefix.slots, None, sm_scale, True, k_scale, v_scale
+        )
         if got is not None:
             assert isinstance(got, tuple)
             return got

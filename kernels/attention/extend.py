@@ -113,8 +113,9 @@ def extend_attention_c(
     v_scale: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """Extend attention by the C block kernel, one call per request (new token ``j`` sees the
-    first ``prefix_len + j + 1`` keys); an 8-bit pool's keys are gathered as floats first. None
-    when the kernel is not available for these tensors (the caller uses the reference)."""
+    first ``prefix_len + j + 1`` keys), reading an 8-bit pool as it is (as floats gathered first
+    where the kernel declines its head size). None when the kernel is not available for these
+    tensors (the caller uses the reference)."""
     lib = block_c_library()
     if lib is None or k_buffer.dtype != v_buffer.dtype:
         return None
@@ -125,12 +126,15 @@ def extend_attention_c(
     ):
         total = prefix_len + extend_len
         slots = req_to_token[row, :total].long()
-        k, v = k_buffer, v_buffer
-        if k_buffer.dtype != torch.float32:  # an 8-bit pool: its keys as floats, in order
-            k, v = gather_kv(k, k_scale, slots, q.dtype), gather_kv(v, v_scale, slots, q.dtype)
-            slots = torch.arange(total)
         limits = torch.arange(prefix_len + 1, total + 1)
-        got = block_attention_c(lib, q[start : start + extend_len], k, v, slots, limits, sm_scale)
+        rows = q[start : start + extend_len]
+        got = block_attention_c(
+            lib, rows, k_buffer, v_buffer, slots, limits, sm_scale, k_scale=k_scale, v_scale=v_scale
+        )
+        if got is None and k_scale is not None:  # an 8-bit pool the kernel declined: as floats
+            k = gather_kv(k_buffer, k_scale, slots, q.dtype)
+            v = gather_kv(v_buffer, v_scale, slots, q.dtype)
+            got = block_attention_c(lib, rows, k, v, torch.arange(total), limits, sm_scale)
         if got is None:
             return None
         assert isinstance(got, torch.Tensor)

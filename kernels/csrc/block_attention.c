@@ -8,7 +8,8 @@
  * time, and the output accumulates transposed ([D][32]) from each key's values. Keys are taken
  * 16 at a time from the first on, through a slot list (the pool as it is), so a row's result
  * depends on its query, its keys and its limit alone, not on the rows beside it or the chunk
- * that holds it. Tasks (KV head, row block) run on the spinning pool (spin_pool.h): torch's SDPA
+ * that holds it. An 8-bit pool's block of keys and values is made floats (times their scales)
+ * once per task, where the torch path gathered and dequantized each request's keys before. Tasks (KV head, row block) run on the spinning pool (spin_pool.h): torch's SDPA
  * in between the pool's kernels ran at about half its own speed, its OpenMP threads contending
  * with the pool's spinning ones.
  *
@@ -31,7 +32,9 @@
 
 typedef struct {
     const float *q;           /* [T, Hq, D] */
-    const float *k, *v;       /* [*, Hkv, D]: the slots' rows */
+    const void *k, *v;        /* [*, Hkv, D]: the slots' rows, in format fmt */
+    int fmt;                  /* KV_F32, KV_INT8 or KV_FP8_E4M3 (common.h) */
+    const float *k_scale, *v_scale; /* [*, Hkv] for the 8-bit formats */
     const int64_t *slots;     /* [num_keys] */
     const int64_t *limits;    /* [T]: keys token t attends to (the first ones), or NULL: all */
     int64_t tokens, num_keys;
@@ -41,12 +44,27 @@ typedef struct {
     float *lse;               /* [T, Hq] natural log-sum-exp of the scaled scores, or NULL */
 } BlockJob;
 
+/* An 8-bit pool's rows of KV head h for keys t0 .. t0 + nk - 1 as floats times their scales (the
+ * values the pool holds), in tile[KEYS][MAX_DIM]; head_dim a multiple of 16. */
+static void dequantize_keys(const BlockJob *j, const void *buffer, const float *scale, int h, int64_t t0, int nk,
+                            float tile[KEYS][MAX_DIM]) {
+    const int64_t kv_stride = (int64_t)j->num_kv_heads * j->head_dim;
+    for (int kk = 0; kk < nk; kk++) {
+        const int64_t slot = j->slots[t0 + kk];
+        const __m512 s = _mm512_set1_ps(scale[slot * j->num_kv_heads + h]);
+        for (int d = 0; d < j->head_dim; d += 16)
+            _mm512_store_ps(tile[kk] + d, _mm512_mul_ps(load16_8bit(buffer, j->fmt, slot * kv_stride + (int64_t)h * j->head_dim + d), s));
+    }
+}
+
 static void block_task(const BlockJob *j, int h, int64_t r0) {
     const int group = j->num_q_heads / j->num_kv_heads, d_len = j->head_dim;
     const int64_t rows = j->tokens * group, kv_stride = (int64_t)j->num_kv_heads * d_len;
     float qt[MAX_DIM][ROWS] __attribute__((aligned(64)));
     float ot[MAX_DIM][ROWS] __attribute__((aligned(64)));
     float pt[KEYS][ROWS] __attribute__((aligned(64)));
+    float kt[KEYS][MAX_DIM] __attribute__((aligned(64))), vt[KEYS][MAX_DIM] __attribute__((aligned(64)));
+    const float *k = j->k, *v = j->v; /* a float32 pool */
     int32_t lim[ROWS] __attribute__((aligned(64)));
     int64_t most = 0; /* the block's longest row */
     for (int i = 0; i < ROWS; i++) {
@@ -72,11 +90,17 @@ static void block_task(const BlockJob *j, int h, int64_t r0) {
     const __m512i lim_v[2] = {_mm512_load_si512(lim), _mm512_load_si512(lim + 16)};
     for (int64_t t0 = 0; t0 < most; t0 += KEYS) {
         const int nk = most - t0 < KEYS ? (int)(most - t0) : KEYS;
+        if (j->fmt != KV_F32) { /* the block's keys and values as floats, once for the 32 rows */
+            dequantize_keys(j, j->k, j->k_scale, h, t0, nk, kt);
+            dequantize_keys(j, j->v, j->v_scale, h, t0, nk, vt);
+        }
         /* scores of KEYS keys (4 at a time) for the 32 rows, masked past each row's limit */
         for (int kk = 0; kk < KEYS; kk += KU) {
             const float *kp[KU];
-            for (int u = 0; u < KU; u++) /* past the block's last key: key t0 again, masked */
-                kp[u] = j->k + j->slots[t0 + (kk + u < nk ? kk + u : 0)] * kv_stride + (int64_t)h * d_len;
+            for (int u = 0; u < KU; u++) { /* past the block's last key: key t0 again, masked */
+                const int key = kk + u < nk ? kk + u : 0;
+                kp[u] = j->fmt != KV_F32 ? kt[key] : k + j->slots[t0 + key] * kv_stride + (int64_t)h * d_len;
+            }
             __m512 a[KU][2];
             for (int u = 0; u < KU; u++) a[u][0] = a[u][1] = _mm512_setzero_ps();
             for (int d = 0; d < d_len; d++) {
@@ -116,8 +140,10 @@ static void block_task(const BlockJob *j, int h, int64_t r0) {
         }
         /* out^T[d] = alpha * out^T[d] + sum_k p_k v_k[d], DU values of d at a time */
         const float *vp[KEYS];
-        for (int kk = 0; kk < KEYS; kk++)
-            vp[kk] = j->v + j->slots[t0 + (kk < nk ? kk : 0)] * kv_stride + (int64_t)h * d_len;
+        for (int kk = 0; kk < KEYS; kk++) {
+            const int key = kk < nk ? kk : 0;
+            vp[kk] = j->fmt != KV_F32 ? vt[key] : v + j->slots[t0 + key] * kv_stride + (int64_t)h * d_len;
+        }
         for (int d0 = 0; d0 < d_len; d0 += DU) {
             __m512 acc[DU][2];
             for (int u = 0; u < DU; u++)
@@ -164,27 +190,30 @@ static void block_part(void *arg, int part, int parts) {
 #endif
 
 /* out[t, hq] = softmax(sm_scale q[t, hq] . k[s]) v over the first limits[t] (all: NULL) of the
- * keys slots[0..num_keys), k and v rows of num_kv_heads x head_dim floats per slot (num_slots of
- * them). lse (may be NULL) gets each row's natural log-sum-exp (-inf with no keys, out 0).
- * Returns 0; -2 for a slot outside 0..num_slots - 1; -1 without
- * AVX-512 or for a head size over MAX_DIM or not a multiple of DU (8), or query heads that are not a
- * multiple of the KV heads (the caller then uses torch). */
-int block_attention_f32(const float *q, const float *k, const float *v, int64_t num_slots,
-                        const int64_t *slots, int64_t num_keys, const int64_t *limits, int64_t tokens, int num_q_heads,
-                        int num_kv_heads, int head_dim, float sm_scale, float *out, float *lse) {
+ * keys slots[0..num_keys), k and v rows of num_kv_heads x head_dim values per slot (num_slots of
+ * them) in format fmt: float32, or 8 bits times k_scale / v_scale [num_slots, num_kv_heads] (each
+ * block of 16 keys made floats once per task). lse (may be NULL) gets each row's natural
+ * log-sum-exp (-inf with no keys, out 0). Returns 0; -2 for a slot outside 0..num_slots - 1; -1
+ * without AVX-512 or for a head size over MAX_DIM or not a multiple of DU (8; of 16 for an 8-bit
+ * pool), or query heads that are not a multiple of the KV heads (the caller then uses torch). */
+int block_attention_f32(const float *q, const void *k, const void *v, int fmt, const float *k_scale,
+                        const float *v_scale, int64_t num_slots, const int64_t *slots, int64_t num_keys,
+                        const int64_t *limits, int64_t tokens, int num_q_heads, int num_kv_heads, int head_dim,
+                        float sm_scale, float *out, float *lse) {
 #if defined(__AVX512F__)
-    if (head_dim > MAX_DIM || head_dim % DU || num_kv_heads <= 0 || num_q_heads % num_kv_heads)
+    if (head_dim > MAX_DIM || head_dim % DU || num_kv_heads <= 0 || num_q_heads % num_kv_heads ||
+        (fmt != KV_F32 && (head_dim % 16 || !k_scale || !v_scale)))
         return -1;
     if (tokens <= 0) return 0;
     for (int64_t i = 0; i < num_keys; i++)
         if (slots[i] < 0 || slots[i] >= num_slots) return -2;
-    BlockJob job = {q, k, v, slots, limits, tokens, num_keys, num_q_heads, num_kv_heads, head_dim,
-                    sm_scale, out, lse};
+    BlockJob job = {q, k, v, fmt, k_scale, v_scale, slots, limits, tokens, num_keys, num_q_heads, num_kv_heads,
+                    head_dim, sm_scale, out, lse};
     const int64_t macs = tokens * num_q_heads * (num_keys + 1) * head_dim * 2;
     spin_pool_run(block_part, &job, macs >= 200000 ? spin_pool_threads() : 1);
     return 0;
 #else
-    (void)q; (void)k; (void)v; (void)num_slots; (void)slots; (void)num_keys; (void)limits; (void)tokens;
+    (void)q; (void)k; (void)v; (void)fmt; (void)k_scale; (void)v_scale; (void)num_slots; (void)slots; (void)num_keys; (void)limits; (void)tokens;
     (void)num_q_heads; (void)num_kv_heads; (void)head_dim; (void)sm_scale; (void)out; (void)lse;
     return -1;
 #endif

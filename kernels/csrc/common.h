@@ -98,6 +98,19 @@ static inline float fp8_e4m3_to_float(uint8_t b) {
     return v * 0x1p120f;
 }
 
+#if defined(__AVX512F__)
+/* 16 values of an 8-bit pool (KV_INT8 or KV_FP8_E4M3) from byte offset `at`, as floats before
+ * their scale: the values a cast of the int8, or fp8_e4m3_to_float, gives. */
+static inline __attribute__((always_inline)) __m512 load16_8bit(const void *buffer, const int fmt, int64_t at) {
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)((const uint8_t *)buffer + at));
+    if (fmt == KV_INT8) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+    const __m512i x = _mm512_cvtepu8_epi32(bytes);
+    const __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24),
+                                         _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x7f)), 20));
+    return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f));
+}
+#endif
+
 /* float (|y| <= 448, not NaN) -> float8 e4m3fn bits, rounded to nearest, ties to even, as
  * torch's conversion does. */
 static inline uint8_t float_to_fp8_e4m3(float y) {

@@ -114,17 +114,6 @@ static inline __attribute__((always_inline)) void scores_pass_f32x16(
     }
 }
 
-/* 16 values of an 8-bit pool from byte offset `at`, as floats (the same as dequantize_tile's
- * before the scale): int8 sign-extended, e4m3 by fp8_e4m3_to_float's bit moves. */
-static inline __attribute__((always_inline)) __m512 load16_8bit(const void *buffer, const int fmt, int64_t at) {
-    const __m128i bytes = _mm_loadu_si128((const __m128i *)((const uint8_t *)buffer + at));
-    if (fmt == KV_INT8) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
-    const __m512i x = _mm512_cvtepu8_epi32(bytes);
-    const __m512i bits = _mm512_or_si512(_mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x80)), 24),
-                                         _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x7f)), 20));
-    return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f));
-}
-
 /* scores_pass for an 8-bit pool on AVX-512, head_dim a multiple of 16. A block of one KV head's
  * keys is made floats times their scales (the values dequantize_tile makes) in L1, once for the
  * G query heads that read it; then 16 keys' dot products with a query head at a time (dots16).

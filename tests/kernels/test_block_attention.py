@@ -64,15 +64,38 @@ def test_a_row_does_not_depend_on_its_chunk(lib):
 
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn])
-def test_extend_over_an_eight_bit_pool(lib, dtype):
+@pytest.mark.parametrize("head_dim", [64, 128, 40])  # 40: not a multiple of 16, gathered first
+def test_extend_over_an_eight_bit_pool(lib, dtype, head_dim):
     q, kb, vb, r2t, rows, prefix_lens, extend_lens, scale = extend_inputs(
-        6, 2, 64, torch.float32, CPU
+        6, 2, head_dim, torch.float32, CPU
     )
     (kq, ks), (vq, vs) = quantize_kv(kb, dtype), quantize_kv(vb, dtype)
     args = (q, kq, vq, r2t, rows, prefix_lens, extend_lens, scale)
-    got = extend_attention(*args, k_scale=ks, v_scale=vs)
+    got = extend_attention_c(*args, k_scale=ks, v_scale=vs)
     want = att.extend_attention_ref(*args, ks, vs)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert torch.equal(extend_attention(*args, k_scale=ks, v_scale=vs), got)
+    held = (q, kq.float() * ks[..., None], vq.float() * vs[..., None], *args[3:])
+    assert torch.allclose(extend_attention_c(*held), got, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn])
+def test_shared_prefix_over_an_eight_bit_pool_is_read_in_place(lib, dtype, monkeypatch):
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(20, 9, 64, generator=g)
+    k, v = torch.randn(500, 3, 64, generator=g), torch.randn(500, 3, 64, generator=g)
+    (kq, ks), (vq, vs) = quantize_kv(k, dtype), quantize_kv(v, dtype)
+    slots = torch.randperm(499, generator=g)[:333] + 1
+    prefix = SharedPrefix(torch.arange(20), 333, slots, None)
+    monkeypatch.setattr(
+        "radixgen.kernels.attention.cascade._prefix_rows",
+        lambda *a: pytest.fail("an 8-bit prefix was gathered"),
+    )
+    out, lse = _prefix_attention(q, kq, vq, prefix, 0.125, ks, vs)
+    kd, vd = kq.float() * ks[..., None], vq.float() * vs[..., None]
+    want_out, want_lse = _prefix_attention(q, kd, vd, prefix, 0.125, None, None)
+    torch.testing.assert_close(out, want_out, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-5, atol=1e-5)
 
 
 def test_shared_prefix_matches_sdpa(lib, monkeypatch):
