@@ -270,24 +270,10 @@ class Speculator:
         if self.draft_model is not None:
             self.draft_model.forget(live)
         if self.budgeted and not self._may_pay(best, num_rows):
-            return  # no draft token could buy its row: skip the lookups (or the draft model)
-        proposals: list[tuple[Req, _ReqState, list[int]]] = []
-        if self.draft_model is None:
-            for req, state, room, pending in wanted:
-                state.index.sync(req)
-                draft, match_len = state.index.propose(room)
-                cut = next((i for i, t in enumerate(draft) if t in self.eos_token_ids), len(draft))
-                if cut:
-                    state.last = bucket(match_len, pending > 1)
-                    proposals.append((req, state, draft[:cut]))
-        else:
-            drafts = self.draft_model.propose([(req, room) for req, _, room, _ in wanted])
-            for req, state, _, _ in wanted:
-                draft = drafts.get(req, [])
-                cut = next((i for i, t in enumerate(draft) if t in self.eos_token_ids), len(draft))
-                if cut:
-                    state.last = FROM_MODEL
-                    proposals.append((req, state, draft[:cut]))
+            # No draft token could buy its row: skip the lookups, or the draft model's forward.
+            # (A draft model then falls behind; it catches up when drafting pays again.)
+            return
+        proposals = self._lookups(wanted) if self.draft_model is None else self._model(wanted)
         chosen = (
             self._budget(proposals, num_rows)
             if self.budgeted
@@ -298,12 +284,46 @@ class Speculator:
                 draft = constraints.grammar_prefix(req, draft)
             req.draft_ids = draft
 
+    def _lookups(
+        self, wanted: list[tuple[Req, _ReqState, int, int]]
+    ) -> list[tuple[Req, _ReqState, list[int]]]:
+        """Prompt lookup: each request's proposal."""
+        proposals = []
+        for req, state, room, pending in wanted:
+            state.index.sync(req)
+            draft, match_len = state.index.propose(room)
+            draft = self._before_eos(draft)
+            if draft:
+                state.last = bucket(match_len, pending > 1)
+                proposals.append((req, state, draft))
+        return proposals
+
+    def _model(
+        self, wanted: list[tuple[Req, _ReqState, int, int]]
+    ) -> list[tuple[Req, _ReqState, list[int]]]:
+        """The draft model's proposals (one batched run)."""
+        assert self.draft_model is not None
+        drafts = self.draft_model.propose([(req, room) for req, _, room, _ in wanted])
+        proposals = []
+        for req, state, _, _ in wanted:
+            draft = self._before_eos(drafts.get(req, []))
+            if draft:
+                state.last = FROM_MODEL
+                proposals.append((req, state, draft))
+        return proposals
+
+    def _before_eos(self, draft: list[int]) -> list[int]:
+        """``draft`` up to its first end-of-sequence token (ending is the target's decision)."""
+        return draft[
+            : next((i for i, t in enumerate(draft) if t in self.eos_token_ids), len(draft))
+        ]
+
     def _may_pay(self, gain: float, num_rows: int) -> bool:
         """Whether a first draft token expected to add ``gain`` tokens would be bought in a step
         of ``num_rows`` rows: ``_budget``'s first test, so when the best chance of all fails
         it, no draft would be verified."""
         a, b = self.cost.fit()
-        return gain * (a + b * num_rows) > MARGIN * b * num_rows
+        return _pays(gain, a + b * num_rows, b, num_rows)
 
     def _budget(
         self, proposals: list[tuple[Req, _ReqState, list[int]]], num_rows: int
@@ -320,7 +340,7 @@ class Speculator:
         tokens, cost = float(num_rows), a + b * num_rows
         taken = [0] * len(proposals)
         for gain, i in candidates:
-            if gain * cost <= MARGIN * b * tokens:
+            if not _pays(gain, cost, b, tokens):
                 break
             taken[i] += 1
             tokens += gain
@@ -357,6 +377,12 @@ class Speculator:
             state.then.add(accepted - 1, tried - 1)
             rate = (accepted - 1) / (tried - 1)
             self.prior_then += PRIOR_RATE * (rate - self.prior_then)
+
+
+def _pays(gain: float, cost: float, row_cost: float, tokens: float) -> bool:
+    """Whether a draft token expected to add ``gain`` tokens raises a step's tokens per ms
+    (``tokens`` in ``cost`` ms) by more than ``MARGIN`` times what its row costs."""
+    return gain * cost > MARGIN * row_cost * tokens
 
 
 class _Grammar(Protocol):

@@ -106,9 +106,11 @@ def test_a_step_where_no_draft_can_pay_looks_nothing_up(monkeypatch):
             spec.observe(rows, a + b * rows)
         return spec
 
-    rows = [SimpleNamespace(req=_req([5, 6, 7, 8, 5, 6]), seq_len=6, computed_len=5)] * 8
+    rows = [
+        SimpleNamespace(req=_req([5, 6, 7, 8, 5, 6]), seq_len=6, computed_len=5) for _ in range(8)
+    ]
     speculator(a=1.0, b=1.0).propose(rows, constraints=None)  # best chance 0.6 < 1.25 * 8 / 9
-    assert lookups == [] and rows[0].req.draft_ids == []
+    assert lookups == [] and all(row.req.draft_ids == [] for row in rows)
     speculator(a=10.0, b=0.1).propose(rows[:1], constraints=None)
     assert lookups == [4] and rows[0].req.draft_ids == [7, 8]
 

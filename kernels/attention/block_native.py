@@ -45,8 +45,8 @@ def block_attention_c(
     ``out [T, Hq, D]`` (and the rows' natural log-sum-exps ``[T, Hq]``, ``-inf`` with no key),
     or None when the kernel declines the shapes (the caller then uses torch). ValueError for a
     slot outside ``k``."""
-    if (k.dtype == torch.float32) != (k_scale is None) or k.dtype != v.dtype:
-        return None  # a float pool without scales, an 8-bit one with them
+    if not _pool_fits(k, v, k_scale, v_scale):
+        return None
     tokens, num_q_heads, head_dim = q.shape
     q = q.contiguous()
     slots = slots.to(torch.int64).contiguous()
@@ -78,6 +78,25 @@ def block_attention_c(
     if status:
         return None
     return out if lse is None else (out, lse)
+
+
+def _pool_fits(
+    k: torch.Tensor, v: torch.Tensor, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None
+) -> bool:
+    """A layout the kernel reads: contiguous K and V of one format it knows, and for an 8-bit
+    pool contiguous float32 scales, one per slot and KV head (none for a float pool)."""
+    if (
+        k.dtype != v.dtype
+        or k.dtype not in C_FORMATS
+        or not (k.is_contiguous() and v.is_contiguous())
+    ):
+        return False
+    if k.dtype == torch.float32:
+        return k_scale is None and v_scale is None
+    return all(
+        s is not None and s.dtype == torch.float32 and s.is_contiguous() and s.shape == k.shape[:2]
+        for s in (k_scale, v_scale)
+    )
 
 
 def _reference(q, k, v, slots, limits, sm_scale):

@@ -65,16 +65,20 @@ def test_a_row_does_not_depend_on_its_chunk(lib):
 
 @pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn])
 @pytest.mark.parametrize("head_dim", [64, 128, 40])  # 40: not a multiple of 16, gathered first
-def test_extend_over_an_eight_bit_pool(lib, dtype, head_dim):
+def test_extend_over_an_eight_bit_pool(lib, dtype, head_dim, monkeypatch):
     q, kb, vb, r2t, rows, prefix_lens, extend_lens, scale = extend_inputs(
         6, 2, head_dim, torch.float32, CPU
     )
     (kq, ks), (vq, vs) = quantize_kv(kb, dtype), quantize_kv(vb, dtype)
     args = (q, kq, vq, r2t, rows, prefix_lens, extend_lens, scale)
-    got = extend_attention_c(*args, k_scale=ks, v_scale=vs)
     want = att.extend_attention_ref(*args, ks, vs)
+    if head_dim % 16 == 0:  # the kernel reads the pool in place
+        monkeypatch.setattr(
+            "radixgen.kernels.attention.extend.gather_kv",
+            lambda *a: pytest.fail("an 8-bit pool was gathered"),
+        )
+    got = extend_attention_c(*args, k_scale=ks, v_scale=vs)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
-    assert torch.equal(extend_attention(*args, k_scale=ks, v_scale=vs), got)
     held = (q, kq.float() * ks[..., None], vq.float() * vs[..., None], *args[3:])
     assert torch.allclose(extend_attention_c(*held), got, rtol=1e-5, atol=1e-6)
 
@@ -110,6 +114,17 @@ def test_shared_prefix_matches_sdpa(lib, monkeypatch):
     want_out, want_lse = _prefix_attention(q, k, v, prefix, 0.125, None, None)
     torch.testing.assert_close(out, want_out, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(lse, want_lse, rtol=1e-5, atol=1e-5)
+
+
+def test_a_pool_layout_the_kernel_does_not_read_is_declined(lib):
+    q, k = torch.randn(3, 4, 64), torch.randn(10, 2, 64)
+    kq, ks = quantize_kv(k, torch.int8)
+    slots = torch.arange(5)
+    assert block_attention_c(lib, q, kq, kq, slots, None, 0.1) is None  # 8 bits, no scales
+    assert block_attention_c(lib, q, k, k, slots, None, 0.1, k_scale=ks, v_scale=ks) is None
+    assert block_attention_c(lib, q, kq, kq, slots, None, 0.1, k_scale=ks[:5], v_scale=ks) is None
+    assert block_attention_c(lib, q, k.half(), k.half(), slots, None, 0.1) is None
+    assert block_attention_c(lib, q, kq, kq, slots, None, 0.1, k_scale=ks, v_scale=ks) is not None
 
 
 def test_no_keys_and_bad_slots(lib):

@@ -139,14 +139,20 @@ def test_the_c_rotary_store_writes_what_the_reference_writes(dtype):
 
 @pytest.mark.parametrize("dtype", KV_DTYPES)
 @pytest.mark.parametrize("backend", ["auto", "torch"])
-@pytest.mark.parametrize("head_dim", [64, 128, 48, 40])  # AVX-512 paths for multiples of 16
+@pytest.mark.parametrize(
+    "head_dim,num_q_heads,num_kv_heads",
+    # AVX-512 paths for head sizes that are multiples of 16; groups of 3, 1, 2, 6 and 5 (the
+    # last one's values take the generic loop)
+    [(64, 6, 2), (128, 6, 2), (48, 6, 2), (40, 6, 2), (64, 4, 4), (64, 8, 4), (64, 12, 2)]
+    + [(64, 10, 2)],
+)
 def test_decode_attention_over_an_8bit_pool_equals_it_over_the_values_held(
-    dtype, backend, head_dim
+    dtype, backend, head_dim, num_q_heads, num_kv_heads
 ):
     lens = [1, 17, 130, 300]
-    kb, vb, table, rows = make_pool(lens, 2, head_dim, torch.float32, "cpu")
+    kb, vb, table, rows = make_pool(lens, num_kv_heads, head_dim, torch.float32, "cpu")
     (kq, vq, ks, vs), (kd, vd) = _quantized_pool(kb, vb, dtype)
-    q = torch.randn(len(lens), 6, head_dim)
+    q = torch.randn(len(lens), num_q_heads, head_dim)
     seq = torch.tensor(lens)
     got = decode_attention(
         q, kq, vq, table, rows, seq, 0.125, backend=backend, k_scale=ks, v_scale=vs
