@@ -7,8 +7,10 @@ Why: torch's CPU SDPA ran at ~70 G multiply-adds/s alone and about half that bet
 spinning pool's kernels (its OpenMP threads contend with the pool's); at batch 32 behind a
 760-token system prompt the prefix's SDPA took ~19 of a decode step's ~66 ms. The kernel runs on
 the spinning pool, 32 query rows per task against keys read through their slots, and gives a row
-the same result whatever rows or chunk it is computed with. Where it does not load (no AVX-512,
-a head size it does not take), callers keep SDPA.
+the same result whatever rows or chunk it is computed with. It reads an 8-bit pool as it is
+(each block of 16 keys and values made floats once per task). Where it does not load (no
+AVX-512, a head size or pool layout it does not take), callers keep SDPA, or gather an 8-bit
+pool's keys as floats first.
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ many small calls took ~40 % of a decode step of SmolLM2-135M, more than transfor
 attention. The kernel reads the keys through the ``req_to_token`` rows directly, one task
 per request or per 128 keys of a longer one (merged by log-sum-exp), on the spinning pool; with ``starts`` it attends only each request's keys from ``starts[b]`` on and
 returns the log-sum-exp too, so that ``cascade.py`` can merge a shared prefix attended once.
-An 8-bit pool (``kv_quant``) is read as it is: each block of 32 keys (or values) of a KV head
-is made floats once, times their scales, for every query head of the group.
+An 8-bit pool (``kv_quant``) is read as it is: each block of 32 keys of a KV head is made floats
+once, times their scales, for every query head of the group, and each value row is made floats
+in registers as the group's outputs accumulate it (AVX-512; elsewhere a block of values too).
 """
 
 from __future__ import annotations
