@@ -197,14 +197,19 @@ def test_engine_outputs_equal_with_and_without_the_kernel(tiny_model_folder, mon
         "Hello",
         "x" * 40,
     ]
-    params = SamplingParams(max_new_tokens=6, temperature=0.0, ignore_eos=True)
+    # The prefix (~300 tokens) pays its own call only when all 8 decode in one step. generate()
+    # submits the prompts one by one while the engine steps, so they may be admitted over a few
+    # steps: token ids (nothing to tokenize between submissions), chunks sized by tokens alone
+    # (max_step_ms=0) and 24 new tokens each keep them overlapping on a busy machine too (with 6,
+    # a CI run once saw no decode step holding all 8).
+    params = SamplingParams(max_new_tokens=24, temperature=0.0, ignore_eos=True)
 
     def generate(native_on: bool) -> list[list[int]]:
         monkeypatch.setenv("RADIXGEN_NATIVE_KERNELS", "1" if native_on else "0")
-        engine = Engine(str(tiny_model_folder), max_total_tokens=8192)
+        engine = Engine(str(tiny_model_folder), max_total_tokens=8192, max_step_ms=0)
         try:
             engine.generate(
-                [shared], SamplingParams(max_new_tokens=1)
+                [engine.tokenizer.encode(shared)], SamplingParams(max_new_tokens=1)
             )  # cache the prefix: the 8 share its slots
             if native_on:
                 plans = []
@@ -213,7 +218,8 @@ def test_engine_outputs_equal_with_and_without_the_kernel(tiny_model_folder, mon
                 model.forward = lambda batch: (
                     plans.append((batch.decode_plan, model.layer_ops(batch))) or forward(batch)
                 )
-            outs = [o.token_ids for o in engine.generate(prompts, params)]
+            ids = [engine.tokenizer.encode(p) for p in prompts]
+            outs = [o.token_ids for o in engine.generate(ids, params)]
             if native_on:
                 assert any(
                     p is not None and p.cpu is not None and p.cpu.prefixes for p, _ in plans
