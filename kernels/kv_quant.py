@@ -90,23 +90,31 @@ def gather_kv(
     return dequantize_kv(rows, scales, dtype)
 
 
+def scales_fit(buffer: torch.Tensor, scale: torch.Tensor | None) -> bool:
+    """Whether ``scale`` is what ``buffer`` needs: for an 8-bit buffer ``[S, Hkv]`` float32,
+    contiguous, on its device; for a float one none."""
+    if not is_quantized(buffer.dtype):
+        return scale is None
+    return (
+        scale is not None
+        and scale.dtype == torch.float32
+        and tuple(scale.shape) == tuple(buffer.shape[:2])
+        and scale.is_contiguous()
+        and scale.device == buffer.device
+    )
+
+
 def check_scales(
     buffer: torch.Tensor, scale: torch.Tensor | None, name: str, label: str = "k"
 ) -> None:
     """ValueError unless an 8-bit ``buffer`` comes with its ``scale [S, Hkv]`` float32 (and a
-    float one without)."""
-    if is_quantized(buffer.dtype):
-        if (
-            scale is None
-            or scale.dtype != torch.float32
-            or tuple(scale.shape) != tuple(buffer.shape[:2])
-            or not scale.is_contiguous()
-            or scale.device != buffer.device
-        ):
-            got = "none" if scale is None else f"{tuple(scale.shape)} {scale.dtype}"
-            raise ValueError(
-                f"{name}: an {buffer.dtype} {label}_buffer needs {label}_scale "
-                f"{tuple(buffer.shape[:2])} float32, contiguous, on its device; got {got}"
-            )
-    elif scale is not None:
+    float one without): :func:`scales_fit`."""
+    if scales_fit(buffer, scale):
+        return
+    if not is_quantized(buffer.dtype):
         raise ValueError(f"{name}: {label}_scale given for a {buffer.dtype} {label}_buffer")
+    got = "none" if scale is None else f"{tuple(scale.shape)} {scale.dtype}"
+    raise ValueError(
+        f"{name}: an {buffer.dtype} {label}_buffer needs {label}_scale "
+        f"{tuple(buffer.shape[:2])} float32, contiguous, on its device; got {got}"
+    )

@@ -242,6 +242,7 @@ class Speculator:
         wanted: list[tuple[Req, _ReqState, int, int]] = []  # request, state, room, pending
         num_rows = 0
         best = 0.0  # the best first-token chance of any bucket of any request that may draft
+        buckets = (FROM_MODEL,) if self.draft_model is not None else range(FROM_MODEL)
         for row in rows:
             req = row.req
             live.add(req)
@@ -263,7 +264,6 @@ class Speculator:
             if room <= 0:
                 continue
             wanted.append((req, state, room, pending))
-            buckets = (FROM_MODEL,) if self.draft_model is not None else range(FROM_MODEL)
             best = max(best, *(state.first[k].rate(self.prior_first[k]) for k in buckets))
         for req in [r for r in self._states if r not in live]:
             del self._states[req]

@@ -21,7 +21,7 @@ import torch
 
 from .. import _cbuild
 from .._cbuild import F32, I32, I64, PTR
-from ..kv_quant import C_FORMATS, quantize_kv
+from ..kv_quant import C_FORMATS, quantize_kv, scales_fit
 
 _C_SIGNATURES = {
     "block_attention_f32": (
@@ -85,19 +85,15 @@ def block_attention_c(
 def _pool_fits(
     k: torch.Tensor, v: torch.Tensor, k_scale: torch.Tensor | None, v_scale: torch.Tensor | None
 ) -> bool:
-    """A layout the kernel reads: contiguous K and V of one format it knows, and for an 8-bit
-    pool contiguous float32 scales, one per slot and KV head (none for a float pool)."""
-    if (
-        k.dtype != v.dtype
-        or k.dtype not in C_FORMATS
-        or not (k.is_contiguous() and v.is_contiguous())
-    ):
-        return False
-    if k.dtype == torch.float32:
-        return k_scale is None and v_scale is None
-    return all(
-        s is not None and s.dtype == torch.float32 and s.is_contiguous() and s.shape == k.shape[:2]
-        for s in (k_scale, v_scale)
+    """A layout the kernel reads: contiguous K and V of one format it knows, with the scales
+    each needs (``scales_fit``: float32 ``[S, Hkv]`` for an 8-bit pool, none for a float one)."""
+    return (
+        k.dtype == v.dtype
+        and k.dtype in C_FORMATS
+        and k.is_contiguous()
+        and v.is_contiguous()
+        and scales_fit(k, k_scale)
+        and scales_fit(v, v_scale)
     )
 
 

@@ -45,20 +45,6 @@ typedef struct {
     float *lse;               /* [T, Hq] natural log-sum-exp of the scaled scores, or NULL */
 } BlockJob;
 
-/* An 8-bit pool's rows of KV head h for keys t0 .. t0 + nk - 1 as floats times their scales (the
- * values the pool holds), in tile[KEYS][MAX_DIM]; head_dim a multiple of 16. */
-static void dequantize_keys(const BlockJob *j, const void *buffer, const float *scale, int h, int64_t t0, int nk,
-                            float tile[KEYS][MAX_DIM]) {
-    const int64_t kv_stride = (int64_t)j->num_kv_heads * j->head_dim;
-    for (int kk = 0; kk < nk; kk++) {
-        const int64_t slot = j->slots[t0 + kk];
-        const __m512 s = _mm512_set1_ps(scale[slot * j->num_kv_heads + h]);
-        const int64_t at = slot * kv_stride + (int64_t)h * j->head_dim;
-        for (int d = 0; d < j->head_dim; d += 16)
-            _mm512_store_ps(tile[kk] + d, _mm512_mul_ps(load16_8bit(buffer, j->fmt, at + d), s));
-    }
-}
-
 static void block_task(const BlockJob *j, int h, int64_t r0) {
     const int group = j->num_q_heads / j->num_kv_heads, d_len = j->head_dim;
     const int64_t rows = j->tokens * group, kv_stride = (int64_t)j->num_kv_heads * d_len;
@@ -96,8 +82,8 @@ static void block_task(const BlockJob *j, int h, int64_t r0) {
     for (int64_t t0 = 0; t0 < most; t0 += KEYS) {
         const int nk = most - t0 < KEYS ? (int)(most - t0) : KEYS;
         if (j->fmt != KV_F32) { /* the block's keys and values as floats, once for the 32 rows */
-            dequantize_keys(j, j->k, j->k_scale, h, t0, nk, kt);
-            dequantize_keys(j, j->v, j->v_scale, h, t0, nk, vt);
+            dequantize_rows(j->k, j->k_scale, j->fmt, j->slots + t0, nk, h, j->num_kv_heads, d_len, kt[0], MAX_DIM);
+            dequantize_rows(j->v, j->v_scale, j->fmt, j->slots + t0, nk, h, j->num_kv_heads, d_len, vt[0], MAX_DIM);
         }
         /* scores of KEYS keys (4 at a time) for the 32 rows, masked past each row's limit */
         for (int kk = 0; kk < KEYS; kk += KU) {

@@ -111,6 +111,36 @@ static inline __attribute__((always_inline)) __m512 load16_8bit(const void *buff
 }
 #endif
 
+/* n rows of an 8-bit pool's KV head h (slots[0..n)) as floats, each times its scale:
+ * out[t * out_stride + d] = value(slots[t], h, d) * scale[slots[t], h]. 16 values at a time
+ * where AVX-512 is on and head_dim is a multiple of 16 (the same values). */
+static inline __attribute__((always_inline)) void dequantize_rows(
+        const void *buffer, const float *scale, const int fmt, const int64_t *slots, int64_t n, int h,
+        int num_kv_heads, const int head_dim, float *out, int64_t out_stride) {
+    const int64_t row_stride = (int64_t)num_kv_heads * head_dim;
+    for (int64_t t = 0; t < n; t++) {
+        const int64_t at = slots[t] * row_stride + (int64_t)h * head_dim;
+        const float s = scale[slots[t] * num_kv_heads + h];
+        float *o = out + t * out_stride;
+#if defined(__AVX512F__)
+        if (head_dim % 16 == 0) {
+            for (int d = 0; d < head_dim; d += 16)
+                _mm512_storeu_ps(o + d, _mm512_mul_ps(load16_8bit(buffer, fmt, at + d), _mm512_set1_ps(s)));
+            continue;
+        }
+#endif
+        if (fmt == KV_INT8) {
+            const int8_t *q = (const int8_t *)buffer + at;
+#pragma omp simd
+            for (int d = 0; d < head_dim; d++) o[d] = (float)q[d] * s;
+        } else {
+            const uint8_t *q = (const uint8_t *)buffer + at;
+#pragma omp simd
+            for (int d = 0; d < head_dim; d++) o[d] = fp8_e4m3_to_float(q[d]) * s;
+        }
+    }
+}
+
 /* float (|y| <= 448, not NaN) -> float8 e4m3fn bits, rounded to nearest, ties to even, as
  * torch's conversion does. */
 static inline uint8_t float_to_fp8_e4m3(float y) {

@@ -53,28 +53,6 @@ static inline __attribute__((always_inline)) void prefetch_bytes(const uint8_t *
     __builtin_prefetch(p + n - 1, 0, 3);
 }
 
-/* A block of an 8-bit pool's rows of one KV head as floats, each times its scale:
- * tile[t][d] = value(slot t, head h, d) * scale[slot t, h]. */
-static inline __attribute__((always_inline)) void dequantize_tile(
-        const void *buffer, const float *scale, const int fmt, const int64_t *slots, int64_t t0, int64_t t1,
-        int h, int num_kv_heads, const int head_dim, float *tile) {
-    const int64_t row_stride = (int64_t)num_kv_heads * head_dim;
-    for (int64_t t = t0; t < t1; t++) {
-        const int64_t at = slots[t] * row_stride + (int64_t)h * head_dim;
-        const float s = scale[slots[t] * num_kv_heads + h];
-        float *out = tile + (t - t0) * head_dim;
-        if (fmt == KV_INT8) {
-            const int8_t *q = (const int8_t *)buffer + at;
-#pragma omp simd
-            for (int d = 0; d < head_dim; d++) out[d] = (float)q[d] * s;
-        } else {
-            const uint8_t *q = (const uint8_t *)buffer + at;
-#pragma omp simd
-            for (int d = 0; d < head_dim; d++) out[d] = fp8_e4m3_to_float(q[d]) * s;
-        }
-    }
-}
-
 #if defined(__AVX512F__) /* common.h includes immintrin.h */
 /* dst[u] = scale * <qj, row u> for the n <= 16 rows base + idx[u] * stride (idx NULL: base +
  * u * stride): 16 dot products accumulate in 16 vectors and reduce together (reduce16_ps). */
@@ -121,7 +99,7 @@ static inline __attribute__((always_inline)) void scores_pass_f32x16(
 }
 
 /* scores_pass for an 8-bit pool on AVX-512, head_dim a multiple of 16. A block of one KV head's
- * keys is made floats times their scales (the values dequantize_tile makes) in L1, once for the
+ * keys is made floats times their scales (dequantize_rows) in L1, once for the
  * G query heads that read it; then 16 keys' dot products with a query head at a time (dots16).
  * The generic loop took one horizontal sum per key: 30 layers of 32 requests x 60-180 keys in
  * runs of slots took 6.1 ms over an int8 pool (as long as over a float one), 2.9-3.1 ms now. */
@@ -138,13 +116,7 @@ static inline __attribute__((always_inline)) void scores_pass_8bit_x16(
         for (int64_t t = t0 ? t1 : 0; t < t2; t++) /* the next block's rows (and the first's) */
             prefetch_bytes((const uint8_t *)k_buffer + slots[t] * row_stride, (int)row_stride);
         for (int h = 0; h < num_kv_heads; h++) {
-            for (int64_t t = t0; t < t1; t++) {
-                const int64_t at = slots[t] * row_stride + (int64_t)h * head_dim;
-                const __m512 s = _mm512_set1_ps(k_scale[slots[t] * num_kv_heads + h]);
-                for (int c = 0; c < chunks; c++)
-                    _mm512_storeu_ps(tile + (t - t0) * head_dim + 16 * c,
-                                     _mm512_mul_ps(load16_8bit(k_buffer, fmt, at + 16 * c), s));
-            }
+            dequantize_rows(k_buffer, k_scale, fmt, slots + t0, t1 - t0, h, num_kv_heads, head_dim, tile, head_dim);
             for (int j = h * group; j < (h + 1) * group; j++) {
                 const float *qj = qb + (int64_t)j * head_dim;
                 for (int64_t tt = t0; tt < t1; tt += 16)
@@ -158,7 +130,7 @@ static inline __attribute__((always_inline)) void scores_pass_8bit_x16(
 
 /* scores[j][t] = sm_scale * <q_j, k_t[j / group]>. Inlined with a constant head_dim (64, 128)
  * the dot runs in registers; one query head at a time over a block of keys. An 8-bit pool's
- * block is first made floats once per KV head (dequantize_tile), for all its query heads. */
+ * block is first made floats once per KV head (dequantize_rows), for all its query heads. */
 static inline __attribute__((always_inline)) void scores_pass(
         const float *qb, const void *k_buffer, const float *k_scale, const int fmt, const int64_t *slots,
         int64_t len, int num_q_heads, int num_kv_heads, const int head_dim, float sm_scale, float *scores) {
@@ -190,7 +162,7 @@ static inline __attribute__((always_inline)) void scores_pass(
             continue;
         }
         for (int h = 0; h < num_kv_heads; h++) {
-            dequantize_tile(k_buffer, k_scale, fmt, slots, t0, t1, h, num_kv_heads, head_dim, tile);
+            dequantize_rows(k_buffer, k_scale, fmt, slots + t0, t1 - t0, h, num_kv_heads, head_dim, tile, head_dim);
             for (int j = h * group; j < (h + 1) * group; j++) {
                 const float *qj = qb + (int64_t)j * head_dim;
                 for (int64_t t = t0; t < t1; t++)
@@ -204,7 +176,7 @@ static inline __attribute__((always_inline)) void scores_pass(
 /* values_pass on AVX-512, head_dim a multiple of 16: the G query heads of one KV head accumulate in
  * registers (G x head_dim / 16 vectors) over all the keys, each value row read once for the
  * group (the generic loop kept its output rows in memory: a load and a store per product). An
- * 8-bit pool's row is made floats times its scale in registers, the values dequantize_tile makes. */
+ * 8-bit pool's row is made floats times its scale in registers, the values dequantize_rows makes. */
 static inline __attribute__((always_inline)) void values_group_x16(
         const void *v_buffer, const float *v_scale, const int fmt, const int64_t *slots, int64_t len, int h,
         const int G, const int num_kv_heads, const int head_dim, const float *scores, float *ob) {
@@ -276,7 +248,7 @@ static inline __attribute__((always_inline)) void values_pass(
             const float *rows = (const float *)v_buffer + h * head_dim; /* float32: the pool */
             int64_t stride = row_stride;
             if (fmt != KV_F32) {
-                dequantize_tile(v_buffer, v_scale, fmt, slots, t0, t1, h, num_kv_heads, head_dim, tile);
+                dequantize_rows(v_buffer, v_scale, fmt, slots + t0, t1 - t0, h, num_kv_heads, head_dim, tile, head_dim);
                 rows = tile;
                 stride = head_dim;
             }
