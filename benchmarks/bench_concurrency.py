@@ -4,8 +4,11 @@ Each level sends ``--requests`` completions (default: 4 x the level, at least 4)
 concurrent clients, the same prompts to every server, ``max_tokens`` new tokens each (with
 ``ignore_eos``, which radixgen, vLLM and llama.cpp's server all honor, so every server generates
 the same number of tokens). Servers take turns level by level (a noisy machine moves them
-together); throughput is completion tokens (from ``usage``) over wall time. Prints a table and
-plots tok/s against concurrency.
+together); throughput is completion tokens (from ``usage``) over wall time. Before each turn it
+waits (up to ``--quiet-wait`` s) until this machine's CPUs are idle, so work a server left behind
+(another server's background threads, a previous turn's clean-up) does not land in the next
+server's time; turns that never found the machine quiet are counted and reported. Prints a table
+and plots tok/s against concurrency.
 
 ``--shared-prefix N`` adds the shared-prefix workload: N requests sent at once behind one long
 system prompt that no server has seen (a new one per server), then N new questions behind the
@@ -98,6 +101,34 @@ async def burst(url: str, model: str, texts: list[str], max_tokens: int) -> floa
         return time.perf_counter() - start
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all CPUs from /proc/stat; None where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def wait_quiet(limit_s: float, busy_below: float = 0.1, window_s: float = 0.5) -> bool:
+    """Wait until the machine's CPUs were busy less than ``busy_below`` of a ``window_s`` window,
+    at most ``limit_s``; False if they never were (or there is no /proc/stat to tell)."""
+    deadline = time.monotonic() + limit_s
+    before = cpu_times()
+    while before is not None and time.monotonic() < deadline:
+        time.sleep(window_s)
+        after = cpu_times()
+        if after is None:
+            return False
+        busy, total = after[0] - before[0], after[1] - before[1]
+        if total and busy / total < busy_below:
+            return True
+        before = after
+    return False
+
+
 def model_of(url: str) -> str:
     try:
         return httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
@@ -129,7 +160,19 @@ def main() -> None:
     )
     ap.add_argument("--prefix-words", type=int, default=700, help="system prompt length in words")
     ap.add_argument("--prefix-max-tokens", type=int, default=32)
+    ap.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=20.0,
+        help="before each turn, wait up to this many s for idle CPUs (0: don't)",
+    )
     args = ap.parse_args()
+    noisy: list[str] = []
+
+    def settle(turn: str) -> None:
+        if args.quiet_wait > 0 and not wait_quiet(args.quiet_wait):
+            noisy.append(turn)
+
     targets = [t.split("=", 1) for t in args.target]
     budgets = args.max_tokens if len(args.max_tokens) > 1 else args.max_tokens * len(args.levels)
     models = {name: model_of(url) for name, url in targets}
@@ -140,6 +183,7 @@ def main() -> None:
     for lvl, budget in zip(args.levels, budgets):
         texts = prompts(args.requests or max(4, 4 * lvl), seed=lvl)
         for name, url in targets:
+            settle(f"{name} at {lvl}")
             results[name][lvl] = asyncio.run(level(url, models[name], lvl, texts, budget))
             print(
                 f"concurrency {lvl:>3} x {budget} tokens  {name:>16}: {results[name][lvl]:7.1f} tok/s"
@@ -151,6 +195,7 @@ def main() -> None:
         n, words, budget = args.shared_prefix, args.prefix_words, args.prefix_max_tokens
         for i, (name, url) in enumerate(targets):
             rounds = [shared_prefix_texts(n, nonce + i, q, words) for q in (1, 2)]
+            settle(f"{name} shared prefix")
             try:
                 cold = asyncio.run(burst(url, models[name], rounds[0], budget))
                 warm = asyncio.run(burst(url, models[name], rounds[1], budget))
@@ -161,6 +206,11 @@ def main() -> None:
             print(
                 f"shared prefix {n} x {budget} tokens  {name:>16}: cold {cold:.2f} s, warm {warm:.2f} s"
             )
+    if noisy:
+        print(
+            f"\nwarning: the CPUs were never idle for {args.quiet_wait:g} s before "
+            f"{len(noisy)} turn(s): {', '.join(noisy)}; something else was running"
+        )
     print(f"\n{'concurrency':>11} | " + " | ".join(f"{n:>14}" for n in names))
     for lvl in args.levels:
         print(f"{lvl:>11} | " + " | ".join(f"{results[n][lvl]:14.1f}" for n in names))
