@@ -98,10 +98,27 @@ static inline float fp8_e4m3_to_float(uint8_t b) {
     return v * 0x1p120f;
 }
 
+/* The widest float vector of the build, for kernels written once for both widths: VF_WIDTH lanes
+ * of `vf` with AVX-512 (16) or AVX2 + FMA (8); VF_ACCUMULATORS of them can stay in registers
+ * beside a few temporaries. Undefined without either (the kernels' plain loops run). */
 #if defined(__AVX512F__)
+#define VF_WIDTH 16
+#define VF_ACCUMULATORS 24
+typedef __m512 vf;
+#define vf_load _mm512_loadu_ps
+#define vf_store _mm512_storeu_ps
+#define vf_set1 _mm512_set1_ps
+#define vf_zero _mm512_setzero_ps
+#define vf_mul _mm512_mul_ps
+#define vf_fmadd _mm512_fmadd_ps
+#define vf_lane_sums reduce16_ps
+/* dst[0..n) = v's first n lanes, 0 < n <= 16 */
+static inline __attribute__((always_inline)) void vf_store_first(float *dst, vf v, int n) {
+    _mm512_mask_storeu_ps(dst, (__mmask16)((1u << n) - 1), v);
+}
 /* 16 values of an 8-bit pool (KV_INT8 or KV_FP8_E4M3) from byte offset `at`, as floats before
  * their scale: the values a cast of the int8, or fp8_e4m3_to_float, gives. */
-static inline __attribute__((always_inline)) __m512 load16_8bit(const void *buffer, const int fmt, int64_t at) {
+static inline __attribute__((always_inline)) vf vf_load_8bit(const void *buffer, const int fmt, int64_t at) {
     const __m128i bytes = _mm_loadu_si128((const __m128i *)((const uint8_t *)buffer + at));
     if (fmt == KV_INT8) return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
     const __m512i x = _mm512_cvtepu8_epi32(bytes);
@@ -109,11 +126,49 @@ static inline __attribute__((always_inline)) __m512 load16_8bit(const void *buff
                                          _mm512_slli_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x7f)), 20));
     return _mm512_mul_ps(_mm512_castsi512_ps(bits), _mm512_set1_ps(0x1p120f));
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define VF_WIDTH 8
+#define VF_ACCUMULATORS 12
+typedef __m256 vf;
+#define vf_load _mm256_loadu_ps
+#define vf_store _mm256_storeu_ps
+#define vf_set1 _mm256_set1_ps
+#define vf_zero _mm256_setzero_ps
+#define vf_mul _mm256_mul_ps
+#define vf_fmadd _mm256_fmadd_ps
+/* The lane sums of v[0..7] as one vector (lane t: the sum of v[t]): two rounds of pairwise
+ * horizontal adds within 128-bit halves, then the halves added. */
+static inline __m256 vf_lane_sums(const __m256 v[8]) {
+    const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    /* a: lanes 0-3 v[0..3]'s low-half sums, 4-7 their high-half sums; b the same for v[4..7] */
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+/* dst[0..n) = v's first n lanes, 0 < n <= 8 */
+static inline __attribute__((always_inline)) void vf_store_first(float *dst, vf v, int n) {
+    if (n == 8) {
+        _mm256_storeu_ps(dst, v);
+        return;
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, v);
+    memcpy(dst, lanes, sizeof(float) * (size_t)n);
+}
+/* 8 values of an 8-bit pool from byte offset `at`, as floats before their scale (as above). */
+static inline __attribute__((always_inline)) vf vf_load_8bit(const void *buffer, const int fmt, int64_t at) {
+    const __m128i bytes = _mm_loadl_epi64((const __m128i *)((const uint8_t *)buffer + at));
+    if (fmt == KV_INT8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+    const __m256i x = _mm256_cvtepu8_epi32(bytes);
+    const __m256i bits = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x80)), 24),
+                                         _mm256_slli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7f)), 20));
+    return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0x1p120f));
+}
 #endif
 
 /* n rows of an 8-bit pool's KV head h (slots[0..n)) as floats, each times its scale:
- * out[t * out_stride + d] = value(slots[t], h, d) * scale[slots[t], h]. 16 values at a time
- * where AVX-512 is on and head_dim is a multiple of 16 (the same values). */
+ * out[t * out_stride + d] = value(slots[t], h, d) * scale[slots[t], h]. VF_WIDTH values at a
+ * time where head_dim is a multiple of it (the same values). */
 static inline __attribute__((always_inline)) void dequantize_rows(
         const void *buffer, const float *scale, const int fmt, const int64_t *slots, int64_t n, int h,
         int num_kv_heads, const int head_dim, float *out, int64_t out_stride) {
@@ -122,10 +177,10 @@ static inline __attribute__((always_inline)) void dequantize_rows(
         const int64_t at = slots[t] * row_stride + (int64_t)h * head_dim;
         const float s = scale[slots[t] * num_kv_heads + h];
         float *o = out + t * out_stride;
-#if defined(__AVX512F__)
-        if (head_dim % 16 == 0) {
-            for (int d = 0; d < head_dim; d += 16)
-                _mm512_storeu_ps(o + d, _mm512_mul_ps(load16_8bit(buffer, fmt, at + d), _mm512_set1_ps(s)));
+#if defined(VF_WIDTH)
+        if (head_dim % VF_WIDTH == 0) {
+            for (int d = 0; d < head_dim; d += VF_WIDTH)
+                vf_store(o + d, vf_mul(vf_load_8bit(buffer, fmt, at + d), vf_set1(s)));
             continue;
         }
 #endif

@@ -42,7 +42,7 @@ static inline float dot(const float *a, const float *b, int n) {
 
 /* Keys are visited in blocks that stay in L1 while every query head of their KV head reads them. */
 #define KEY_BLOCK 32
-/* values_group_x16 prefetches the value row this many bytes of one head's rows ahead (16 keys of a
+/* values_group_vf prefetches the value row this many bytes of one head's rows ahead (16 keys of a
  * float32 pool at head_dim 64, 64 keys of an 8-bit one). 30 layers of 32 requests x 200-600
  * keys in runs of slots: float 19.5 -> 17.7 ms, int8 10.9 -> 9.5 ms against 8 keys ahead. */
 #define VALUE_PREFETCH_BYTES 4096
@@ -53,34 +53,35 @@ static inline __attribute__((always_inline)) void prefetch_bytes(const uint8_t *
     __builtin_prefetch(p + n - 1, 0, 3);
 }
 
-#if defined(__AVX512F__) /* common.h includes immintrin.h */
-/* dst[u] = scale * <qj, row u> for the n <= 16 rows base + idx[u] * stride (idx NULL: base +
- * u * stride): 16 dot products accumulate in 16 vectors and reduce together (reduce16_ps). */
-static inline __attribute__((always_inline)) void dots16(
+#if defined(VF_WIDTH) /* common.h: AVX-512 (16 lanes) or AVX2 + FMA (8) */
+/* dst[u] = scale * <qj, row u> for the n <= VF_WIDTH rows base + idx[u] * stride (idx NULL: base +
+ * u * stride): VF_WIDTH dot products accumulate in as many vectors and reduce together
+ * (vf_lane_sums). */
+static inline __attribute__((always_inline)) void dots_vf(
         const float *qj, const float *base, const int64_t *idx, int64_t stride, int n, const int chunks,
-        __m512 scale, float *dst) {
-    __m512 acc[16];
+        vf scale, float *dst) {
+    vf acc[VF_WIDTH];
 #pragma GCC unroll 16
-    for (int u = 0; u < 16; u++) { /* past the last row: row 0 again, not stored */
+    for (int u = 0; u < VF_WIDTH; u++) { /* past the last row: row 0 again, not stored */
         const int r = u < n ? u : 0;
         const float *kr = base + (idx ? idx[r] : r) * stride;
-        acc[u] = _mm512_mul_ps(_mm512_loadu_ps(qj), _mm512_loadu_ps(kr));
+        acc[u] = vf_mul(vf_load(qj), vf_load(kr));
         for (int c = 1; c < chunks; c++)
-            acc[u] = _mm512_fmadd_ps(_mm512_loadu_ps(qj + 16 * c), _mm512_loadu_ps(kr + 16 * c), acc[u]);
+            acc[u] = vf_fmadd(vf_load(qj + VF_WIDTH * c), vf_load(kr + VF_WIDTH * c), acc[u]);
     }
-    _mm512_mask_storeu_ps(dst, (__mmask16)((1u << n) - 1), _mm512_mul_ps(scale, reduce16_ps(acc)));
+    vf_store_first(dst, vf_mul(scale, vf_lane_sums(acc)), n);
 }
 
-/* scores_pass for a float32 pool on AVX-512, head_dim a multiple of 16: 16 keys' dot products
- * with one query head at a time (dots16), the key rows read straight from the pool. 32 requests
- * x 200 keys, 9 query heads of 64 over 3 KV heads, a layer: 272 -> 239 us (and 239 -> 151 with
- * values_group_x16). */
-static inline __attribute__((always_inline)) void scores_pass_f32x16(
+/* scores_pass for a float32 pool, head_dim a multiple of VF_WIDTH: VF_WIDTH keys' dot products
+ * with one query head at a time (dots_vf), the key rows read straight from the pool. 32 requests
+ * x 200 keys, 9 query heads of 64 over 3 KV heads, a layer, AVX-512: 272 -> 239 us (and 239 ->
+ * 151 with values_group_vf). */
+static inline __attribute__((always_inline)) void scores_pass_f32_vf(
         const float *qb, const float *k_buffer, const int64_t *slots, int64_t len, int num_q_heads,
         int num_kv_heads, const int head_dim, float sm_scale, float *scores) {
-    const int group = num_q_heads / num_kv_heads, chunks = head_dim / 16;
+    const int group = num_q_heads / num_kv_heads, chunks = head_dim / VF_WIDTH;
     const int64_t row_stride = (int64_t)num_kv_heads * head_dim;
-    const __m512 scale = _mm512_set1_ps(sm_scale);
+    const vf scale = vf_set1(sm_scale);
     for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
         const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
         /* the next block's key rows, while this one computes: the slots are scattered over the
@@ -91,24 +92,24 @@ static inline __attribute__((always_inline)) void scores_pass_f32x16(
         for (int j = 0; j < num_q_heads; j++) {
             const float *qj = qb + (int64_t)j * head_dim;
             const int64_t offset = (int64_t)(j / group) * head_dim;
-            for (int64_t tt = t0; tt < t1; tt += 16)
-                dots16(qj, k_buffer + offset, slots + tt, row_stride, t1 - tt < 16 ? (int)(t1 - tt) : 16, chunks,
-                       scale, scores + j * len + tt);
+            for (int64_t tt = t0; tt < t1; tt += VF_WIDTH)
+                dots_vf(qj, k_buffer + offset, slots + tt, row_stride,
+                        t1 - tt < VF_WIDTH ? (int)(t1 - tt) : VF_WIDTH, chunks, scale, scores + j * len + tt);
         }
     }
 }
 
-/* scores_pass for an 8-bit pool on AVX-512, head_dim a multiple of 16. A block of one KV head's
- * keys is made floats times their scales (dequantize_rows) in L1, once for the
- * G query heads that read it; then 16 keys' dot products with a query head at a time (dots16).
- * The generic loop took one horizontal sum per key: 30 layers of 32 requests x 60-180 keys in
- * runs of slots took 6.1 ms over an int8 pool (as long as over a float one), 2.9-3.1 ms now. */
-static inline __attribute__((always_inline)) void scores_pass_8bit_x16(
+/* scores_pass for an 8-bit pool, head_dim a multiple of VF_WIDTH. A block of one KV head's keys
+ * is made floats times their scales (dequantize_rows) in L1, once for the G query heads that
+ * read it; then VF_WIDTH keys' dot products with a query head at a time (dots_vf). The generic
+ * loop took one horizontal sum per key: 30 layers of 32 requests x 60-180 keys in runs of slots
+ * took 6.1 ms over an int8 pool (as long as over a float one), 2.9-3.1 ms now (AVX-512). */
+static inline __attribute__((always_inline)) void scores_pass_8bit_vf(
         const float *qb, const void *k_buffer, const float *k_scale, const int fmt, const int64_t *slots,
         int64_t len, int num_q_heads, int num_kv_heads, const int head_dim, float sm_scale, float *scores) {
-    const int group = num_q_heads / num_kv_heads, chunks = head_dim / 16;
+    const int group = num_q_heads / num_kv_heads, chunks = head_dim / VF_WIDTH;
     const int64_t row_stride = (int64_t)num_kv_heads * head_dim; /* bytes per pool slot */
-    const __m512 scale = _mm512_set1_ps(sm_scale);
+    const vf scale = vf_set1(sm_scale);
     float tile[KEY_BLOCK * head_dim];
     for (int64_t t0 = 0; t0 < len; t0 += KEY_BLOCK) {
         const int64_t t1 = t0 + KEY_BLOCK < len ? t0 + KEY_BLOCK : len;
@@ -119,9 +120,9 @@ static inline __attribute__((always_inline)) void scores_pass_8bit_x16(
             dequantize_rows(k_buffer, k_scale, fmt, slots + t0, t1 - t0, h, num_kv_heads, head_dim, tile, head_dim);
             for (int j = h * group; j < (h + 1) * group; j++) {
                 const float *qj = qb + (int64_t)j * head_dim;
-                for (int64_t tt = t0; tt < t1; tt += 16)
-                    dots16(qj, tile + (tt - t0) * head_dim, NULL, head_dim, t1 - tt < 16 ? (int)(t1 - tt) : 16,
-                           chunks, scale, scores + j * len + tt);
+                for (int64_t tt = t0; tt < t1; tt += VF_WIDTH)
+                    dots_vf(qj, tile + (tt - t0) * head_dim, NULL, head_dim,
+                            t1 - tt < VF_WIDTH ? (int)(t1 - tt) : VF_WIDTH, chunks, scale, scores + j * len + tt);
             }
         }
     }
@@ -136,15 +137,15 @@ static inline __attribute__((always_inline)) void scores_pass(
         int64_t len, int num_q_heads, int num_kv_heads, const int head_dim, float sm_scale, float *scores) {
     const int group = num_q_heads / num_kv_heads;
     const int64_t row_stride = (int64_t)num_kv_heads * head_dim; /* values per pool slot */
-#if defined(__AVX512F__)
-    if (fmt == KV_F32 && head_dim % 16 == 0) {
-        scores_pass_f32x16(qb, (const float *)k_buffer, slots, len, num_q_heads, num_kv_heads, head_dim,
+#if defined(VF_WIDTH)
+    if (fmt == KV_F32 && head_dim % VF_WIDTH == 0) {
+        scores_pass_f32_vf(qb, (const float *)k_buffer, slots, len, num_q_heads, num_kv_heads, head_dim,
                            sm_scale, scores);
         return;
     }
-    if (fmt != KV_F32 && head_dim % 16 == 0) {
-        scores_pass_8bit_x16(qb, k_buffer, k_scale, fmt, slots, len, num_q_heads, num_kv_heads, head_dim,
-                             sm_scale, scores);
+    if (fmt != KV_F32 && head_dim % VF_WIDTH == 0) {
+        scores_pass_8bit_vf(qb, k_buffer, k_scale, fmt, slots, len, num_q_heads, num_kv_heads, head_dim,
+                            sm_scale, scores);
         return;
     }
 #endif
@@ -172,49 +173,62 @@ static inline __attribute__((always_inline)) void scores_pass(
     }
 }
 
-#if defined(__AVX512F__)
-/* values_pass on AVX-512, head_dim a multiple of 16: the G query heads of one KV head accumulate in
- * registers (G x head_dim / 16 vectors) over all the keys, each value row read once for the
- * group (the generic loop kept its output rows in memory: a load and a store per product). An
- * 8-bit pool's row is made floats times its scale in registers, the values dequantize_rows makes. */
-static inline __attribute__((always_inline)) void values_group_x16(
+#if defined(VF_WIDTH)
+/* values_pass, head_dim a multiple of VF_WIDTH: the G query heads of one KV head accumulate in
+ * registers (G x P vectors, P of a row's head_dim / VF_WIDTH at a time: all of them with AVX-512
+ * at G <= 3 and head_dim 64; half with AVX2) over all the keys, each value row (part) read once
+ * for the group (the generic loop kept its output rows in memory: a load and a store per
+ * product). An 8-bit pool's row is made floats times its scale in registers, the values
+ * dequantize_rows makes. */
+static inline __attribute__((always_inline)) void values_group_vf(
         const void *v_buffer, const float *v_scale, const int fmt, const int64_t *slots, int64_t len, int h,
-        const int G, const int num_kv_heads, const int head_dim, const float *scores, float *ob) {
-    const int chunks = head_dim / 16;
+        const int G, const int P, const int num_kv_heads, const int head_dim, const float *scores, float *ob) {
     const int64_t row_stride = (int64_t)num_kv_heads * head_dim; /* values per pool slot */
     const int width = fmt == KV_F32 ? 4 : 1;                     /* bytes per value */
-    __m512 acc[24];
-    for (int i = 0; i < G * chunks; i++) acc[i] = _mm512_setzero_ps();
     const float *p = scores + (int64_t)h * G * len;
-    const int ahead = VALUE_PREFETCH_BYTES / (head_dim * width), row_bytes = head_dim * width;
-    /* scattered rows: each is asked for `ahead` keys before it is read (the first ones up front) */
-    const uint8_t *head_rows = (const uint8_t *)v_buffer + (int64_t)h * head_dim * width;
+    const int part_bytes = P * VF_WIDTH * width, ahead = VALUE_PREFETCH_BYTES / (head_dim * width);
     const int64_t slot_bytes = row_stride * width;
-    for (int64_t t = 0; t < ahead && t < len; t++) prefetch_bytes(head_rows + slots[t] * slot_bytes, row_bytes);
-    for (int64_t t = 0; t < len; t++) {
-        if (t + ahead < len) prefetch_bytes(head_rows + slots[t + ahead] * slot_bytes, row_bytes);
-        const int64_t at = slots[t] * row_stride + (int64_t)h * head_dim;
-        const __m512 s = _mm512_set1_ps(fmt == KV_F32 ? 1.0f : v_scale[slots[t] * num_kv_heads + h]);
-        for (int c = 0; c < chunks; c++) {
-            const __m512 vc = fmt == KV_F32 ? _mm512_loadu_ps((const float *)v_buffer + at + 16 * c)
-                                            : _mm512_mul_ps(load16_8bit(v_buffer, fmt, at + 16 * c), s);
-            for (int g = 0; g < G; g++)
-                acc[g * chunks + c] = _mm512_fmadd_ps(_mm512_set1_ps(p[g * len + t]), vc, acc[g * chunks + c]);
+    for (int c0 = 0; c0 < head_dim / VF_WIDTH; c0 += P) {
+        vf acc[VF_ACCUMULATORS];
+        for (int i = 0; i < G * P; i++) acc[i] = vf_zero();
+        /* scattered rows: each is asked for `ahead` keys before it is read (the first ones up front) */
+        const uint8_t *part_rows = (const uint8_t *)v_buffer + ((int64_t)h * head_dim + c0 * VF_WIDTH) * width;
+        for (int64_t t = 0; t < ahead && t < len; t++) prefetch_bytes(part_rows + slots[t] * slot_bytes, part_bytes);
+        for (int64_t t = 0; t < len; t++) {
+            if (t + ahead < len) prefetch_bytes(part_rows + slots[t + ahead] * slot_bytes, part_bytes);
+            const int64_t at = slots[t] * row_stride + (int64_t)h * head_dim + c0 * VF_WIDTH;
+            const vf s = vf_set1(fmt == KV_F32 ? 1.0f : v_scale[slots[t] * num_kv_heads + h]);
+            for (int c = 0; c < P; c++) {
+                const vf vc = fmt == KV_F32 ? vf_load((const float *)v_buffer + at + VF_WIDTH * c)
+                                            : vf_mul(vf_load_8bit(v_buffer, fmt, at + VF_WIDTH * c), s);
+                for (int g = 0; g < G; g++)
+                    acc[g * P + c] = vf_fmadd(vf_set1(p[g * len + t]), vc, acc[g * P + c]);
+            }
         }
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < P; c++)
+                vf_store(ob + ((int64_t)h * G + g) * head_dim + VF_WIDTH * (c0 + c), acc[g * P + c]);
     }
-    for (int g = 0; g < G; g++)
-        for (int c = 0; c < chunks; c++)
-            _mm512_storeu_ps(ob + ((int64_t)h * G + g) * head_dim + 16 * c, acc[g * chunks + c]);
 }
 
-/* 1 when values_group_x16 took the pass (the group and head size fit its registers). */
-static inline __attribute__((always_inline)) int values_pass_x16(
+/* The most vectors of a row values_group_vf takes at a time for G query heads: the largest
+ * divisor of the row's head_dim / VF_WIDTH whose G x P accumulators fit in registers (0: none). */
+static inline __attribute__((always_inline)) int values_part(const int G, const int head_dim) {
+    const int chunks = head_dim / VF_WIDTH;
+    int P = VF_ACCUMULATORS / G < chunks ? VF_ACCUMULATORS / G : chunks;
+    while (P > 1 && chunks % P) P--;
+    return P;
+}
+
+/* 1 when values_group_vf took the pass (the group and head size fit its registers). */
+static inline __attribute__((always_inline)) int values_pass_vf(
         const void *v_buffer, const float *v_scale, const int fmt, const int64_t *slots, int64_t len,
         int num_q_heads, int num_kv_heads, const int head_dim, const float *scores, float *ob) {
     const int group = num_q_heads / num_kv_heads;
-    if (head_dim % 16 || group * (head_dim / 16) > 24) return 0;
+    if (head_dim % VF_WIDTH || group > VF_ACCUMULATORS) return 0;
     for (int h = 0; h < num_kv_heads; h++) {
-#define GROUP(G) values_group_x16(v_buffer, v_scale, fmt, slots, len, h, G, num_kv_heads, head_dim, scores, ob)
+#define GROUP(G) \
+    values_group_vf(v_buffer, v_scale, fmt, slots, len, h, G, values_part(G, head_dim), num_kv_heads, head_dim, scores, ob)
         switch (group) {
         case 1: GROUP(1); break;
         case 2: GROUP(2); break;
@@ -237,8 +251,8 @@ static inline __attribute__((always_inline)) void values_pass(
         int num_q_heads, int num_kv_heads, const int head_dim, const float *scores, float *ob) {
     const int group = num_q_heads / num_kv_heads;
     const int64_t row_stride = (int64_t)num_kv_heads * head_dim;
-#if defined(__AVX512F__)
-    if (values_pass_x16(v_buffer, v_scale, fmt, slots, len, num_q_heads, num_kv_heads, head_dim, scores, ob))
+#if defined(VF_WIDTH)
+    if (values_pass_vf(v_buffer, v_scale, fmt, slots, len, num_q_heads, num_kv_heads, head_dim, scores, ob))
         return;
 #endif
     float tile[fmt == KV_F32 ? 1 : KEY_BLOCK * head_dim];
