@@ -17,10 +17,9 @@ tokenization can hold back the last forced token and let the model write it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
-import torch
 
 from .errors import GrammarError
 from .lexer.automaton import DEAD
@@ -28,6 +27,9 @@ from .lexer.native import DFA
 from .tokens.index import MaskIndex
 from .tokens.vocabulary import Vocabulary
 from .workers import DeferredCall
+
+if TYPE_CHECKING:  # compile workers never fill a bitmask: they do not load torch (~180 MB)
+    import torch
 
 S = TypeVar("S")  # a matcher's automaton state
 # A grammar that computed a mask this slowly at warm-up is ``heavy``: its matchers run in the
@@ -214,6 +216,8 @@ class TokenMatcher(Generic[S]):
                 f"fill_bitmask: rows have {bitmask.shape[-1]} words, the vocabulary needs {words}"
             )
         if view is None:
+            import torch
+
             bitmask[row, :words].copy_(torch.from_numpy(mask))
             bitmask[row, words:].zero_()
         else:
@@ -224,6 +228,8 @@ class TokenMatcher(Generic[S]):
         """A numpy view of a CPU bitmask (cached for the tensor last seen), else None."""
         if bitmask is self._view_of:
             return self._view
+        import torch
+
         if bitmask.dtype != torch.int32 or bitmask.dim() != 2:
             raise ValueError(
                 "fill_bitmask: expected an int32 [batch, words] tensor, "

@@ -99,7 +99,11 @@ class RemoteMatcher:
         if not self.ready or mask is None:
             raise RuntimeError("fill_bitmask: the grammar worker has not answered yet")
         words = mask.shape[0]
-        bitmask[row, :words].copy_(torch.from_numpy(mask))
+        if bitmask.device.type == "cpu":  # the reply's mask is read-only: no tensor over it
+            view = bitmask[row].numpy()
+            view[:words], view[words:] = mask, 0
+            return
+        bitmask[row, :words].copy_(torch.from_numpy(mask.copy()))
         bitmask[row, words:].zero_()
 
     def close(self) -> None:

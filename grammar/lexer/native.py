@@ -7,7 +7,7 @@ derivative (a new DFA transition cost ~20 µs in Python) and every token walk. A
 bookkeeping (candidate groups, safe runs, packing) stays in ``token_index``.
 
 The library is built on first use with the machine's C compiler, cached like the CPU kernels
-(``kernels._cbuild``), and used only after a probe agreed with the Python reference on a
+(``radixgen.native_build``), and used only after a probe agreed with the Python reference on a
 small grammar. ``RADIXGEN_NATIVE_GRAMMAR=0`` (or no compiler, or a failed probe) keeps
 the Python lexer. Both are tested equal, mask for mask, on the schema corpora.
 """
@@ -115,9 +115,9 @@ def library() -> ctypes.CDLL | None:
 
 
 def _load() -> ctypes.CDLL | None:
-    from radixgen.kernels._cbuild import load_library
+    from radixgen.native_build import load_library
 
-    lib = load_library("grammar_lexer", [CSRC / f for f in SOURCES], [], _FLAG_SETS)
+    lib = load_library("grammar_lexer", [CSRC / f for f in SOURCES], [], _FLAG_SETS, logger)
     if lib is None:
         return None
     try:
