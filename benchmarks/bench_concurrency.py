@@ -7,7 +7,7 @@ the same number of tokens). Servers take turns level by level (a noisy machine m
 together); throughput is completion tokens (from ``usage``) over wall time. Before each turn it
 waits (up to ``--quiet-wait`` s) until this machine's CPUs are idle, so work a server left behind
 (another server's background threads, a previous turn's clean-up) does not land in the next
-server's time; turns that never found the machine quiet are counted and reported. Prints a table
+server's time; turns that never found the machine quiet are reported (Linux: /proc/stat). Prints a table
 and plots tok/s against concurrency.
 
 ``--shared-prefix N`` adds the shared-prefix workload: N requests sent at once behind one long
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
 import time
 from pathlib import Path
@@ -101,29 +102,36 @@ async def burst(url: str, model: str, texts: list[str], max_tokens: int) -> floa
         return time.perf_counter() - start
 
 
-def cpu_times() -> tuple[int, int] | None:
-    """(busy, total) jiffies of all CPUs from /proc/stat; None where there is none."""
+def busy_jiffies() -> int | None:
+    """Jiffies all CPUs spent busy so far (/proc/stat: everything but idle and iowait; guest
+    time is inside user and nice already); None where there is no /proc/stat."""
     try:
         with open("/proc/stat") as f:
             fields = [int(v) for v in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    guest = sum(fields[8:10])
+    return sum(fields) - idle - guest
 
 
-def wait_quiet(limit_s: float, busy_below: float = 0.1, window_s: float = 0.5) -> bool:
-    """Wait until the machine's CPUs were busy less than ``busy_below`` of a ``window_s`` window,
-    at most ``limit_s``; False if they never were (or there is no /proc/stat to tell)."""
+def wait_quiet(limit_s: float, busy_cores: float = 0.2, window_s: float = 0.5) -> bool | None:
+    """Wait until the machine's CPUs did less than ``busy_cores`` cores' worth of work in a
+    ``window_s`` window (one busy core is 1.0 however many the machine has), at most
+    ``limit_s``: True when they did, False when they never did, None when this machine cannot
+    tell (no /proc/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
     deadline = time.monotonic() + limit_s
-    before = cpu_times()
-    while before is not None and time.monotonic() < deadline:
+    before = busy_jiffies()
+    if before is None:
+        return None
+    while time.monotonic() < deadline:
+        started = time.monotonic()
         time.sleep(window_s)
-        after = cpu_times()
+        after = busy_jiffies()
         if after is None:
-            return False
-        busy, total = after[0] - before[0], after[1] - before[1]
-        if total and busy / total < busy_below:
+            return None
+        if (after - before) / tick / (time.monotonic() - started) < busy_cores:
             return True
         before = after
     return False
@@ -168,10 +176,15 @@ def main() -> None:
     )
     args = ap.parse_args()
     noisy: list[str] = []
+    blind = False
 
     def settle(turn: str) -> None:
-        if args.quiet_wait > 0 and not wait_quiet(args.quiet_wait):
-            noisy.append(turn)
+        nonlocal blind
+        if args.quiet_wait > 0:
+            quiet = wait_quiet(args.quiet_wait)
+            blind = blind or quiet is None
+            if quiet is False:
+                noisy.append(turn)
 
     targets = [t.split("=", 1) for t in args.target]
     budgets = args.max_tokens if len(args.max_tokens) > 1 else args.max_tokens * len(args.levels)
@@ -206,6 +219,8 @@ def main() -> None:
             print(
                 f"shared prefix {n} x {budget} tokens  {name:>16}: cold {cold:.2f} s, warm {warm:.2f} s"
             )
+    if blind:
+        print("\nnote: this machine has no /proc/stat: turns did not wait for idle CPUs")
     if noisy:
         print(
             f"\nwarning: the CPUs were never idle for {args.quiet_wait:g} s before "

@@ -218,7 +218,7 @@ class TokenMatcher(Generic[S]):
         if view is None:
             import torch
 
-            bitmask[row, :words].copy_(torch.from_numpy(mask))
+            bitmask[row, :words].copy_(torch.from_numpy(mask.copy()))  # cached masks: read-only
             bitmask[row, words:].zero_()
         else:
             view[row, :words] = mask

@@ -26,7 +26,7 @@ from pathlib import Path
 
 def cache_dir() -> Path:
     """Where built libraries are kept: ``$RADIXGEN_CACHE/native`` (the runtime's cache folder,
-    read from the same variable so that the kernels do not depend on the runtime)."""
+    read from the variable itself: this module imports nothing of the runtime)."""
     root = os.environ.get("RADIXGEN_CACHE") or str(Path.home() / ".cache" / "radixgen")
     return Path(root) / "native"
 

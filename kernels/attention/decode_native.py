@@ -8,7 +8,8 @@ per request or per 128 keys of a longer one (merged by log-sum-exp), on the spin
 returns the log-sum-exp too, so that ``cascade.py`` can merge a shared prefix attended once.
 An 8-bit pool (``kv_quant``) is read as it is: each block of 32 keys of a KV head is made floats
 once, times their scales, for every query head of the group, and each value row is made floats
-in registers as the group's outputs accumulate it (AVX-512; elsewhere a block of values too).
+in registers as the group's outputs accumulate it (AVX-512 or AVX2; elsewhere a block of values
+too).
 """
 
 from __future__ import annotations

@@ -175,11 +175,11 @@ static inline __attribute__((always_inline)) void scores_pass(
 
 #if defined(VF_WIDTH)
 /* values_pass, head_dim a multiple of VF_WIDTH: the G query heads of one KV head accumulate in
- * registers (G x P vectors, P of a row's head_dim / VF_WIDTH at a time: all of them with AVX-512
- * at G <= 3 and head_dim 64; half with AVX2) over all the keys, each value row (part) read once
- * for the group (the generic loop kept its output rows in memory: a load and a store per
- * product). An 8-bit pool's row is made floats times its scale in registers, the values
- * dequantize_rows makes. */
+ * registers (G x P vectors, P of a row's head_dim / VF_WIDTH at a time, values_part: the whole
+ * row of 64 with AVX-512 at G <= 6, half of it with AVX2 at G = 2 or 3) over all the keys, each
+ * value row (part) read once for the group (the generic loop kept its output rows in memory: a
+ * load and a store per product). An 8-bit pool's row is made floats times its scale in
+ * registers, the values dequantize_rows makes. */
 static inline __attribute__((always_inline)) void values_group_vf(
         const void *v_buffer, const float *v_scale, const int fmt, const int64_t *slots, int64_t len, int h,
         const int G, const int P, const int num_kv_heads, const int head_dim, const float *scores, float *ob) {
@@ -212,7 +212,7 @@ static inline __attribute__((always_inline)) void values_group_vf(
 }
 
 /* The most vectors of a row values_group_vf takes at a time for G query heads: the largest
- * divisor of the row's head_dim / VF_WIDTH whose G x P accumulators fit in registers (0: none). */
+ * divisor of the row's head_dim / VF_WIDTH whose G x P accumulators fit in registers. */
 static inline __attribute__((always_inline)) int values_part(const int G, const int head_dim) {
     const int chunks = head_dim / VF_WIDTH;
     int P = VF_ACCUMULATORS / G < chunks ? VF_ACCUMULATORS / G : chunks;
@@ -220,12 +220,14 @@ static inline __attribute__((always_inline)) int values_part(const int G, const 
     return P;
 }
 
-/* 1 when values_group_vf took the pass (the group and head size fit its registers). */
+/* 1 when values_group_vf took the pass: the group's accumulators for half a row or all of it fit
+ * in registers (more passes over the keys were not measured against the plain loop). */
 static inline __attribute__((always_inline)) int values_pass_vf(
         const void *v_buffer, const float *v_scale, const int fmt, const int64_t *slots, int64_t len,
         int num_q_heads, int num_kv_heads, const int head_dim, const float *scores, float *ob) {
     const int group = num_q_heads / num_kv_heads;
-    if (head_dim % VF_WIDTH || group > VF_ACCUMULATORS) return 0;
+    if (head_dim % VF_WIDTH || group > VF_ACCUMULATORS || 2 * values_part(group, head_dim) < head_dim / VF_WIDTH)
+        return 0;
     for (int h = 0; h < num_kv_heads; h++) {
 #define GROUP(G) \
     values_group_vf(v_buffer, v_scale, fmt, slots, len, h, G, values_part(G, head_dim), num_kv_heads, head_dim, scores, ob)

@@ -172,6 +172,7 @@ def test_compile_workers_run_at_idle_priority(isolated):
     if not sys.platform.startswith("linux"):
         pytest.skip("SCHED_IDLE is Linux's")
     isolated.compile_regex("[0-9]{3}")  # the compile thread exists and has set its policy
+    assert isolated._workers._idle
     for worker in isolated._workers._idle:
         pid = worker.process.pid
         policies = set()
@@ -189,6 +190,7 @@ def test_a_worker_never_loads_torch(isolated):
     server was ~265 MB resident with it, ~80 MB without."""
     isolated.compile("json_schema", {"type": "object", "properties": {"n": {"type": "integer"}}})
     isolated.compile("regex", "[a-z]+@[a-z]+\\.org")
+    assert isolated._workers._idle
     for worker in isolated._workers._idle:
         maps = Path(f"/proc/{worker.process.pid}/maps").read_text()
         assert "libtorch" not in maps

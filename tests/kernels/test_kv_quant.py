@@ -4,8 +4,12 @@ equal to the same path over the float values the pool holds."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import pytest
 import torch
+from radixgen.kernels import _cbuild
 from radixgen.kernels.attention import (
     decode_attention,
     decode_attention_ref,
@@ -244,3 +248,45 @@ def test_the_reference_store_and_attention_compose(device):
         q, full_k, full_v, table, torch.tensor([0]), torch.tensor([10]), 0.2
     )
     torch.testing.assert_close(got, want)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next(line for line in f if line.startswith("flags")).split()[2:])
+    except (OSError, StopIteration):
+        return set()
+
+
+@pytest.mark.skipif(
+    not {"avx2", "fma"} <= _cpu_flags() or not shutil.which("gcc"), reason="needs AVX2, FMA, gcc"
+)
+def test_the_avx2_build_attends_every_pool_as_the_reference_does(monkeypatch, tmp_path):
+    """The decode kernel's 8-lane (AVX2) paths, which a build on an AVX-512 machine never runs:
+    built here without AVX-512, over float and 8-bit pools; groups of 3 (values in two halves),
+    1, 4 (the plain loop: four passes would be needed), head sizes 64, 128 and 40 (8 lanes but
+    not 16)."""
+    monkeypatch.setattr(_cbuild, "_state", {})  # bind() builds and probes again
+    monkeypatch.setattr(
+        _cbuild, "_FLAG_SETS", (["-O3", "-march=native", "-mno-avx512f", "-fopenmp"],)
+    )
+    monkeypatch.setenv("CC", shutil.which("gcc") or "gcc")
+    monkeypatch.setenv("RADIXGEN_CACHE", str(tmp_path))
+    monkeypatch.delenv("RADIXGEN_NATIVE_KERNELS", raising=False)
+    assert native_decode_available()
+    for head_dim, num_q_heads, num_kv_heads in [(64, 9, 3), (64, 4, 4), (128, 8, 2), (40, 6, 2)]:
+        lens = [1, 17, 130, 300]
+        kb, vb, table, rows = make_pool(lens, num_kv_heads, head_dim, torch.float32, "cpu")
+        q, seq = torch.randn(len(lens), num_q_heads, head_dim), torch.tensor(lens)
+        want = decode_attention_ref(q, kb, vb, table, rows, seq, 0.125)
+        got = decode_attention(q, kb, vb, table, rows, seq, 0.125)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        for dtype in KV_DTYPES:
+            (kq, vq, ks, vs), (kd, vd) = _quantized_pool(kb, vb, dtype)
+            want = decode_attention_ref(q, kd, vd, table, rows, seq, 0.125)
+            got = decode_attention(q, kq, vq, table, rows, seq, 0.125, k_scale=ks, v_scale=vs)
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    if shutil.which("objdump"):  # and nothing of AVX-512 in the library
+        library = next(tmp_path.glob("native/cpu_kernels-*.so"))
+        code = subprocess.run(["objdump", "-d", str(library)], capture_output=True, check=True)
+        assert b"zmm" not in code.stdout
