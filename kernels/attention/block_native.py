@@ -1,15 +1,16 @@
 """Attention of many query rows against one run of keys by the C kernel
-(``csrc/block_attention.c``, float32 CPU with AVX-512): a shared prefix attended once for every
+(``csrc/block_attention.c``, float32 CPU with AVX-512 or AVX2): a shared prefix attended once for every
 request behind it (``cascade.py``) and extend (``extend.py``: a prompt chunk over its cached
 prefix and, causally, itself).
 
 Why: torch's CPU SDPA ran at ~70 G multiply-adds/s alone and about half that between the
 spinning pool's kernels (its OpenMP threads contend with the pool's); at batch 32 behind a
 760-token system prompt the prefix's SDPA took ~19 of a decode step's ~66 ms. The kernel runs on
-the spinning pool, 32 query rows per task against keys read through their slots, and gives a row
+the spinning pool, 32 query rows per task (16 with AVX2) against keys read through their slots,
+and gives a row
 the same result whatever rows or chunk it is computed with. It reads an 8-bit pool as it is
-(each block of 16 keys and values made floats once per task). Where it does not load (no
-AVX-512, a head size or pool layout it does not take), callers keep SDPA, or gather an 8-bit
+(each block of 16 keys and values made floats once per task). Where it does not load (neither
+AVX-512 nor AVX2, a head size or pool layout it does not take), callers keep SDPA, or gather an 8-bit
 pool's keys as floats first.
 """
 
@@ -146,5 +147,5 @@ def _probe_c(lib: ctypes.CDLL) -> bool:
 
 def block_c_library() -> ctypes.CDLL | None:
     """The C library with the block attention kernel declared and probed; ``None`` when
-    unavailable (no native kernels, or a build without AVX-512)."""
+    unavailable (no native kernels, or a build without AVX-512 or AVX2)."""
     return _cbuild.bind("block_attention", _C_SIGNATURES, _probe_c)

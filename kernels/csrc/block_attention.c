@@ -2,19 +2,19 @@
  * once for every request behind it (cascade.py), and extend (a prompt chunk over its cached prefix
  * and itself, causally).
  *
- * The query heads of one KV head over a block of 32 (token, head) rows are the 32 lanes of two
- * AVX-512 vectors; the block's queries are transposed once ([D][32]), so a key's 32 scores are
- * D broadcast-multiply-adds, the online softmax (running max, rescale, sums) runs 32 rows at a
- * time, and the output accumulates transposed ([D][32]) from each key's values. Keys are taken
- * 16 at a time from the first on, through a slot list (the pool as it is), so a row's result
- * depends on its query, its keys and its limit alone, not on the rows beside it or the chunk
- * that holds it. An 8-bit pool's block of keys and values is made floats, times their
- * scales, once per task; the torch path gathered and dequantized each request's keys before.
- * Tasks (KV head, row block) run on the spinning pool (spin_pool.h): torch's SDPA in between
- * the pool's kernels ran at about half its own speed, its OpenMP threads contending with the
- * pool's spinning ones.
+ * The query heads of one KV head over a block of ROWS (token, head) rows are the lanes of two
+ * vectors (32 rows with AVX-512, 16 with AVX2; common.h's vf); the block's queries are
+ * transposed once ([D][ROWS]), so a key's scores for the block are D broadcast-multiply-adds, the
+ * online softmax (running max, rescale, sums) runs ROWS rows at a time, and the output
+ * accumulates transposed ([D][ROWS]) from each key's values. Keys are taken 16 at a time from
+ * the first on, through a slot list (the pool as it is), so a row's result depends on its
+ * query, its keys and its limit alone, not on the rows beside it or the chunk that holds it. An
+ * 8-bit pool's block of keys and values is made floats, times their scales, once per task; the
+ * torch path gathered and dequantized each request's keys before. Tasks (KV head, row block)
+ * run on the spinning pool (spin_pool.h): torch's SDPA in between the pool's kernels ran at
+ * about half its own speed, its OpenMP threads contending with the pool's spinning ones.
  *
- * Without AVX-512 the entry point returns -1 and the caller keeps torch's SDPA.
+ * Without AVX-512 or AVX2 + FMA the entry point returns -1 and the caller keeps torch's SDPA.
  */
 #include <math.h>
 #include <stdint.h>
@@ -23,13 +23,15 @@
 #include "common.h"
 #include "spin_pool.h"
 
-#if defined(__AVX512F__) /* common.h includes immintrin.h */
+#if defined(VF_WIDTH) /* common.h: AVX-512 (16 lanes) or AVX2 + FMA (8) */
 
-#define ROWS 32     /* query rows per task: two vectors of 16 lanes */
-#define KEYS 16     /* keys per block of scores */
-#define MAX_DIM 256 /* head sizes up to this */
-#define KU 8        /* keys per pass of the scores (2 accumulators each) */
-#define DU 8        /* values of d per pass of the output (likewise); head sizes: multiples */
+#define ROWS (2 * VF_WIDTH) /* query rows per task: two vectors */
+#define KEYS 16             /* keys per block of scores */
+#define MAX_DIM 256         /* head sizes up to this */
+/* keys per pass of the scores, values of d per pass of the output (2 accumulators each; head
+ * sizes: multiples of DU): as many as the registers hold */
+#define KU (VF_WIDTH / 2)
+#define DU (VF_WIDTH / 2)
 
 typedef struct {
     const float *q;           /* [T, Hq, D] */
@@ -73,60 +75,58 @@ static void block_task(const BlockJob *j, int h, int64_t r0) {
         most = lim[i] > most ? lim[i] : most;
     }
     for (int d = 0; d < d_len; d++) {
-        _mm512_store_ps(ot[d], _mm512_setzero_ps());
-        _mm512_store_ps(ot[d] + 16, _mm512_setzero_ps());
+        vf_store(ot[d], vf_zero());
+        vf_store(ot[d] + VF_WIDTH, vf_zero());
     }
-    const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
-    __m512 m[2] = {neg_inf, neg_inf}, l[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    const __m512i lim_v[2] = {_mm512_load_si512(lim), _mm512_load_si512(lim + 16)};
+    const vf neg_inf = vf_set1(-INFINITY);
+    vf m[2] = {neg_inf, neg_inf}, l[2] = {vf_zero(), vf_zero()};
+    const vi lim_v[2] = {vi_load(lim), vi_load(lim + VF_WIDTH)};
     for (int64_t t0 = 0; t0 < most; t0 += KEYS) {
         const int nk = most - t0 < KEYS ? (int)(most - t0) : KEYS;
         if (j->fmt != KV_F32) { /* the block's keys and values as floats, once for the 32 rows */
             dequantize_rows(j->k, j->k_scale, j->fmt, j->slots + t0, nk, h, j->num_kv_heads, d_len, kt[0], MAX_DIM);
             dequantize_rows(j->v, j->v_scale, j->fmt, j->slots + t0, nk, h, j->num_kv_heads, d_len, vt[0], MAX_DIM);
         }
-        /* scores of KEYS keys (4 at a time) for the 32 rows, masked past each row's limit */
+        /* scores of KEYS keys (KU at a time) for the ROWS rows, masked past each row's limit */
         for (int kk = 0; kk < KEYS; kk += KU) {
             const float *kp[KU];
             for (int u = 0; u < KU; u++) { /* past the block's last key: key t0 again, masked */
                 const int key = kk + u < nk ? kk + u : 0;
                 kp[u] = j->fmt != KV_F32 ? kt[key] : k + j->slots[t0 + key] * kv_stride + (int64_t)h * d_len;
             }
-            __m512 a[KU][2];
-            for (int u = 0; u < KU; u++) a[u][0] = a[u][1] = _mm512_setzero_ps();
+            vf a[KU][2];
+            for (int u = 0; u < KU; u++) a[u][0] = a[u][1] = vf_zero();
             for (int d = 0; d < d_len; d++) {
-                __m512 q0 = _mm512_load_ps(qt[d]), q1 = _mm512_load_ps(qt[d] + 16);
+                vf q0 = vf_load(qt[d]), q1 = vf_load(qt[d] + VF_WIDTH);
                 __asm__("" : "+v"(q0), "+v"(q1)); /* in registers: GCC folds them into every FMA */
                 for (int u = 0; u < KU; u++) {
-                    const __m512 kb = _mm512_set1_ps(kp[u][d]);
-                    a[u][0] = _mm512_fmadd_ps(kb, q0, a[u][0]);
-                    a[u][1] = _mm512_fmadd_ps(kb, q1, a[u][1]);
+                    const vf kb = vf_set1(kp[u][d]);
+                    a[u][0] = vf_fmadd(kb, q0, a[u][0]);
+                    a[u][1] = vf_fmadd(kb, q1, a[u][1]);
                 }
             }
             for (int u = 0; u < KU; u++) {
-                const __m512i key = _mm512_set1_epi32((int32_t)(t0 + kk + u));
-                for (int s = 0; s < 2; s++) {
-                    const __mmask16 seen = kk + u < nk ? _mm512_cmplt_epi32_mask(key, lim_v[s]) : 0;
-                    _mm512_store_ps(pt[kk + u] + 16 * s, _mm512_mask_mov_ps(neg_inf, seen, a[u][s]));
-                }
+                const vi key = vi_set1((int32_t)(t0 + kk + u));
+                for (int s = 0; s < 2; s++) /* past each row's limit (or the block's last key): -inf */
+                    vf_store(pt[kk + u] + VF_WIDTH * s,
+                             kk + u < nk ? vf_where_lt(key, lim_v[s], a[u][s], neg_inf) : neg_inf);
             }
         }
         /* online softmax: new running max, rescale what was summed, probabilities in place */
-        __m512 alpha[2];
+        vf alpha[2];
         for (int s = 0; s < 2; s++) {
-            __m512 peak = m[s];
-            for (int kk = 0; kk < KEYS; kk++) peak = _mm512_max_ps(peak, _mm512_load_ps(pt[kk] + 16 * s));
+            vf peak = m[s];
+            for (int kk = 0; kk < KEYS; kk++) peak = vf_max(peak, vf_load(pt[kk] + VF_WIDTH * s));
             /* a row with no key yet keeps max -inf: subtract 0 instead (its scores are all -inf) */
-            const __mmask16 none = _mm512_cmp_ps_mask(peak, neg_inf, _CMP_EQ_OQ);
-            const __m512 base = _mm512_mask_mov_ps(peak, none, _mm512_setzero_ps());
-            alpha[s] = exp_nonpositive16(_mm512_sub_ps(m[s], base));
-            __m512 sum = _mm512_setzero_ps();
+            const vf base = vf_neg_inf_to_zero(peak);
+            alpha[s] = vf_exp_nonpositive(vf_sub(m[s], base));
+            vf sum = vf_zero();
             for (int kk = 0; kk < KEYS; kk++) {
-                const __m512 p = exp_nonpositive16(_mm512_sub_ps(_mm512_load_ps(pt[kk] + 16 * s), base));
-                _mm512_store_ps(pt[kk] + 16 * s, p);
-                sum = _mm512_add_ps(sum, p);
+                const vf p = vf_exp_nonpositive(vf_sub(vf_load(pt[kk] + VF_WIDTH * s), base));
+                vf_store(pt[kk] + VF_WIDTH * s, p);
+                sum = vf_add(sum, p);
             }
-            l[s] = _mm512_fmadd_ps(l[s], alpha[s], sum);
+            l[s] = vf_fmadd(l[s], alpha[s], sum);
             m[s] = peak;
         }
         /* out^T[d] = alpha * out^T[d] + sum_k p_k v_k[d], DU values of d at a time */
@@ -136,26 +136,26 @@ static void block_task(const BlockJob *j, int h, int64_t r0) {
             vp[kk] = j->fmt != KV_F32 ? vt[key] : v + j->slots[t0 + key] * kv_stride + (int64_t)h * d_len;
         }
         for (int d0 = 0; d0 < d_len; d0 += DU) {
-            __m512 acc[DU][2];
+            vf acc[DU][2];
             for (int u = 0; u < DU; u++)
-                for (int s = 0; s < 2; s++) acc[u][s] = _mm512_mul_ps(_mm512_load_ps(ot[d0 + u] + 16 * s), alpha[s]);
+                for (int s = 0; s < 2; s++) acc[u][s] = vf_mul(vf_load(ot[d0 + u] + VF_WIDTH * s), alpha[s]);
             for (int kk = 0; kk < KEYS; kk++) {
-                __m512 p0 = _mm512_load_ps(pt[kk]), p1 = _mm512_load_ps(pt[kk] + 16);
+                vf p0 = vf_load(pt[kk]), p1 = vf_load(pt[kk] + VF_WIDTH);
                 __asm__("" : "+v"(p0), "+v"(p1));
                 for (int u = 0; u < DU; u++) {
-                    const __m512 vb = _mm512_set1_ps(vp[kk][d0 + u]);
-                    acc[u][0] = _mm512_fmadd_ps(vb, p0, acc[u][0]);
-                    acc[u][1] = _mm512_fmadd_ps(vb, p1, acc[u][1]);
+                    const vf vb = vf_set1(vp[kk][d0 + u]);
+                    acc[u][0] = vf_fmadd(vb, p0, acc[u][0]);
+                    acc[u][1] = vf_fmadd(vb, p1, acc[u][1]);
                 }
             }
             for (int u = 0; u < DU; u++)
-                for (int s = 0; s < 2; s++) _mm512_store_ps(ot[d0 + u] + 16 * s, acc[u][s]);
+                for (int s = 0; s < 2; s++) vf_store(ot[d0 + u] + VF_WIDTH * s, acc[u][s]);
         }
     }
     float sum[ROWS] __attribute__((aligned(64))), peak[ROWS] __attribute__((aligned(64)));
     for (int s = 0; s < 2; s++) {
-        _mm512_store_ps(sum + 16 * s, l[s]);
-        _mm512_store_ps(peak + 16 * s, m[s]);
+        vf_store(sum + VF_WIDTH * s, l[s]);
+        vf_store(peak + VF_WIDTH * s, m[s]);
     }
     for (int i = 0; i < ROWS && r0 + i < rows; i++) {
         const int64_t r = r0 + i, t = r / group, head = (int64_t)h * group + r % group;
@@ -185,15 +185,16 @@ static void block_part(void *arg, int part, int parts) {
  * them) in format fmt: float32, or 8 bits times k_scale / v_scale [num_slots, num_kv_heads] (each
  * block of 16 keys made floats once per task). lse (may be NULL) gets each row's natural
  * log-sum-exp (-inf with no keys, out 0). Returns 0; -2 for a slot outside 0..num_slots - 1; -1
- * without AVX-512 or for a head size over MAX_DIM or not a multiple of DU (8; of 16 for an 8-bit
- * pool), or query heads that are not a multiple of the KV heads (the caller then uses torch). */
+ * without AVX-512 or AVX2 + FMA, or for a head size over MAX_DIM or not a multiple of DU (8 with
+ * AVX-512, 4 with AVX2; of 16 / 8 for an 8-bit pool), or query heads that are not a multiple of
+ * the KV heads (the caller then uses torch). */
 int block_attention_f32(const float *q, const void *k, const void *v, int fmt, const float *k_scale,
                         const float *v_scale, int64_t num_slots, const int64_t *slots, int64_t num_keys,
                         const int64_t *limits, int64_t tokens, int num_q_heads, int num_kv_heads, int head_dim,
                         float sm_scale, float *out, float *lse) {
-#if defined(__AVX512F__)
+#if defined(VF_WIDTH)
     if (head_dim > MAX_DIM || head_dim % DU || num_kv_heads <= 0 || num_q_heads % num_kv_heads ||
-        (fmt != KV_F32 && (head_dim % 16 || !k_scale || !v_scale)))
+        (fmt != KV_F32 && (head_dim % VF_WIDTH || !k_scale || !v_scale)))
         return -1;
     if (tokens <= 0) return 0;
     for (int64_t i = 0; i < num_keys; i++)

@@ -2,6 +2,7 @@
 #ifndef RADIXGEN_CSRC_COMMON_H
 #define RADIXGEN_CSRC_COMMON_H
 
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -34,6 +35,16 @@ static inline float exp_nonpositive(float x) {
     return r + (x - x); /* x - x is 0, or NaN for NaN/inf input */
 }
 
+/* exp_nonpositive's polynomial for 2^f, |f| <= 1/2, with a vector type's multiply-add and
+ * broadcast (Horner's order, the scalar loop's) */
+#define EXP2_POLY(fmadd, set1, f)                                                                  \
+    fmadd(fmadd(fmadd(fmadd(fmadd(fmadd(set1(1.535336188319500e-4f), f, set1(1.339887440266574e-3f)), f, \
+                                  set1(9.618437357674640e-3f)),                                    \
+                            f, set1(5.550332471162809e-2f)),                                       \
+                      f, set1(2.402264791363012e-1f)),                                             \
+                f, set1(6.931472028550421e-1f)),                                                   \
+          f, set1(1.0f))
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 /* exp_nonpositive's polynomial on 16 lanes with AVX-512, where -inf gives 0 (masked scores):
@@ -42,13 +53,7 @@ static inline __m512 exp_nonpositive16(__m512 x) {
     const __m512 t = _mm512_max_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)), _mm512_set1_ps(-150.0f));
     const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(t, k);
-    __m512 p = _mm512_set1_ps(1.535336188319500e-4f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.339887440266574e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618437357674640e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550332471162809e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402264791363012e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931472028550421e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    const __m512 p = EXP2_POLY(_mm512_fmadd_ps, _mm512_set1_ps, f);
     return _mm512_scalef_ps(p, k); /* p * 2^k; underflows to 0 below 2^-149 */
 }
 
@@ -111,7 +116,22 @@ typedef __m512 vf;
 #define vf_zero _mm512_setzero_ps
 #define vf_mul _mm512_mul_ps
 #define vf_fmadd _mm512_fmadd_ps
+#define vf_max _mm512_max_ps
+#define vf_add _mm512_add_ps
+#define vf_sub _mm512_sub_ps
 #define vf_lane_sums reduce16_ps
+#define vf_exp_nonpositive exp_nonpositive16
+typedef __m512i vi; /* VF_WIDTH int32 lanes */
+#define vi_load(p) _mm512_loadu_si512((const void *)(p))
+#define vi_set1 _mm512_set1_epi32
+/* a's lanes where key < limit, other's elsewhere */
+static inline __attribute__((always_inline)) vf vf_where_lt(vi key, vi limit, vf a, vf other) {
+    return _mm512_mask_mov_ps(other, _mm512_cmplt_epi32_mask(key, limit), a);
+}
+/* v with its -inf lanes made 0 */
+static inline __attribute__((always_inline)) vf vf_neg_inf_to_zero(vf v) {
+    return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ), _mm512_setzero_ps());
+}
 /* dst[0..n) = v's first n lanes, 0 < n <= 16 */
 static inline __attribute__((always_inline)) void vf_store_first(float *dst, vf v, int n) {
     _mm512_mask_storeu_ps(dst, (__mmask16)((1u << n) - 1), v);
@@ -137,6 +157,30 @@ typedef __m256 vf;
 #define vf_zero _mm256_setzero_ps
 #define vf_mul _mm256_mul_ps
 #define vf_fmadd _mm256_fmadd_ps
+#define vf_max _mm256_max_ps
+#define vf_add _mm256_add_ps
+#define vf_sub _mm256_sub_ps
+typedef __m256i vi; /* VF_WIDTH int32 lanes */
+#define vi_load(p) _mm256_loadu_si256((const __m256i *)(p))
+#define vi_set1 _mm256_set1_epi32
+static inline __attribute__((always_inline)) vf vf_where_lt(vi key, vi limit, vf a, vf other) {
+    return _mm256_blendv_ps(other, a, _mm256_castsi256_ps(_mm256_cmpgt_epi32(limit, key)));
+}
+static inline __attribute__((always_inline)) vf vf_neg_inf_to_zero(vf v) {
+    return _mm256_blendv_ps(v, _mm256_setzero_ps(), _mm256_cmp_ps(v, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+}
+/* exp_nonpositive16's polynomial on 8 lanes, -inf giving 0; 2^k built in the exponent bits, so
+ * results below 2^-126 flush to 0 (AVX-512's scalef keeps them down to 2^-149). */
+static inline vf vf_exp_nonpositive(vf x) {
+    const __m256 t = _mm256_max_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _mm256_set1_ps(-150.0f));
+    const __m256 k = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(t, k);
+    const __m256 p = EXP2_POLY(_mm256_fmadd_ps, _mm256_set1_ps, f);
+    const __m256i ki = _mm256_cvtps_epi32(k);
+    const __m256i normal = _mm256_cmpgt_epi32(ki, _mm256_set1_epi32(-127)); /* 2^k a normal float */
+    const __m256i bits = _mm256_and_si256(_mm256_slli_epi32(_mm256_add_epi32(ki, _mm256_set1_epi32(127)), 23), normal);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
 /* The lane sums of v[0..7] as one vector (lane t: the sum of v[t]): two rounds of pairwise
  * horizontal adds within 128-bit halves, then the halves added. */
 static inline __m256 vf_lane_sums(const __m256 v[8]) {

@@ -16,6 +16,7 @@ from radixgen.kernels.attention import (
     extend_attention,
     extend_attention_ref,
 )
+from radixgen.kernels.attention.block_native import block_c_library
 from radixgen.kernels.attention.cascade import cascade_decode_attention, plan_cpu_decode
 from radixgen.kernels.attention.decode_native import native_decode_available
 from radixgen.kernels.kv_quant import (
@@ -262,10 +263,11 @@ def _cpu_flags() -> set[str]:
     not {"avx2", "fma"} <= _cpu_flags() or not shutil.which("gcc"), reason="needs AVX2, FMA, gcc"
 )
 def test_the_avx2_build_attends_every_pool_as_the_reference_does(monkeypatch, tmp_path):
-    """The decode kernel's 8-lane (AVX2) paths, which a build on an AVX-512 machine never runs:
-    built here without AVX-512, over float and 8-bit pools; groups of 3 (values in two halves),
-    1, 4 (the plain loop: four passes would be needed), head sizes 64, 128 and 40 (8 lanes but
-    not 16)."""
+    """The attention kernels' 8-lane (AVX2) paths, which a build on an AVX-512 machine never
+    runs: built here without AVX-512, over float and 8-bit pools. Decode: groups of 3 (values in
+    two halves), 1, 4 (the plain loop: four passes would be needed), head sizes 64, 128 and 40
+    (8 lanes but not 16). The block kernel (16 rows a task): extend over a cached prefix, and
+    a shared prefix attended once (cascade)."""
     monkeypatch.setattr(_cbuild, "_state", {})  # bind() builds and probes again
     monkeypatch.setattr(
         _cbuild, "_FLAG_SETS", (["-O3", "-march=native", "-mno-avx512f", "-fopenmp"],)
@@ -286,6 +288,33 @@ def test_the_avx2_build_attends_every_pool_as_the_reference_does(monkeypatch, tm
             want = decode_attention_ref(q, kd, vd, table, rows, seq, 0.125)
             got = decode_attention(q, kq, vq, table, rows, seq, 0.125, k_scale=ks, v_scale=vs)
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert block_c_library() is not None
+    pairs = [(0, 5), (40, 3), (100, 64)]
+    kb, vb, table, rows = make_pool([p + e for p, e in pairs], 2, 64, torch.float32, "cpu")
+    prefix, extend = torch.tensor([p for p, _ in pairs]), torch.tensor([e for _, e in pairs])
+    q = torch.randn(int(extend.sum()), 6, 64)
+    want = extend_attention_ref(q, kb, vb, table, rows, prefix, extend, 0.125)
+    got = extend_attention(q, kb, vb, table, rows, prefix, extend, 0.125)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    for dtype in KV_DTYPES:
+        (kq, vq, ks, vs), (kd, vd) = _quantized_pool(kb, vb, dtype)
+        want = extend_attention_ref(q, kd, vd, table, rows, prefix, extend, 0.125)
+        got = extend_attention(
+            q, kq, vq, table, rows, prefix, extend, 0.125, k_scale=ks, v_scale=vs
+        )
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    kb, vb = torch.randn(3000, 2, 64), torch.randn(3000, 2, 64)
+    table = torch.zeros(5, 1200, dtype=torch.int32)
+    for r, own in enumerate((5, 30, 120, 1)):
+        table[r, :1000] = torch.arange(1, 1001)  # a shared prefix
+        table[r, 1000 : 1000 + own] = torch.arange(1001 + 200 * r, 1001 + 200 * r + own)
+    rows, seq = torch.arange(4), torch.tensor([1005, 1030, 1120, 1001])
+    plan = plan_cpu_decode(table, rows, seq)
+    assert plan.prefixes, "the test needs a shared prefix"
+    q = torch.randn(4, 6, 64)
+    got = cascade_decode_attention(q, kb, vb, table, plan, 0.125)
+    want = decode_attention_ref(q, kb, vb, table, rows, seq, 0.125)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     if shutil.which("objdump"):  # and nothing of AVX-512 in the library
         library = next(tmp_path.glob("native/cpu_kernels-*.so"))
         code = subprocess.run(["objdump", "-d", str(library)], capture_output=True, check=True)
