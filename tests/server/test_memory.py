@@ -74,8 +74,13 @@ def test_rejected_requests_leave_rss_within_ten_percent(server):
             for path, body, status in cases:
                 response = _send(http, path, body)
                 assert response.status_code == status, (path, response.text[:300])
-        time.sleep(0.5)
-        after = rss_bytes(server.proc.pid)
+        # the last large body's trim runs after its response, on a thread: on a busy machine
+        # half a second was once not enough (429 -> 477 MB in a full suite run; it passes alone)
+        for _ in range(10):
+            time.sleep(0.5)
+            after = rss_bytes(server.proc.pid)
+            if after <= before * 1.10:
+                break
         assert (
             http.post("/v1/completions", json=completion_body(server.model, 8)).status_code == 200
         )
