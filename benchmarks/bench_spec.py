@@ -15,6 +15,7 @@ each side is kept. Greedy outputs must be identical on and off (checked, reporte
         [--requests 8] [--new-tokens 128] [--repeats 2] [--num-tokens K] [--json-out F]
         [--quantization none --algorithm draft --draft-model M]  # a draft model instead
         [--quant-activations q8]  # 8-bit activations on both sides
+        [--lookup-bound]  # json: the target passes a perfect prompt-lookup drafter would need
 """
 
 from __future__ import annotations
@@ -146,6 +147,46 @@ def code_prompts(n: int) -> list[list[dict[str, str]]]:
     ]
 
 
+def lookup_passes(history: list[int], tokens: list[int], cap: int) -> int:
+    """Target passes a perfect prompt-lookup drafter would need for ``tokens`` after
+    ``history``: each pass keeps the longest run (up to ``cap``) that some earlier place in
+    history + tokens so far continues with, then adds the target's own token. Taking the
+    longest run every time is optimal here: a pass further on can only reach as far."""
+    done = passes = 0
+    while done < len(tokens):
+        seen, best = history + tokens[:done], 0
+        for start in range(len(seen)):
+            run = 0
+            while (
+                run < cap
+                and done + run < len(tokens)
+                and start + run < len(seen)
+                and seen[start + run] == tokens[done + run]
+            ):
+                run += 1
+            best = max(best, run)
+        done, passes = done + best + 1, passes + 1
+    return passes
+
+
+def json_values_bound(engine: Engine, prompts: list[str], outs, cap: int) -> tuple[int, int]:
+    """(value tokens, lookup_passes for them) over the answers that parse as JSON objects: keys,
+    quotes and commas are jump-forward text with speculation on or off, so the values are what
+    a drafter can win on."""
+    tokens = passes = 0
+    for prompt, out in zip(prompts, outs, strict=True):
+        try:
+            values = list(json.loads(out.text).values())
+        except (ValueError, AttributeError):
+            continue  # cut off at max_new_tokens, or not an object
+        history = engine.tokenizer.encode(prompt)
+        for value in values:
+            ids = engine.tokenizer.encode(str(value))
+            tokens, passes = tokens + len(ids), passes + lookup_passes(history, ids, cap)
+            history = history + ids
+    return tokens, passes
+
+
 def run(engine: Engine, prompts: list[str], params: SamplingParams, batch: int):
     engine.flush_cache()
     start = time.perf_counter()
@@ -174,6 +215,11 @@ def main() -> None:
     ap.add_argument("--algorithm", default="ngram", choices=["ngram", "draft"])
     ap.add_argument("--draft-model", default=None, help="--speculative-draft-model (draft)")
     ap.add_argument("--json-out", default=None)
+    ap.add_argument(
+        "--lookup-bound",
+        action="store_true",
+        help="json: also count the target passes a perfect lookup drafter would need",
+    )
     args = ap.parse_args()
 
     off = Engine(
@@ -227,6 +273,11 @@ def main() -> None:
                 "identical": f"{same}/{len(prompts)}",
             }
             row["speedup"] = round(row["on_tok_s"] / row["off_tok_s"], 2)
+            if name == "json" and args.lookup_bound:
+                assert on.speculator is not None
+                cap = on.speculator.num_tokens
+                values, passes = json_values_bound(off, prompts, outs["off"], cap)
+                row["value_tokens"], row["lookup_bound_passes"] = values, passes
             rows.append(row)
             print(
                 f"{name:5s} batch {batch:2d}: off {row['off_tok_s']:6.1f} tok/s, "
@@ -235,6 +286,14 @@ def main() -> None:
                 f"identical {row['identical']}",
                 flush=True,
             )
+            if "lookup_bound_passes" in row:
+                values, passes = row["value_tokens"], row["lookup_bound_passes"]
+                print(
+                    f"      lookup bound: {values} value tokens would take {passes} target passes "
+                    f"with a perfect prompt-lookup drafter ({values / max(passes, 1):.2f} a pass, "
+                    f"drafts of up to {cap}), against {values} plain",
+                    flush=True,
+                )
     on.check_integrity()
     off.shutdown()
     on.shutdown()
