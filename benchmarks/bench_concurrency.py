@@ -7,8 +7,8 @@ the same number of tokens). Servers take turns level by level (a noisy machine m
 together); throughput is completion tokens (from ``usage``) over wall time. Before each turn it
 waits (up to ``--quiet-wait`` s) until this machine's CPUs are idle, so work a server left behind
 (another server's background threads, a previous turn's clean-up) does not land in the next
-server's time; turns that never found the machine quiet are reported (Linux: /proc/stat). Prints a table
-and plots tok/s against concurrency.
+server's time; turns that never found the machine quiet are reported (Linux: /proc/stat).
+Prints a table and plots tok/s against concurrency.
 
 ``--shared-prefix N`` adds the shared-prefix workload: N requests sent at once behind one long
 system prompt that no server has seen (a new one per server), then N new questions behind the

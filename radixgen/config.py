@@ -110,7 +110,7 @@ class EngineConfig:
         "auto",
         "KV cache storage: auto keeps --dtype; int8 and fp8_e4m3 store 8 bits per value with "
         "one float32 scale per token and KV head (3.8x the tokens in the same memory at "
-        "float32, head_dim 64; faster decode attention on a CPU with AVX-512; see "
+        "float32, head_dim 64; faster decode attention on a CPU with AVX2 or AVX-512; see "
         "docs/performance.md for the accuracy cost)",
         choices=KV_CACHE_DTYPES,
     )

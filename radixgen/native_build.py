@@ -23,12 +23,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .models.hub import cache_dir as radixgen_cache_dir
+
 
 def cache_dir() -> Path:
-    """Where built libraries are kept: ``$RADIXGEN_CACHE/native`` (the runtime's cache folder,
-    read from the variable itself: this module imports nothing of the runtime)."""
-    root = os.environ.get("RADIXGEN_CACHE") or str(Path.home() / ".cache" / "radixgen")
-    return Path(root) / "native"
+    """Where built libraries are kept: ``native`` in the runtime's cache folder
+    (``$RADIXGEN_CACHE``, ``models.hub.cache_dir``)."""
+    return radixgen_cache_dir() / "native"
 
 
 def _cpu_signature() -> str:

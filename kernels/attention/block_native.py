@@ -1,17 +1,16 @@
 """Attention of many query rows against one run of keys by the C kernel
-(``csrc/block_attention.c``, float32 CPU with AVX-512 or AVX2): a shared prefix attended once for every
-request behind it (``cascade.py``) and extend (``extend.py``: a prompt chunk over its cached
-prefix and, causally, itself).
+(``csrc/block_attention.c``, float32 CPU with AVX-512 or AVX2): a shared prefix attended once
+for every request behind it (``cascade.py``) and extend (``extend.py``: a prompt chunk over its
+cached prefix and, causally, itself).
 
 Why: torch's CPU SDPA ran at ~70 G multiply-adds/s alone and about half that between the
 spinning pool's kernels (its OpenMP threads contend with the pool's); at batch 32 behind a
 760-token system prompt the prefix's SDPA took ~19 of a decode step's ~66 ms. The kernel runs on
 the spinning pool, 32 query rows per task (16 with AVX2) against keys read through their slots,
-and gives a row
-the same result whatever rows or chunk it is computed with. It reads an 8-bit pool as it is
-(each block of 16 keys and values made floats once per task). Where it does not load (neither
-AVX-512 nor AVX2, a head size or pool layout it does not take), callers keep SDPA, or gather an 8-bit
-pool's keys as floats first.
+and gives a row the same result whatever rows or chunk it is computed with. It reads an 8-bit
+pool as it is (each block of 16 keys and values made floats once per task). Where it does not
+load (neither AVX-512 nor AVX2, a head size or pool layout it does not take), callers keep SDPA,
+or gather an 8-bit pool's keys as floats first.
 """
 
 from __future__ import annotations

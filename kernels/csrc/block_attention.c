@@ -83,7 +83,7 @@ static void block_task(const BlockJob *j, int h, int64_t r0) {
     const vi lim_v[2] = {vi_load(lim), vi_load(lim + VF_WIDTH)};
     for (int64_t t0 = 0; t0 < most; t0 += KEYS) {
         const int nk = most - t0 < KEYS ? (int)(most - t0) : KEYS;
-        if (j->fmt != KV_F32) { /* the block's keys and values as floats, once for the 32 rows */
+        if (j->fmt != KV_F32) { /* the block's keys and values as floats, once for the ROWS rows */
             dequantize_rows(j->k, j->k_scale, j->fmt, j->slots + t0, nk, h, j->num_kv_heads, d_len, kt[0], MAX_DIM);
             dequantize_rows(j->v, j->v_scale, j->fmt, j->slots + t0, nk, h, j->num_kv_heads, d_len, vt[0], MAX_DIM);
         }

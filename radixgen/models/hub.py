@@ -51,7 +51,8 @@ ALIASES["smollm2"] = ALIASES[DEFAULT_MODEL]
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("RADIXGEN_CACHE", Path.home() / ".cache" / "radixgen"))
+    """The runtime's cache folder: ``$RADIXGEN_CACHE`` (unset or empty: ``~/.cache/radixgen``)."""
+    return Path(os.environ.get("RADIXGEN_CACHE") or Path.home() / ".cache" / "radixgen")
 
 
 def resolve_model(model: str | os.PathLike | None = None) -> Path:
