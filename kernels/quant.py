@@ -13,8 +13,8 @@ Three implementations of ``x @ W^T``:
   (the formats' Python definition);
 - C (``csrc/quant_matmul.c``), float32 CPU: every weight row is read once per call, in its
   blocks. ``act="f32"`` multiplies the dequantized values in float32 (exact up to accumulation
-  order, all six formats; where the C build has AVX-512 a packed row's bits do not depend on
-  the number of rows in its call, see :func:`rows_batch_invariant`); ``act="q8"`` first rounds the
+  order, all six formats; a packed row's bits do not depend on the number of rows in its call:
+  the few-row kernels sum in the small GEMM's order); ``act="q8"`` first rounds the
   activations to 8 bits per block of 32, as llama.cpp does, and multiplies blocks in integers
   (AVX2 / AVX-512 VNNI; Q4_0, Q4_1, Q8_0): a fraction of the arithmetic, at the cost of the
   activations' rounding. Where the build has AVX-512 VNNI, :class:`QuantizedLinear` keeps such a
@@ -275,7 +275,6 @@ _C_SIGNATURES = {
     "quant_interleave": (I32, [I32, PTR, I64, I64, I64, PTR]),
     "quant_interleave_supported": (I32, []),
     "quant_simd_level": (I32, []),
-    "quant_rows_batch_invariant": (I32, []),
 }
 
 
@@ -417,13 +416,6 @@ def quant_c_library() -> ctypes.CDLL | None:
 
 
 _logged: set[str] = set()
-
-
-def rows_batch_invariant(lib: ctypes.CDLL) -> bool:
-    """Whether a float-activation row on a packed weight (Q4_0, Q4_1, Q8_0) gets the same bits
-    at any row count of its call: true for the AVX-512 build, whose few-row kernel sums in the
-    small GEMM's order; elsewhere only within 1-9 rows, and within 10 or more."""
-    return bool(lib.quant_rows_batch_invariant())
 
 
 # ---------------------------------------------------------------------------------------------

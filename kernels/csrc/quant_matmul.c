@@ -5,8 +5,8 @@
  *   - act_q8 = 0: float32 products of the dequantized weights (exact up to accumulation order;
  *     every format). Packed Q4_0/Q4_1/Q8_0 expand weights in registers for a few rows (AVX-512:
  *     a nibble's value is one permute of its block's 16-value table), and into an L1-resident
- *     tile for the small GEMM beyond; on AVX-512 both sum a row in the same order, so a row's
- *     bits do not depend on the rows beside it. Other formats expand each weight row
+ *     tile for the small GEMM beyond; on AVX-512 and on AVX2 both sum a row in the same order,
+ *     so a row's bits do not depend on the rows beside it. Other formats expand each weight row
  *     into a float buffer on the stack.
  *   - act_q8 = 1: as llama.cpp does, activations are first quantized to 8 bits per block of 32
  *     (one float scale per block, round to nearest), and blocks are multiplied in integers
@@ -33,8 +33,8 @@
 #if defined(QM_AVX2) && ((defined(__AVX512VNNI__) && defined(__AVX512VL__)) || defined(__AVXVNNI__))
 #define QM_VNNI 1
 #endif
-/* The AVX-512 float paths (16-wide expansion, the few-row register tile): with them a row sums
- * alike whatever the rows beside it (quant_rows_batch_invariant). */
+/* The AVX-512 float paths (16-wide expansion, the few-row register tile), which also sum a row
+ * alike whatever the rows beside it. */
 #if defined(QM_AVX2) && defined(__F16C__) && defined(__AVX512F__)
 #define QM_AVX512 1
 #endif
@@ -271,8 +271,21 @@ static __attribute__((unused)) void dequant_packed_row(int fmt, const uint8_t *r
 }
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-/* dequant_packed_row with 8-wide conversions: the same values (d * q + m, (q - 8) * d, q * d in
- * float32, one rounding each), for the batch GEMM and prefill that expand whole weights. */
+/* The values of 8 quants (the low 8 bytes of q): Q8_0 q * d; Q4_1 q * d + m, Q4_0 (q - 8) * d
+ * (nibbles, one per byte). The one expression of a weight's value on the 8-wide paths, so the
+ * small GEMM's expansion and the few-row tile round alike (GCC 12 contracts q * d + m into one
+ * FMA: it does so in both). */
+static inline __attribute__((always_inline)) __m256 q8_values(__m128i q, __m256 d) {
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+}
+
+static inline __attribute__((always_inline)) __m256 q4_values(const int fmt, __m128i q, __m256 d, __m256 m) {
+    const __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q));
+    return fmt == Q4_1 ? _mm256_add_ps(_mm256_mul_ps(v, d), m) : _mm256_mul_ps(_mm256_sub_ps(v, _mm256_set1_ps(8.0f)), d);
+}
+
+/* dequant_packed_row with 8-wide conversions (q4_values, q8_values), for the batch GEMM and
+ * prefill that expand whole weights. */
 static __attribute__((unused)) void dequant_packed_row_avx2(int fmt, const uint8_t *row, float *out,
                                                             int64_t in) {
     const int64_t nb = in / 32, nb8 = pad8(nb);
@@ -285,8 +298,7 @@ static __attribute__((unused)) void dequant_packed_row_avx2(int fmt, const uint8
             const __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * b));
             const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
             const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-            for (int i = 0; i < 4; i++)
-                _mm256_storeu_ps(o + 8 * i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[i])), d));
+            for (int i = 0; i < 4; i++) _mm256_storeu_ps(o + 8 * i, q8_values(parts[i], d));
             continue;
         }
         const __m256i pair = _mm256_loadu_si256((const __m256i *)(qs + 32 * (b / 2)));
@@ -294,13 +306,7 @@ static __attribute__((unused)) void dequant_packed_row_avx2(int fmt, const uint8
         const __m128i lo = _mm256_castsi256_si128(nib), hi = _mm256_extracti128_si256(nib, 1);
         const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
         const __m256 m = _mm256_set1_ps(fmt == Q4_1 ? _cvtsh_ss(read_u16(mins + 2 * b)) : 0.0f);
-        const __m256 eight = _mm256_set1_ps(8.0f);
-        for (int i = 0; i < 4; i++) {
-            const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i]));
-            /* Q4_1: q * d + m, Q4_0: (q - 8) * d, rounded as the reference rounds them */
-            _mm256_storeu_ps(o + 8 * i, fmt == Q4_1 ? _mm256_add_ps(_mm256_mul_ps(q, d), m)
-                                                    : _mm256_mul_ps(_mm256_sub_ps(q, eight), d));
-        }
+        for (int i = 0; i < 4; i++) _mm256_storeu_ps(o + 8 * i, q4_values(fmt, parts[i], d, m));
     }
 }
 #endif
@@ -934,10 +940,12 @@ static int matmul_q8_interleaved(int fmt, const uint8_t *w, int64_t out_features
 
 /* ------------------------------------------------ float activations on the packed layout (AVX2)
  *
- * Exact like f32_part (the block's values times x, in float32), but without expanding rows to
- * memory: sum_i (d q_i + m) x_i = d * sum_i q_i x_i + m * sum_i x_i, the quants converted to
- * floats in registers, each block's sum of x computed once per call for all outputs. A tile of
- * OUT_TILE outputs by ROW_TILE rows shares each block's conversion between its rows. */
+ * A few rows (below GEMM_MIN_ROWS) sum as the small GEMM (gemm_part, AVX2) does, bit for bit:
+ * each weight value as dequant_packed_row_avx2 rounds it (the same inline helpers), lane l of one
+ * 8-lane accumulator per (output, row) summing k = l mod 8 in order of k, the lanes summed by
+ * hsum_ps. So a row's result does not depend on how many rows share its call (decode rows, a
+ * verify pass and the prefill of the same tokens agree), as on AVX-512. The weights are expanded
+ * in registers, 8 values at a time, each conversion shared by the tile's rows. */
 #if defined(QM_AVX2)
 typedef struct {
     int fmt;
@@ -945,84 +953,62 @@ typedef struct {
     int64_t row_bytes, out_features, nb, nb8;
     const float *x;
     int64_t stride_x, rows;
-    const float *sums; /* [rows][nb8] sum of each block of x (zeros past nb); NULL in pz_tile */
     float *y;
     int64_t stride_y;
     const float *bias;
 } PF32Job;
-
-/* 8 unsigned bytes -> 8 floats */
-static inline __m256 u8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v)); }
-static inline __m256 s8x8_to_ps(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
-
-/* sum_j q_j x_j over one block of 32 whose quants are the bytes of q (u8 or s8). */
-static inline __m256 block_dot(__m256i q, int is_signed, const float *x) {
-    const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-    __m256 f0, f1, f2, f3;
-    if (is_signed) {
-        f0 = s8x8_to_ps(lo); f1 = s8x8_to_ps(_mm_srli_si128(lo, 8));
-        f2 = s8x8_to_ps(hi); f3 = s8x8_to_ps(_mm_srli_si128(hi, 8));
-    } else {
-        f0 = u8x8_to_ps(lo); f1 = u8x8_to_ps(_mm_srli_si128(lo, 8));
-        f2 = u8x8_to_ps(hi); f3 = u8x8_to_ps(_mm_srli_si128(hi, 8));
-    }
-    __m256 t = _mm256_mul_ps(f0, _mm256_loadu_ps(x));
-    t = _mm256_fmadd_ps(f1, _mm256_loadu_ps(x + 8), t);
-    t = _mm256_fmadd_ps(f2, _mm256_loadu_ps(x + 16), t);
-    return _mm256_fmadd_ps(f3, _mm256_loadu_ps(x + 24), t);
-}
 
 static inline __attribute__((always_inline)) void
 pf32_tile(const int fmt, const PF32Job *j, const uint8_t *w0, const int OT, int64_t r0, const int RT,
           float out[OUT_TILE][ROW_TILE]) {
     const int64_t nb = j->nb, nb8 = j->nb8, row_bytes = j->row_bytes;
     const int64_t qs_off = (fmt == Q4_1 ? 4 : 2) * nb8;
-    __m256 acc[OUT_TILE][ROW_TILE], extra[OUT_TILE][ROW_TILE];
+    __m256 acc[OUT_TILE][ROW_TILE];
     for (int o = 0; o < OT; o++)
-        for (int r = 0; r < RT; r++) acc[o][r] = extra[o][r] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0xf);
+        for (int r = 0; r < RT; r++) acc[o][r] = _mm256_setzero_ps();
+    const float *xr[ROW_TILE];
+    for (int r = 0; r < RT; r++) xr[r] = j->x + (r0 + r) * j->stride_x;
     for (int64_t b0 = 0; b0 < nb; b0 += 8) {
-        float dsc[OUT_TILE][8] __attribute__((aligned(32)));
-        for (int o = 0; o < OT; o++) {
+        float dsc[OUT_TILE][8] __attribute__((aligned(32))), msc[OUT_TILE][8] __attribute__((aligned(32)));
+        for (int o = 0; o < OT; o++) { /* the scales (and minimums) of 8 blocks at once */
             const uint8_t *wr = w0 + o * row_bytes;
-            const __m256 dv = load_fp16x8(wr + 2 * b0);
-            _mm256_store_ps(dsc[o], dv);
-            if (fmt == Q8_0) continue;
-            const __m256 mv = fmt == Q4_1 ? load_fp16x8(wr + 2 * nb8 + 2 * b0)
-                                          : _mm256_mul_ps(dv, _mm256_set1_ps(-8.0f));
-            for (int r = 0; r < RT; r++)
-                extra[o][r] = _mm256_fmadd_ps(mv, _mm256_loadu_ps(j->sums + (r0 + r) * nb8 + b0), extra[o][r]);
+            _mm256_store_ps(dsc[o], load_fp16x8(wr + 2 * b0));
+            if (fmt == Q4_1) _mm256_store_ps(msc[o], load_fp16x8(wr + 2 * nb8 + 2 * b0));
         }
         const int64_t end = nb - b0 < 8 ? nb - b0 : 8;
-        const int step = fmt == Q8_0 ? 1 : 2;
-        for (int64_t k = 0; k < end; k += step) {
+        /* Q4: a pair of blocks' nibbles, masked 32 bytes at a time, then read 8 at a time */
+        uint8_t nib[OUT_TILE][64] __attribute__((aligned(32)));
+        for (int64_t k = 0; k < end; k++) {
+            const int64_t b = b0 + k;
+            if (fmt != Q8_0 && b % 2 == 0)
+                for (int o = 0; o < OT; o++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(w0 + o * row_bytes + qs_off + 16 * b));
+                    const __m256i low4 = _mm256_set1_epi8(0xf);
+                    _mm256_store_si256((__m256i *)nib[o], _mm256_and_si256(v, low4));
+                    _mm256_store_si256((__m256i *)(nib[o] + 32), _mm256_and_si256(_mm256_srli_epi16(v, 4), low4));
+                }
+            __m256 d[OUT_TILE], m[OUT_TILE];
             for (int o = 0; o < OT; o++) {
-                const uint8_t *wq = w0 + o * row_bytes + qs_off;
-                if (fmt == Q8_0) {
-                    const __m256i q = _mm256_loadu_si256((const __m256i *)(wq + 32 * (b0 + k)));
-                    const __m256 d = _mm256_set1_ps(dsc[o][k]);
-                    for (int r = 0; r < RT; r++) {
-                        const float *xr = j->x + (r0 + r) * j->stride_x + 32 * (b0 + k);
-                        acc[o][r] = _mm256_fmadd_ps(d, block_dot(q, 1, xr), acc[o][r]);
-                    }
-                } else {
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)(wq + 16 * (b0 + k)));
-                    const __m256i lo = _mm256_and_si256(v, low4);
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);
-                    const __m256 d0 = _mm256_set1_ps(dsc[o][k]);
-                    const int second = b0 + k + 1 < nb; /* an odd last block pairs with zeros */
-                    for (int r = 0; r < RT; r++) {
-                        const float *xr = j->x + (r0 + r) * j->stride_x + 32 * (b0 + k);
-                        acc[o][r] = _mm256_fmadd_ps(d0, block_dot(lo, 0, xr), acc[o][r]);
-                        if (second)
-                            acc[o][r] = _mm256_fmadd_ps(_mm256_set1_ps(dsc[o][k + 1]), block_dot(hi, 0, xr + 32), acc[o][r]);
-                    }
+                d[o] = _mm256_set1_ps(dsc[o][k]);
+                m[o] = _mm256_set1_ps(fmt == Q4_1 ? msc[o][k] : 0.0f);
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) { /* 8 values of the block at a time, in order of k */
+#pragma GCC unroll 4
+                for (int o = 0; o < OT; o++) {
+                    const __m128i q = fmt == Q8_0
+                        ? _mm_loadl_epi64((const __m128i *)(w0 + o * row_bytes + qs_off + 32 * b + 8 * i))
+                        : _mm_loadl_epi64((const __m128i *)(nib[o] + 32 * (b % 2) + 8 * i));
+                    const __m256 wv = fmt == Q8_0 ? q8_values(q, d[o]) : q4_values(fmt, q, d[o], m[o]);
+#pragma GCC unroll 4
+                    for (int r = 0; r < RT; r++)
+                        acc[o][r] = _mm256_fmadd_ps(_mm256_loadu_ps(xr[r] + 32 * b + 8 * i), wv, acc[o][r]);
                 }
             }
         }
     }
     for (int o = 0; o < OT; o++)
-        for (int r = 0; r < RT; r++) out[o][r] = hsum_ps(_mm256_add_ps(acc[o][r], extra[o][r]));
+        for (int r = 0; r < RT; r++) out[o][r] = hsum_ps(acc[o][r]);
 }
 
 TILED_PART(pf32_part, PF32Job, pf32_tile)
@@ -1030,19 +1016,9 @@ TILED_PART(pf32_part, PF32Job, pf32_tile)
 static int matmul_packed_f32(int fmt, const uint8_t *w, int64_t row_bytes, int64_t out_features,
                              int64_t in, const float *x, int64_t stride_x, int64_t rows, float *y,
                              int64_t stride_y, const float *bias) {
-    const int64_t nb = in / 32, nb8 = pad8(nb);
-    float *sums = calloc((size_t)(rows * nb8), sizeof(float));
-    if (!sums) return -2;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t b = 0; b < nb; b++) {
-            const float *xb = x + r * stride_x + 32 * b;
-            float s = 0.0f;
-            for (int i = 0; i < 32; i++) s += xb[i];
-            sums[r * nb8 + b] = s;
-        }
-    PF32Job job = {fmt, w, row_bytes, out_features, nb, nb8, x, stride_x, rows, sums, y, stride_y, bias};
+    const int64_t nb = in / 32;
+    PF32Job job = {fmt, w, row_bytes, out_features, nb, pad8(nb), x, stride_x, rows, y, stride_y, bias};
     spin_pool_run(pf32_part, &job, parts_for(out_features * rows * in));
-    free(sums);
     return 0;
 }
 #endif
@@ -1271,7 +1247,7 @@ static int matmul_packed_pz(int fmt, const uint8_t *w, int64_t row_bytes, int64_
                             int64_t in, const float *x, int64_t stride_x, int64_t rows, float *y,
                             int64_t stride_y, const float *bias) {
     const int64_t nb = in / 32;
-    PF32Job job = {fmt, w, row_bytes, out_features, nb, pad8(nb), x, stride_x, rows, NULL, y, stride_y, bias};
+    PF32Job job = {fmt, w, row_bytes, out_features, nb, pad8(nb), x, stride_x, rows, y, stride_y, bias};
     spin_pool_run(pz_part, &job, parts_for(out_features * rows * in));
     return 0;
 }
@@ -1326,17 +1302,6 @@ int quant_simd_level(void) {
 #if defined(QM_VNNI)
     return 2;
 #elif defined(QM_AVX2)
-    return 1;
-#else
-    return 0;
-#endif
-}
-
-/* Whether a float-activation row on the packed layout gets the same bits whatever the number of
- * rows in its call (1: the AVX-512 build, whose few-row tile sums as the small GEMM does), or only
- * within 1..GEMM_MIN_ROWS - 1 and within GEMM_MIN_ROWS.. rows (0). */
-int quant_rows_batch_invariant(void) {
-#if defined(QM_AVX512)
     return 1;
 #else
     return 0;

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
+from radixgen.kernels import _cbuild
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -26,6 +30,43 @@ def native_env(monkeypatch):
         pytest.skip("no C compiler on this machine")
     monkeypatch.delenv("RADIXGEN_NATIVE_KERNELS", raising=False)
     monkeypatch.delenv("RADIXGEN_KERNEL_BACKEND", raising=False)
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next(line for line in f if line.startswith("flags")).split()[2:])
+    except (OSError, StopIteration):
+        return set()
+
+
+@pytest.fixture
+def avx2_build(monkeypatch, tmp_path) -> Callable[[], None]:
+    """The C kernels built as on a CPU with AVX2 but not AVX-512 (``-mno-avx512f``), in a
+    cache of their own, so their 8-lane paths run here (a build on this AVX-512 machine never
+    compiles them); skipped without AVX2 + FMA or gcc. Returns a check that no library of that
+    build holds an AVX-512 instruction (where objdump is present)."""
+    if not {"avx2", "fma", "f16c"} <= _cpu_flags() or not shutil.which("gcc"):
+        pytest.skip("needs AVX2, FMA, F16C and gcc")
+    monkeypatch.setattr(_cbuild, "_state", {})  # bind() builds and probes again
+    monkeypatch.setattr(
+        _cbuild, "_FLAG_SETS", (["-O3", "-march=native", "-mno-avx512f", "-fopenmp"],)
+    )
+    monkeypatch.setenv("CC", shutil.which("gcc") or "gcc")
+    monkeypatch.setenv("RADIXGEN_CACHE", str(tmp_path))
+    monkeypatch.delenv("RADIXGEN_NATIVE_KERNELS", raising=False)
+    monkeypatch.delenv("RADIXGEN_KERNEL_BACKEND", raising=False)
+
+    def no_avx512() -> None:
+        if not shutil.which("objdump"):
+            return
+        libraries = list(Path(tmp_path).glob("native/*.so"))
+        assert libraries, "the test built no library"
+        for library in libraries:
+            code = subprocess.run(["objdump", "-d", str(library)], capture_output=True, check=True)
+            assert b"zmm" not in code.stdout, library.name
+
+    return no_avx512
 
 
 @pytest.fixture(autouse=True)
