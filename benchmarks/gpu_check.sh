@@ -12,7 +12,9 @@
 # 3. pytest tests/kernels with TRITON_INTERPRET unset: the Triton kernels compile for the GPU;
 # 4. benchmarks/bench_kernels.py: Triton vs reference vs the bandwidth bound;
 # 5. python -m radixgen generate "..." end to end on the default model (and with the KV cache in
-#    8 bits: the Triton store and attention kernels with scales).
+#    8 bits: the Triton store and attention kernels with scales), decode steps from CUDA graphs;
+# 6. speculative decoding; the CUDA graph test (capture and replay against the eager step) and
+#    benchmarks/bench_cuda_graph.py (decode ms a step, eager vs graphs).
 # Every step runs even if an earlier one failed; a summary follows; the exit status is the
 # number of failed steps.
 set -uo pipefail
@@ -112,6 +114,11 @@ step "radixgen generate --kv-cache-dtype int8" 150 env PYTHONPATH="$PACKAGE_PATH
     generate --kv-cache-dtype int8 "The capital of France is"
 step "bench_spec.py (speculative decoding, code, batch 1 and 8)" 150 env PYTHONPATH="$PACKAGE_PATH" \
     "$PY" benchmarks/bench_spec.py --workloads code --requests 4 --new-tokens 64 --repeats 1
+step "pytest tests/test_cuda_graph.py" 180 env PYTHONPATH="$PACKAGE_PATH" \
+    "$PY" -c "$no_cwd; import pytest; sys.exit(pytest.main(sys.argv[1:]))" \
+    tests/test_cuda_graph.py -q -p no:cacheprovider -k "a_replayed_step"
+step "bench_cuda_graph.py (decode steps, eager vs graphs)" 120 env PYTHONPATH="$PACKAGE_PATH" \
+    "$PY" benchmarks/bench_cuda_graph.py
 
 echo
 echo "=== summary"

@@ -131,6 +131,13 @@ class EngineConfig:
         "target time of one engine step: prompt chunks and scoring are sized from measured "
         "step times to stay under it (default: 300 on CPU, 100 on CUDA; 0: tokens only)",
     )
+    cuda_graph_max_bs: int | None = option(
+        None,
+        "largest decode batch replayed from a captured CUDA graph: graphs of 1, 2, 4 and every "
+        "8 rows up to it are captured at start-up, larger steps run eagerly (default: 64, at "
+        "most --max-running-requests; 0: none; CUDA only, a CPU step is one native call)",
+    )
+    disable_cuda_graph: bool = option(False, "capture no CUDA graphs: every step runs eagerly")
     schedule_policy: str = option(
         "auto",
         "waiting-queue order (auto: lpm with the radix cache, fcfs without)",
@@ -246,6 +253,8 @@ class EngineConfig:
             raise ValueError(f"node_rank: expected 0 to {self.nnodes - 1}, got {self.node_rank}")
         if self.nnodes > 1 and not self.dist_init_addr:
             raise ValueError("dist_init_addr: expected HOST:PORT of node 0 when nnodes > 1")
+        if self.cuda_graph_max_bs is not None and not 0 <= self.cuda_graph_max_bs <= 4096:
+            raise ValueError(f"cuda_graph_max_bs: expected 0 to 4096, got {self.cuda_graph_max_bs}")
         if self.max_running_requests < 1:
             raise ValueError(
                 f"max_running_requests: expected >= 1, got {self.max_running_requests}"

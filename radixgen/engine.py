@@ -31,6 +31,7 @@ import torch
 from . import distributed
 from .config import EngineConfig
 from .constrained import Constraints
+from .cuda_graph import decode_graphs_for
 from .detokenizer import IncrementalDetokenizer, StopStringMatcher
 from .distributed import TensorParallel, TensorParallelError, check_tp_size, threads_per_rank
 from .draft_model import DraftModel
@@ -265,6 +266,14 @@ class Engine:
         )
         self.scheduler = Scheduler(self.config, self.kv, self.max_step_ms, horizon)
         self.model_runner = ModelRunner(self.model, self.kv_pool, req_to_token_pool)
+        if not self.config.disable_cuda_graph:
+            self.model_runner.graphs = decode_graphs_for(
+                self.model,
+                self.kv_pool,
+                req_to_token_pool.table,
+                self.config.cuda_graph_max_bs,
+                self.config.max_running_requests,
+            )
         self.scorer = Scorer(
             self.kv,
             cfg.vocab_size,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -12,6 +14,9 @@ from .mem_cache.memory_pool import KVPool, ReqToTokenPool
 from .models.llama import LlamaModel, StepInterrupted
 from .request import ExtendRow
 
+if TYPE_CHECKING:
+    from .cuda_graph import DecodeGraphs
+
 # A row of at most this many generated tokens (a decode row, a draft to verify, jump-forward
 # text) runs as that many decode queries (the decode attention kernels over its keys) rather
 # than through extend attention, whose fixed cost per call (~0.45 ms a layer on the default
@@ -20,6 +25,22 @@ from .request import ExtendRow
 # when most of it was cached gave other logits than the same prompt computed whole, and a
 # repeated greedy request could answer differently.
 MAX_DECODE_QUERIES = 16
+
+
+@dataclass
+class TokensRow:
+    """An ``ExtendRow`` over a plain token list: tokens ``computed_len .. computed_len +
+    extend_len`` of ``ids`` go in on table row ``pool_row`` (benchmarks and tests that drive
+    the runner without an engine)."""
+
+    pool_row: int
+    ids: list[int]
+    computed_len: int
+    extend_len: int
+    prefill: bool
+
+    def token_ids(self, start: int, end: int) -> list[int]:
+        return self.ids[start:end]
 
 
 def as_decode_queries(row: ExtendRow) -> bool:
@@ -38,6 +59,8 @@ class ModelRunner:
         self.kv_pool = kv_pool
         self.req_to_token_pool = req_to_token_pool
         self.device = model.device
+        # captured decode steps (``cuda_graph``), set by the engine on CUDA
+        self.graphs: DecodeGraphs | None = None
 
     def forward_at(
         self, reqs: Sequence[ExtendRow], positions: Sequence[Sequence[int]]
@@ -46,7 +69,10 @@ class ModelRunner:
         new slots must already be in ``req_to_token[pool_row, computed_len : computed_len +
         extend_len]``. Returns float32 logits of the given positions of each row (each within
         its new tokens): ``[sum(len), V]`` in row order. Under tensor parallelism the batch
-        goes to every rank first (an interruption asked for ends the step before it starts)."""
+        goes to every rank first (an interruption asked for ends the step before it starts).
+        A whole decode step replays a captured graph where the engine captured them."""
+        if self.graphs is not None and self.graphs.fits(reqs, positions):
+            return self.graphs.run(reqs)
         batch = self.prepare(reqs, positions)
         tp = self.model.tp
         if tp is not None:

@@ -32,6 +32,8 @@ ENGINE_FLAGS = {
     "--chunked-prefill-size",
     "--max-step-ms",
     "--kv-memory-fraction",
+    "--cuda-graph-max-bs",  # issue #18
+    "--disable-cuda-graph",
     "--schedule-policy",
     "--disable-radix-cache",
     "--context-length",

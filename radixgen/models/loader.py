@@ -94,6 +94,41 @@ def load_model(
     return model
 
 
+def random_model(
+    config: ModelConfig, device: torch.device, dtype: torch.dtype = torch.float32, seed: int = 0
+) -> LlamaModel:
+    """A model of ``config``'s shape with random float weights (norms near 1, matrices of scale
+    ``0.5 / sqrt(fan-in)``), built in memory: timings and tests without a checkpoint."""
+    g = torch.Generator().manual_seed(seed)
+    heads, dim = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
+    hidden, inter = config.hidden_size, config.intermediate_size
+    shapes = {
+        "q_proj.weight": (heads, hidden),
+        "k_proj.weight": (dim, hidden),
+        "v_proj.weight": (dim, hidden),
+        "o_proj.weight": (hidden, heads),
+        "gate_proj.weight": (inter, hidden),
+        "up_proj.weight": (inter, hidden),
+        "down_proj.weight": (hidden, inter),
+        "q_norm.weight": (config.head_dim,),
+        "k_norm.weight": (config.head_dim,),
+        "layernorm.weight": (hidden,),
+        "norm.weight": (hidden,),
+        "embed_tokens.weight": (config.vocab_size, hidden),
+        "lm_head.weight": (config.vocab_size, hidden),
+    }
+
+    def get(name: str) -> Weight | None:
+        shape = next((v for k, v in shapes.items() if name.endswith(k)), None)
+        if shape is None:  # biases
+            return None
+        if len(shape) == 1:
+            return 1 + 0.1 * torch.randn(shape, generator=g)
+        return torch.randn(shape, generator=g) * (0.5 / shape[1] ** 0.5)
+
+    return LlamaModel(config, _assemble(config, get, dtype, device), device)
+
+
 def model_config(path: str | Path) -> ModelConfig:
     """The shape of the model at ``path`` (a ``.gguf`` file or an HF folder), without its
     weights."""
