@@ -253,8 +253,8 @@ class EngineConfig:
             raise ValueError(f"node_rank: expected 0 to {self.nnodes - 1}, got {self.node_rank}")
         if self.nnodes > 1 and not self.dist_init_addr:
             raise ValueError("dist_init_addr: expected HOST:PORT of node 0 when nnodes > 1")
-        if self.cuda_graph_max_bs is not None and not 0 <= self.cuda_graph_max_bs <= 4096:
-            raise ValueError(f"cuda_graph_max_bs: expected 0 to 4096, got {self.cuda_graph_max_bs}")
+        if self.cuda_graph_max_bs is not None and not 0 <= self.cuda_graph_max_bs <= 1024:
+            raise ValueError(f"cuda_graph_max_bs: expected 0 to 1024, got {self.cuda_graph_max_bs}")
         if self.max_running_requests < 1:
             raise ValueError(
                 f"max_running_requests: expected >= 1, got {self.max_running_requests}"

@@ -15,13 +15,17 @@ the graph of the smallest captured size ``G >= B``::
 
 Inside the graph a row's KV slot is ``req_to_token[row, position] * keep``: padding writes its K
 and V to slot 0, the pool's reserved padding slot (never a key of a real row), and attends over
-one key; its logits are dropped. The weights, the KV pool and the ``req_to_token`` table are
-captured by address, so they must not be reallocated (the engine sizes them once).
+one key. The graph ends at the final norm (``LlamaModel.final_hidden``); the head then runs
+eagerly on the real rows only, so no graph holds a ``[bs, vocab]`` output. The weights, the KV
+pool and the ``req_to_token`` table are captured by address, so they must not be reallocated
+(the engine sizes them once).
 
 Only whole decode steps replay (every row one generated token, its logits wanted); prefill,
 speculative verify rows, jump-forward text and scoring run eagerly, as do steps larger than the
-largest graph and steps under tensor parallelism. The graphs share one memory pool, captured
-largest first.
+largest graph and steps under tensor parallelism. Graphs are made where decode attention runs
+the Triton kernel (nothing of it planned per step). They share one memory pool, captured largest
+first. A replayed step's logits equal the eager step's up to rounding: padding changes the
+matmuls' row count and the attention kernel's split count.
 
 ``EagerGraph`` replays by running the captured function again on the same static buffers: the
 buffers, padding and slot masking can then be tested on a CPU (``CudaGraph`` needs a GPU).
@@ -131,15 +135,15 @@ class DecodeGraphs:
         dev = model.device
         self.inputs = torch.zeros(5, max_bs, dtype=torch.int64, device=dev)
         self.inputs[3] = 1  # padding attends over one key
+        # the host side of each step's one copy (pinned on CUDA: the copy does not block), and
+        # the event after which the copy has read it
+        self.staging = torch.zeros(5, max_bs, dtype=torch.int64, pin_memory=dev.type == "cuda")
+        self.copied = torch.cuda.Event() if dev.type == "cuda" else None
         self.logits_indices = torch.arange(max_bs, device=dev)
         self.extend_lens = torch.ones(max_bs, dtype=torch.int64, device=dev)
-        path = decode_path(
-            "auto", model.dtype, kv_pool.k_buffers[0], kv_pool.v_buffers[0], req_to_token,
-            slot_runs=False,
-        )  # fmt: skip
-        # Triton (and the reference) need nothing planned per step; the CPU kernel's checked
-        # plan does (EagerGraph): each layer then decides
-        self.plan = DecodePlan(path) if path in (DecodePath.TRITON, DecodePath.REFERENCE) else None
+        # Triton needs nothing planned per step; the CPU kernel's checked plan does (EagerGraph
+        # on a CPU): each layer then decides
+        self.plan = DecodePlan(DecodePath.TRITON) if triton_decode(model, kv_pool) else None
         self.graph_type = graph_type
         self.pool = pool
         self.graphs: dict[int, tuple[Graph, torch.Tensor]] = {}
@@ -154,7 +158,8 @@ class DecodeGraphs:
         return time.perf_counter() - started
 
     def _forward(self, bs: int) -> torch.Tensor:
-        """The decode forward over the first ``bs`` static rows: float32 logits ``[bs, V]``."""
+        """The decode forward over the first ``bs`` static rows, up to the final norm:
+        ``[bs, H]``."""
         ids, positions, rows, seq_lens, keep = self.inputs[:, :bs]
         slots = self.req_to_token[rows, positions].long() * keep  # padding -> slot 0
         batch = ForwardBatch(
@@ -171,7 +176,7 @@ class DecodeGraphs:
             req_to_token=self.req_to_token,
             decode_plan=self.plan,
         )
-        return self.model.forward(batch)
+        return self.model.final_hidden(batch)
 
     def fits(self, reqs: Sequence[ExtendRow], positions: Sequence[Sequence[int]]) -> bool:
         """Whether this step is a whole decode step a graph holds: at most ``max_bs`` rows,
@@ -185,9 +190,12 @@ class DecodeGraphs:
         """Replay the step of ``reqs`` (``fits``): float32 logits ``[len(reqs), V]``."""
         n = len(reqs)
         bs = next(s for s in self.sizes if s >= n)
-        values = torch.zeros(5, bs, dtype=torch.int64)
-        values[3] = 1
-        values[:, :n] = torch.tensor(
+        if self.model.interrupt.is_set():  # as a forward would, before its first layer
+            raise StepInterrupted
+        if self.copied is not None:
+            self.copied.synchronize()  # the last step's copy has read the staging rows
+        staging = self.staging
+        staging[:, :n] = torch.tensor(
             [
                 [r.token_ids(r.computed_len, r.computed_len + 1)[0] for r in reqs],
                 [r.computed_len for r in reqs],
@@ -197,12 +205,21 @@ class DecodeGraphs:
             ],
             dtype=torch.int64,
         )
-        if self.model.interrupt.is_set():  # as a forward would, before its first layer
-            raise StepInterrupted
-        self.inputs[:, :bs].copy_(values)
+        staging[:, n:bs] = torch.tensor([[0], [0], [0], [1], [0]])  # padding
+        self.inputs.copy_(staging, non_blocking=True)  # whole: one contiguous copy
+        if self.copied is not None:
+            self.copied.record()
         graph, out = self.graphs[bs]
         graph.replay()
-        return out[:n].clone()  # the static output is the next replay's
+        return self.model.logits(out[:n])
+
+
+def triton_decode(model: LlamaModel, kv_pool: KVPool) -> bool:
+    """Whether decode attention runs the Triton kernel for ``model`` over ``kv_pool``."""
+    k, v = kv_pool.k_buffers[0], kv_pool.v_buffers[0]
+    # the table only matters for the CPU kernel's checks: any of the pool's device
+    table = torch.zeros(1, 1, dtype=torch.int32, device=k.device)
+    return decode_path("auto", model.dtype, k, v, table, slot_runs=False) is DecodePath.TRITON
 
 
 def decode_graphs_for(
@@ -214,13 +231,17 @@ def decode_graphs_for(
     graph_type: Callable[[Any], Graph] | None = None,
 ) -> DecodeGraphs | None:
     """The engine's decode graphs, captured; ``None`` where none are made: off (``max_bs`` 0),
-    not CUDA (unless ``graph_type`` is given, as tests do on a CPU), tensor parallelism, or a
-    capture that failed (logged: steps then run eagerly, with the same outputs)."""
+    not CUDA (unless ``graph_type`` is given, as tests do on a CPU), tensor parallelism, decode
+    attention not on the Triton kernel (logged), or a capture that failed (logged: steps then
+    run eagerly, with the same outputs up to rounding)."""
     size = min(DEFAULT_MAX_BS if max_bs is None else max_bs, max_running_requests)
     if size <= 0 or model.tp is not None:
         return None
     if graph_type is None:
         if model.device.type != "cuda":
+            return None
+        if not triton_decode(model, kv_pool):
+            logger.info("CUDA graphs: none, decode attention does not run the Triton kernel")
             return None
         graph_type, pool = CudaGraph, graph_pool()
     else:

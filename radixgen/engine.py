@@ -329,7 +329,9 @@ class Engine:
                 self._post_process(req, token_id, logprob)
             self._act_remote(act)
         self.stats_counters.steps += 1
-        if decode_rows and self.speculator is not None:
+        # a replayed CUDA graph step has another cost (no launches): the speculator's fit of
+        # what a row costs takes eager steps only, whose shape draft steps have
+        if decode_rows and self.speculator is not None and not self.model_runner.replayed:
             self.speculator.observe(decode_rows, (time.perf_counter() - started) * 1000)
         self.scheduler.observe((time.perf_counter() - started) * 1000, extra_units=score_units)
         # Let the threads this step's deltas woke (a streaming client, the HTTP loop) run now:

@@ -59,8 +59,10 @@ class ModelRunner:
         self.kv_pool = kv_pool
         self.req_to_token_pool = req_to_token_pool
         self.device = model.device
-        # captured decode steps (``cuda_graph``), set by the engine on CUDA
+        # captured decode steps (``cuda_graph``), set by the engine on CUDA; whether the last
+        # step replayed one
         self.graphs: DecodeGraphs | None = None
+        self.replayed = False
 
     def forward_at(
         self, reqs: Sequence[ExtendRow], positions: Sequence[Sequence[int]]
@@ -71,7 +73,8 @@ class ModelRunner:
         its new tokens): ``[sum(len), V]`` in row order. Under tensor parallelism the batch
         goes to every rank first (an interruption asked for ends the step before it starts).
         A whole decode step replays a captured graph where the engine captured them."""
-        if self.graphs is not None and self.graphs.fits(reqs, positions):
+        self.replayed = self.graphs is not None and self.graphs.fits(reqs, positions)
+        if self.graphs is not None and self.replayed:
             return self.graphs.run(reqs)
         batch = self.prepare(reqs, positions)
         tp = self.model.tp

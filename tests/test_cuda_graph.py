@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from radixgen.kernels import DecodePath
 
 from radixgen import Engine, SamplingParams
 from radixgen.config import ModelConfig
@@ -51,7 +52,7 @@ def test_capture_sizes():
 def test_the_option_is_checked_and_a_cpu_engine_captures_nothing(tiny_model_folder):
     with pytest.raises(ValueError, match="cuda_graph_max_bs"):
         Engine(str(tiny_model_folder), cuda_graph_max_bs=-1)
-    engine = Engine(str(tiny_model_folder), max_total_tokens=2048)
+    engine = Engine(str(tiny_model_folder), device="cpu", max_total_tokens=2048)
     try:
         assert engine.model_runner.graphs is None  # a CPU decode step is one native call
     finally:
@@ -77,12 +78,12 @@ def test_replayed_decode_steps_equal_eager_ones(tiny_model_folder, monkeypatch):
     padding row whose KV went to its table entry instead of slot 0 would overwrite the first key
     of the request on pool row 0 (caught: the test fails with the slot mask removed)."""
     batches = [PROMPTS[:1], PROMPTS[:3], PROMPTS[3:8], PROMPTS[:8], PROMPTS]
-    eager = Engine(str(tiny_model_folder), max_total_tokens=4096)
+    eager = Engine(str(tiny_model_folder), device="cpu", max_total_tokens=4096)
     try:
         want = _outputs(eager, batches)
     finally:
         eager.shutdown()
-    engine = Engine(str(tiny_model_folder), max_total_tokens=4096)
+    engine = Engine(str(tiny_model_folder), device="cpu", max_total_tokens=4096)
     try:
         runner = engine.model_runner
         graphs = decode_graphs_for(
@@ -106,21 +107,29 @@ TINY = ModelConfig("LlamaForCausalLM", 97, 64, 96, 2, 4, 2, 32, max_position_emb
 
 
 DEVICES = [
-    pytest.param("cpu", id="cpu-eager-replay"),
+    pytest.param("cpu", "", id="cpu-eager-replay"),
+    pytest.param("cpu", "triton", id="cpu-triton-interpreted-eager-replay"),
     pytest.param(
         "cuda",
+        "",
         id="cuda-graphs",
         marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
     ),
 ]
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_a_replayed_step_gives_the_eager_logits_and_writes_only_its_slots(device):
+@pytest.mark.parametrize("device, backend", DEVICES)
+def test_a_replayed_step_gives_the_eager_logits_and_writes_only_its_slots(
+    device, backend, monkeypatch
+):
     """Three requests of different lengths on pool rows 2, 0 and 5 decode one token through the
     graph of 4 rows (one padding row) and eagerly: the logits agree, and the replay changed no
     pool slot but the three new tokens' and the padding slot 0 (a padding row attends over pool
-    row 0's first key; it must not write it). On CUDA this is the real capture and replay."""
+    row 0's first key; it must not write it). On CUDA this is the real capture and replay; on a
+    CPU also over the Triton kernels a GPU runs (interpreted), with the step's decode plan."""
+    if backend == "triton":
+        pytest.importorskip("triton")
+        monkeypatch.setenv("RADIXGEN_KERNEL_BACKEND", "triton")  # TRITON_INTERPRET=1: conftest
     dev = torch.device(device)
     model = random_model(TINY, dev)
     pool = kv_pool_for(model, 200)
@@ -147,6 +156,8 @@ def test_a_replayed_step_gives_the_eager_logits_and_writes_only_its_slots(device
         graph_pool() if dev.type == "cuda" else None,
     )
     graphs.capture()
+    if backend == "triton" or dev.type == "cuda":
+        assert graphs.plan is not None and graphs.plan.path is DecodePath.TRITON
     assert graphs.fits(step, wanted) and not graphs.fits(reqs, [[n - 1] for n in lens])
     before = [b.clone() for b in pool.k_buffers + pool.v_buffers]
     replayed = graphs.run(step)

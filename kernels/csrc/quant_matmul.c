@@ -7,7 +7,7 @@
  *     a nibble's value is one permute of its block's 16-value table), and into an L1-resident
  *     tile for the small GEMM beyond; on AVX-512 and on AVX2 both sum a row in the same order,
  *     so a row's bits do not depend on the rows beside it. Other formats expand each weight row
- *     into a float buffer on the stack.
+ *     into a float buffer on the stack, and sum it in the small GEMM's order too.
  *   - act_q8 = 1: as llama.cpp does, activations are first quantized to 8 bits per block of 32
  *     (one float scale per block, round to nearest), and blocks are multiplied in integers
  *     (AVX2 maddubs, or AVX-512 VNNI dpbusd), one float multiply-add per block. Q4_0, Q4_1, Q8_0.
@@ -399,6 +399,16 @@ int quant_dequantize_rows(int fmt, int packed, const uint8_t *w, int64_t row_byt
 
 /* ------------------------------------------------------------------ float activations */
 
+#if defined(QM_AVX2)
+/* The sum of v's 8 lanes (the AVX2 small GEMM's and the few-row paths' last step). */
+static inline float hsum_ps(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+#endif
+
 typedef struct {
     int fmt, packed;
     const uint8_t *w;
@@ -420,10 +430,23 @@ static void f32_part(void *p, int part, int parts) {
         const float b = j.bias ? j.bias[o] : 0.0f;
         for (int64_t r = 0; r < j.rows; r++) {
             const float *xr = j.x + r * j.stride_x;
+            /* summed as the small GEMM (gemm_part) sums a row, so a row's bits do not depend on
+             * the rows beside it: lane l adds k = l mod width in order of k (K is a multiple
+             * of the blocks' 32), then the lanes */
+#if defined(QM_AVX2) && defined(__AVX512F__)
+            __m512 acc = _mm512_setzero_ps();
+            for (int64_t i = 0; i < in; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(xr + i), _mm512_load_ps(wrow + i), acc);
+            j.y[r * j.stride_y + o] = reduce_add16(acc) + b;
+#elif defined(QM_AVX2)
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t i = 0; i < in; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(xr + i), _mm256_load_ps(wrow + i), acc);
+            j.y[r * j.stride_y + o] = hsum_ps(acc) + b;
+#else /* no small GEMM: every row count comes here */
             float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
             for (int64_t i = 0; i < in; i++) acc += wrow[i] * xr[i];
             j.y[r * j.stride_y + o] = acc + b;
+#endif
         }
     }
 }
@@ -514,13 +537,6 @@ static void qacts_free(QActs *a) {
 #define ROW_TILE 4 /* 1 or 2 rows with OUT_TILE outputs; 3 or 4 with half of them, twice */
 
 #if defined(QM_AVX2)
-static inline float hsum_ps(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-}
-
 static inline __m256i dot_u8_s8(__m256i u, __m256i s) {
 #if defined(QM_VNNI)
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);

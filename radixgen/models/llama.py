@@ -105,6 +105,18 @@ class LlamaModel:
         Raises ``StepInterrupted`` between layers once ``interrupt`` is set (the KV written so
         far belongs to slots the caller frees); not under tensor parallelism, whose ranks must
         all run every layer. With ``tp``, a worker rank gets its vocab slice of the logits."""
+        return self.logits(self.final_hidden(batch))
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """float32 logits ``[M, V]`` of final hidden states ``[M, H]`` (``final_hidden``)."""
+        logits = self.lm_head(hidden).float()  # [M, V] (a rank's [M, V_r])
+        return logits if self.tp is None else self.tp.gather_logits(logits)
+
+    @torch.inference_mode()
+    def final_hidden(self, batch: ForwardBatch) -> torch.Tensor:
+        """The final norm's output ``[len(batch.logits_indices), H]`` at the rows whose logits
+        are wanted: ``forward`` up to the head (a CUDA graph holds this part)."""
         w = self.weights
         tp = self.tp
         hidden = self._embed(batch.input_ids)  # [N, H]
@@ -130,9 +142,7 @@ class LlamaModel:
                     raise StepInterrupted
                 hidden, residual = self._layer(ops, layer_id, layer, hidden, residual, batch)
         hidden, _ = ops.add_rms_norm(hidden, w.norm, self.config.rms_norm_eps, residual)
-        hidden = hidden[batch.logits_indices]  # [M, H]
-        logits = self.lm_head(hidden).float()  # [M, V] (a rank's [M, V_r])
-        return logits if tp is None else tp.gather_logits(logits)
+        return hidden[batch.logits_indices]  # [M, H]
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         """The embedding rows of ``ids`` ``[N, H]``; a vocab-parallel rank looks up the ids in

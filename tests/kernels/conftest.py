@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 import torch
@@ -41,11 +40,12 @@ def _cpu_flags() -> set[str]:
 
 
 @pytest.fixture
-def avx2_build(monkeypatch, tmp_path) -> Callable[[], None]:
+def avx2_build(monkeypatch, tmp_path_factory) -> Callable[[], None]:
     """The C kernels built as on a CPU with AVX2 but not AVX-512 (``-mno-avx512f``), in a
-    cache of their own, so their 8-lane paths run here (a build on this AVX-512 machine never
-    compiles them); skipped without AVX2 + FMA or gcc. Returns a check that no library of that
-    build holds an AVX-512 instruction (where objdump is present)."""
+    cache of their own (one per session: built once), so their 8-lane paths run here (a build
+    on this AVX-512 machine never compiles them); skipped without AVX2 + FMA or gcc. Returns a
+    check that no library of that build holds an AVX-512 instruction (where objdump is
+    present)."""
     if not {"avx2", "fma", "f16c"} <= _cpu_flags() or not shutil.which("gcc"):
         pytest.skip("needs AVX2, FMA, F16C and gcc")
     monkeypatch.setattr(_cbuild, "_state", {})  # bind() builds and probes again
@@ -53,14 +53,15 @@ def avx2_build(monkeypatch, tmp_path) -> Callable[[], None]:
         _cbuild, "_FLAG_SETS", (["-O3", "-march=native", "-mno-avx512f", "-fopenmp"],)
     )
     monkeypatch.setenv("CC", shutil.which("gcc") or "gcc")
-    monkeypatch.setenv("RADIXGEN_CACHE", str(tmp_path))
+    cache = tmp_path_factory.getbasetemp() / "avx2-build"
+    monkeypatch.setenv("RADIXGEN_CACHE", str(cache))
     monkeypatch.delenv("RADIXGEN_NATIVE_KERNELS", raising=False)
     monkeypatch.delenv("RADIXGEN_KERNEL_BACKEND", raising=False)
 
     def no_avx512() -> None:
         if not shutil.which("objdump"):
             return
-        libraries = list(Path(tmp_path).glob("native/*.so"))
+        libraries = list(cache.glob("native/*.so"))
         assert libraries, "the test built no library"
         for library in libraries:
             code = subprocess.run(["objdump", "-d", str(library)], capture_output=True, check=True)

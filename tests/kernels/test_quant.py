@@ -203,48 +203,43 @@ def test_quantized_linear_interleaves_only_for_eight_bit_activations(interleavin
         layer.weight.rows(torch.tensor([0, 1]))
 
 
-@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
-def test_a_float_row_does_not_depend_on_its_batch(lib, fmt):
-    """Float activations on packed weights: a row's bits are the same alone and among any
-    number of rows (decode and speculative verify rows, the small GEMM's from 10 rows, the
-    prefill parts)."""
-    for inputs in (32, 19 * 32, 1536):
-        gguf = _weight(fmt, 101, inputs)
-        w = gguf.to_packed()
-        bias = torch.randn(101)
+def _check_rows_alike(lib, fmt: str, outputs: int, widths: tuple[int, ...]) -> None:
+    """A float-activation row's bits are the same alone and among any number of rows: decode
+    and speculative verify rows (1-9, the few-row kernels), the small GEMM's (10 on) and the
+    prefill parts'; packed where the format has the C layout, else in GGUF blocks. And the rows
+    stay within the reference's tolerance."""
+    for inputs in widths:
+        gguf = _weight(fmt, outputs, inputs)
+        w = gguf.to_packed() if fmt in Q.ACT_Q8_FORMATS else gguf
+        bias = torch.randn(outputs)
         x = torch.randn(300, inputs)
         alone = torch.cat([Q.quant_matmul_c(lib, x[i : i + 1], w, bias, "f32") for i in range(40)])
-        for n in range(2, 10):
-            assert torch.equal(Q.quant_matmul_c(lib, x[:n], w, bias, "f32"), alone[:n]), (inputs, n)
-        for n in (10, 13, 17, 40):
-            assert torch.equal(Q.quant_matmul_c(lib, x[:n], w, bias, "f32"), alone[:n]), n
+        for n in (*range(2, 14), 17, 40):
+            got = Q.quant_matmul_c(lib, x[:n], w, bias, "f32")
+            assert torch.equal(got, alone[:n]), (fmt, inputs, n)
         layer = Q.QuantizedLinear(gguf, bias)  # 300 rows: three prefill parts
-        assert torch.equal(layer(x)[:40], alone)
+        assert torch.equal(layer(x)[:40], alone), (fmt, inputs)
+        want = Q.quant_matmul_ref(x[:40], gguf, bias)
+        assert (alone - want).abs().max() <= 1e-4 * want.abs().max(), (fmt, inputs)
+
+
+@pytest.mark.parametrize("fmt", list(Q.FORMATS))
+def test_a_float_row_does_not_depend_on_its_batch(lib, fmt):
+    widths = (32, 19 * 32, 1536) if fmt in Q.ACT_Q8_FORMATS else (256, 1536)
+    _check_rows_alike(lib, fmt, 101, widths)
 
 
 def test_the_avx2_build_sums_a_float_row_alike_in_any_batch(avx2_build):
-    """Built without AVX-512 (a CPU with AVX2 only): the few-row tile (1-9 rows) sums a row as
-    the small GEMM (10 rows on) and the prefill parts do, bit for bit, so a prompt's logits do
-    not depend on how much of it was cached; and it stays within the reference's tolerance."""
+    """Built without AVX-512 (a CPU with AVX2 only), so a prompt's logits do not depend on how
+    much of it was cached there either: the few-row tile (packed formats) and the per-row loop
+    (K-quants) sum a row as the small GEMM does, bit for bit. 37 and 38 outputs: partial tiles
+    of 1 and 2."""
     lib = Q.quant_c_library()
     assert lib is not None and lib.quant_simd_level() >= 1
-    for fmt in Q.ACT_Q8_FORMATS:
-        for inputs in (32, 19 * 32, 576):
-            gguf = _weight(fmt, 37, inputs)  # 37 outputs: a partial tile of 4
-            w = gguf.to_packed()
-            bias = torch.randn(37)
-            x = torch.randn(300, inputs)
-            alone = torch.cat(
-                [Q.quant_matmul_c(lib, x[i : i + 1], w, bias, "f32") for i in range(40)]
-            )
-            for n in (2, 3, 4, 5, 9, 10, 13, 40):
-                assert torch.equal(Q.quant_matmul_c(lib, x[:n], w, bias, "f32"), alone[:n]), (
-                    fmt,
-                    n,
-                )
-            assert torch.equal(Q.QuantizedLinear(gguf, bias)(x)[:40], alone), fmt  # prefill parts
-            want = Q.quant_matmul_ref(x[:40], gguf, bias)
-            assert (alone - want).abs().max() <= 1e-4 * want.abs().max(), (fmt, inputs)
+    for fmt in Q.FORMATS:
+        for outputs in (37, 38):
+            widths = (32, 19 * 32, 576) if fmt in Q.ACT_Q8_FORMATS else (256, 768)
+            _check_rows_alike(lib, fmt, outputs, widths)
     avx2_build()
 
 
