@@ -7,6 +7,7 @@ requests with ``--prompt`` tokens each decode ``--steps`` steps eagerly and then
 captured graph, side by side in one run::
 
     python benchmarks/bench_cuda_graph.py [--batches 1 5 8 20 32] [--prompt 256] [--steps 50]
+        [--quantization q4_1]
 
 Prints ms a step, the speedup, and how the first step's logits compare (the largest difference
 and the rows whose argmax agrees: bfloat16 rounding differs with the padded row count); exits 0
@@ -37,12 +38,17 @@ def main() -> int:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 5, 8, 20, 32])
     parser.add_argument("--prompt", type=int, default=256, help="prompt tokens of each request")
     parser.add_argument("--steps", type=int, default=50, help="decode steps timed per side")
+    parser.add_argument(
+        "--quantization",
+        choices=["q8_0", "q4_0", "q4_1"],
+        help="matrices in these blocks (the Triton matmul), as the default GGUF keeps Q4_1",
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_cuda_graph: no CUDA device here; nothing to measure")
         return 0
     dev = torch.device("cuda")
-    model = random_model(SMOLLM2_135M, dev, torch.bfloat16)
+    model = random_model(SMOLLM2_135M, dev, torch.bfloat16, quantization=args.quantization)
     most = max(args.batches)
     context = args.prompt + args.steps + 8
     pool = kv_pool_for(model, most * context + 1)
@@ -50,7 +56,11 @@ def main() -> int:
     runner = ModelRunner(model, pool, table)
     graphs = DecodeGraphs(model, pool, table.table, most, CudaGraph, graph_pool())
     took = graphs.capture()
-    print(f"device: {torch.cuda.get_device_name(dev)}; captured {graphs.sizes} in {took:.1f} s")
+    weights = args.quantization or "bfloat16"
+    print(
+        f"device: {torch.cuda.get_device_name(dev)}; weights {weights}; "
+        f"captured {graphs.sizes} in {took:.1f} s"
+    )
     print(
         f"{'batch':>5} {'eager ms/step':>14} {'graph ms/step':>14} {'speedup':>8} "
         f"{'max |dlogit|':>13} {'argmax same':>12}"

@@ -11,8 +11,9 @@
 #    dependencies missing), kernel tests and benchmarks use a shim holding only radixgen.kernels;
 # 3. pytest tests/kernels with TRITON_INTERPRET unset: the Triton kernels compile for the GPU;
 # 4. benchmarks/bench_kernels.py: Triton vs reference vs the bandwidth bound;
-# 5. python -m radixgen generate "..." end to end on the default model (and with the KV cache in
-#    8 bits: the Triton store and attention kernels with scales), decode steps from CUDA graphs;
+# 5. python -m radixgen generate "..." end to end on the default model (its Q4_1/Q8_0 blocks on the
+#    Triton matmul; and with the KV cache in 8 bits: the Triton store and attention kernels with
+#    scales), decode steps from CUDA graphs;
 # 6. speculative decoding; the CUDA graph test (capture and replay against the eager step) and
 #    benchmarks/bench_cuda_graph.py (decode ms a step, eager vs graphs).
 # Every step runs even if an earlier one failed; a summary follows; the exit status is the
@@ -119,6 +120,8 @@ step "pytest tests/test_cuda_graph.py" 180 env PYTHONPATH="$PACKAGE_PATH" \
     tests/test_cuda_graph.py -q -p no:cacheprovider -k "a_replayed_step"
 step "bench_cuda_graph.py (decode steps, eager vs graphs)" 120 env PYTHONPATH="$PACKAGE_PATH" \
     "$PY" benchmarks/bench_cuda_graph.py
+step "bench_cuda_graph.py --quantization q4_1" 120 env PYTHONPATH="$PACKAGE_PATH" \
+    "$PY" benchmarks/bench_cuda_graph.py --quantization q4_1
 
 echo
 echo "=== summary"

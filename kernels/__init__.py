@@ -22,7 +22,8 @@ either. The runtime imports only the names below.
 """
 
 from ._cbuild import wake_threads
-from ._dispatch import use_native
+from ._dispatch import use_native, use_triton
+from ._triton import triton_available
 from .activation import silu_mul
 from .attention import (
     CpuDecodePlan,
@@ -46,6 +47,7 @@ from .layer_ops import (
 from .linear import Linear, PackedLinear
 from .norm import rms_norm
 from .quant import (
+    ACT_Q8_FORMATS,
     QuantizedLinear,
     QuantizedTensor,
     cat_rows,
@@ -58,6 +60,7 @@ from .quant import (
 from .rotary import apply_rotary, build_cos_sin_cache
 
 __all__ = [
+    "ACT_Q8_FORMATS",
     "CpuDecodePlan",
     "DecodePath",
     "DecodePlan",
@@ -89,6 +92,8 @@ __all__ = [
     "rms_norm",
     "silu_mul",
     "store_kv",
+    "triton_available",
     "use_native",
+    "use_triton",
     "wake_threads",
 ]

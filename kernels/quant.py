@@ -24,8 +24,12 @@ Three implementations of ``x @ W^T``:
 - Triton (``quant_matmul_triton``): the same blocks on CUDA, dequantized in registers (Q4_0, Q4_1,
   Q8_0).
 
-:class:`QuantizedLinear` is the layer the model calls: every row count goes to the C kernel
-(prefill in parts of up to ``DIRECT_MAX_ROWS`` rows, ``Q8_MAX_ROWS`` with 8-bit activations).
+:class:`QuantizedLinear` is the layer the model calls. On a CPU every row count goes to the C
+kernel (prefill in parts of up to ``DIRECT_MAX_ROWS`` rows, ``Q8_MAX_ROWS`` with 8-bit
+activations). Where Triton runs (CUDA, or ``RADIXGEN_KERNEL_BACKEND=triton``), up to
+``TRITON_MAX_ROWS`` rows (decode) go to the Triton kernel and larger batches (prefill) expand the
+blocks with torch ops (:func:`dequantize_torch`) for the device's GEMM; the output takes the
+activations' dtype.
 """
 
 from __future__ import annotations
@@ -74,6 +78,9 @@ DEFAULT_ACT = "f32"
 # after each call while the next kernel needs the cores: 144 prompt tokens took 438 ms, 116
 # took 139 ms). 8-bit-activation calls stay on the blocks at any size (see Q8_MAX_ROWS).
 DIRECT_MAX_ROWS = 128
+# Where Triton runs the matmul: up to this many rows the kernel reads the blocks once (decode,
+# verify, CUDA graphs of up to 64 rows); beyond, the weight is expanded for the device's GEMM.
+TRITON_MAX_ROWS = 64
 # An 8-bit-activation call with more rows than this runs in parts of at most this many (any
 # split gives the same bits: rows are quantized alone): a 2,048-row prefill of the 3072 x 576
 # Q4_1 matrix took 6.0-6.7 ms whole, 5.5-5.7 ms in parts of 256 (three runs), whose activations
@@ -255,6 +262,28 @@ def dequantize_ref(w: QuantizedTensor) -> torch.Tensor:
         raise ValueError("dequantize_ref: the reference reads the GGUF layout, not the C kernels'")
     values = gguf_dequantize(w.data.cpu().numpy(), _ggml_type(w.fmt))
     return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32)).to(w.data.device)
+
+
+def dequantize_torch(w: QuantizedTensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Q4_0, Q4_1 or Q8_0 blocks (GGUF layout) expanded by torch ops on their own device:
+    ``[out, in]`` in ``dtype``, the reference's values (float32, then cast). No host copy or
+    sync: a GPU's embedding lookups and prefill expand their blocks this way (also inside a CUDA
+    graph)."""
+    if w.fmt not in ACT_Q8_FORMATS or w.layout:
+        raise ValueError(f"dequantize_torch: Q4_0, Q4_1 or Q8_0 in GGUF blocks, got {w.fmt}")
+    nbytes = FORMATS[w.fmt][2]
+    blocks = w.data.reshape(w.out_features, -1, nbytes)  # [O, nb, bytes]
+    d = blocks[..., 0:2].contiguous().view(torch.float16).float()  # [O, nb, 1]
+    if w.fmt == "q8_0":
+        values = blocks[..., 2:].contiguous().view(torch.int8).float() * d
+    else:
+        qs = blocks[..., 4 if w.fmt == "q4_1" else 2 :]  # [O, nb, 16]: elements j and j + 16
+        q = torch.cat([qs & 0xF, qs >> 4], dim=-1).float()  # [O, nb, 32]
+        if w.fmt == "q4_1":
+            values = q * d + blocks[..., 2:4].contiguous().view(torch.float16).float()
+        else:
+            values = (q - 8.0) * d
+    return values.reshape(w.out_features, w.in_features).to(dtype)
 
 
 def quant_matmul_ref(
@@ -571,7 +600,10 @@ class QuantizedLinear:
         self.bias = None if bias is None else bias.float().contiguous()
         self.out_features = weight.out_features
         self.act = act
-        self.lib = quant_c_library() if weight.data.device.type == "cpu" else None
+        # where Triton runs the matmul (CUDA, or forced): the GGUF blocks as they are
+        self.triton = use_triton("auto", weight.data) and weight.fmt in ACT_Q8_FORMATS
+        on_cpu = weight.data.device.type == "cpu" and not self.triton
+        self.lib = quant_c_library() if on_cpu else None
         if self.lib is not None and weight.fmt in ACT_Q8_FORMATS and not weight.layout:
             if (
                 act == "q8"
@@ -590,7 +622,12 @@ class QuantizedLinear:
         return self.act if self.weight.layout else "f32"
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.lib is None:  # CUDA (Triton), or a CPU without the C kernels
+        if self.triton and not self.weight.layout:
+            if x.shape[0] <= TRITON_MAX_ROWS:
+                return quant_matmul_triton(x, self.weight, self.bias).to(x.dtype)
+            bias = None if self.bias is None else self.bias.to(x.dtype)
+            return F.linear(x, dequantize_torch(self.weight, x.dtype), bias)
+        if self.lib is None:  # a CPU without the C kernels, or a format Triton lacks
             return quant_matmul(x, self.weight, self.bias)
         mode = self.c_mode
         x = x if x.stride(-1) == 1 else x.contiguous()
@@ -611,6 +648,10 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor | QuantizedTensor) -> torc
     expanded); a plain tensor is ``F.embedding``."""
     if isinstance(weight, torch.Tensor):
         return F.embedding(ids, weight)
+    if use_triton("auto", weight.data) and weight.fmt in ACT_Q8_FORMATS and not weight.layout:
+        # the device path (no host sync, so a CUDA graph can hold it): an id out of range is
+        # the gather's device-side error, as F.embedding's
+        return dequantize_torch(weight.rows(ids))
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= weight.out_features):
         raise IndexError(f"embedding: token id out of range 0..{weight.out_features - 1}")
     if weight.data.device.type == "cpu" and (use_native("auto") or weight.layout):

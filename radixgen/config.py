@@ -93,8 +93,9 @@ class EngineConfig:
     quantization: str | None = option(
         None,
         "weights in blocks, multiplied without expanding them (default: a GGUF keeps its own "
-        "Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K blocks, other checkpoints stay float; none: dequantize; "
-        "q8_0/q4_0/q4_1: round every matrix at load, the embedding and head to q8_0)",
+        "Q4_0/Q4_1/Q8_0/Q4_K/Q5_K/Q6_K blocks, other checkpoints stay float; on CUDA the "
+        "K-quants are dequantized; none: dequantize; q8_0/q4_0/q4_1: round every matrix at "
+        "load, the embedding and head to q8_0)",
         choices=QUANTIZATIONS,
     )
     quant_activations: str = option(

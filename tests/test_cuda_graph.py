@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from radixgen.kernels import DecodePath
+from radixgen.kernels import DecodePath, QuantizedLinear
 
 from radixgen import Engine, SamplingParams
 from radixgen.config import ModelConfig
@@ -106,32 +106,34 @@ def test_replayed_decode_steps_equal_eager_ones(tiny_model_folder, monkeypatch):
 TINY = ModelConfig("LlamaForCausalLM", 97, 64, 96, 2, 4, 2, 32, max_position_embeddings=256)
 
 
+_CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEVICES = [
-    pytest.param("cpu", "", id="cpu-eager-replay"),
-    pytest.param("cpu", "triton", id="cpu-triton-interpreted-eager-replay"),
-    pytest.param(
-        "cuda",
-        "",
-        id="cuda-graphs",
-        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-    ),
+    pytest.param("cpu", "", None, id="cpu-eager-replay"),
+    pytest.param("cpu", "triton", None, id="cpu-triton-interpreted-eager-replay"),
+    pytest.param("cpu", "triton", "q4_1", id="cpu-triton-interpreted-q4_1-eager-replay"),
+    pytest.param("cuda", "", None, id="cuda-graphs", marks=_CUDA),
+    pytest.param("cuda", "", "q4_1", id="cuda-graphs-q4_1", marks=_CUDA),
 ]
 
 
-@pytest.mark.parametrize("device, backend", DEVICES)
+@pytest.mark.parametrize("device, backend, quantization", DEVICES)
 def test_a_replayed_step_gives_the_eager_logits_and_writes_only_its_slots(
-    device, backend, monkeypatch
+    device, backend, quantization, monkeypatch
 ):
     """Three requests of different lengths on pool rows 2, 0 and 5 decode one token through the
     graph of 4 rows (one padding row) and eagerly: the logits agree, and the replay changed no
     pool slot but the three new tokens' and the padding slot 0 (a padding row attends over pool
     row 0's first key; it must not write it). On CUDA this is the real capture and replay; on a
-    CPU also over the Triton kernels a GPU runs (interpreted), with the step's decode plan."""
+    CPU also over the Triton kernels a GPU runs (interpreted), with the step's decode plan, and
+    with weights in Q4_1 blocks (the Triton matmul, the embedding expanded on the device)."""
     if backend == "triton":
         pytest.importorskip("triton")
         monkeypatch.setenv("RADIXGEN_KERNEL_BACKEND", "triton")  # TRITON_INTERPRET=1: conftest
     dev = torch.device(device)
-    model = random_model(TINY, dev)
+    model = random_model(TINY, dev, quantization=quantization)
+    if quantization is not None:
+        qkv = model.weights.layers[0].qkv
+        assert isinstance(qkv, QuantizedLinear) and qkv.triton
     pool = kv_pool_for(model, 200)
     table = ReqToTokenPool(8, 64, dev)
     runner = ModelRunner(model, pool, table)

@@ -148,7 +148,7 @@ class LlamaModel:
         """The embedding rows of ``ids`` ``[N, H]``; a vocab-parallel rank looks up the ids in
         its range, zeros the others, and the ranks' rows are summed."""
         if self.tp is None or self.tp.plan is None:
-            return embedding(ids, self.weights.embed)
+            return embedding(ids, self.weights.embed).to(self.dtype)  # blocks expand to float32
         vocab = self.tp.plan.vocab
         local = ids - vocab.start
         inside = (local >= 0) & (local < len(vocab))

@@ -26,6 +26,7 @@ from tqdm import tqdm
 from ..config import QUANTIZATIONS, ModelConfig
 from ..distributed import TensorParallel, plan_shard, shard_getter
 from ..kernels import (
+    ACT_Q8_FORMATS,
     Linear,
     PackedLinear,
     QuantizedLinear,
@@ -34,7 +35,9 @@ from ..kernels import (
     format_of_ggml,
     quant_c_library,
     quantize,
+    triton_available,
     use_native,
+    use_triton,
 )
 from .gguf_file import gguf_metadata, open_gguf
 from .int4_checkpoints import int4_format, int4_getter
@@ -95,10 +98,15 @@ def load_model(
 
 
 def random_model(
-    config: ModelConfig, device: torch.device, dtype: torch.dtype = torch.float32, seed: int = 0
+    config: ModelConfig,
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+    seed: int = 0,
+    quantization: str | None = None,
 ) -> LlamaModel:
     """A model of ``config``'s shape with random float weights (norms near 1, matrices of scale
-    ``0.5 / sqrt(fan-in)``), built in memory: timings and tests without a checkpoint."""
+    ``0.5 / sqrt(fan-in)``), built in memory: timings and tests without a checkpoint.
+    ``quantization`` (q8_0, q4_0, q4_1) rounds its matrices as ``--quantization`` does."""
     g = torch.Generator().manual_seed(seed)
     heads, dim = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
     hidden, inter = config.hidden_size, config.intermediate_size
@@ -126,7 +134,11 @@ def random_model(
             return 1 + 0.1 * torch.randn(shape, generator=g)
         return torch.randn(shape, generator=g) * (0.5 / shape[1] ** 0.5)
 
-    return LlamaModel(config, _assemble(config, get, dtype, device), device)
+    if quantization is not None:
+        why_not = _quantized_unsupported(dtype, device)
+        if why_not is not None:
+            raise ValueError(f"quantization: {quantization} weights {why_not}")
+    return LlamaModel(config, _assemble(config, get, dtype, device, quantization), device)
 
 
 def model_config(path: str | Path) -> ModelConfig:
@@ -141,11 +153,28 @@ def model_config(path: str | Path) -> ModelConfig:
     return ModelConfig.from_hf(json.loads(config_path.read_text()))
 
 
+def _triton_blocks(device: torch.device) -> bool:
+    """Whether the matmuls run on blocks through Triton here: CUDA with Triton installed, or
+    ``RADIXGEN_KERNEL_BACKEND=triton`` (the CPU interpreter)."""
+    # the device first: a CPU engine never imports Triton
+    return use_triton("auto", torch.empty(0, device=device)) and triton_available()
+
+
+def block_formats(device: torch.device) -> tuple[str, ...]:
+    """The block formats a matrix stays in on ``device`` (others are dequantized): Q4_0, Q4_1
+    and Q8_0 where Triton runs the matmuls, all six on the C kernels."""
+    if _triton_blocks(device):
+        return ACT_Q8_FORMATS
+    return ("q4_0", "q4_1", "q8_0", "q4_k", "q5_k", "q6_k")
+
+
 def _quantized_unsupported(dtype: torch.dtype, device: torch.device) -> str | None:
-    """Why quantized weights cannot run here, or None: the C kernels (float32 CPU) must have
-    built and passed their probe."""
+    """Why quantized weights cannot run here, or None: Triton (CUDA, activations of any dtype;
+    Q4_0/Q4_1/Q8_0), or the C kernels (float32 CPU), built and probed."""
+    if _triton_blocks(device):
+        return None
     if device.type != "cpu":
-        return f"run on CPU only for now (the device is {device.type})"
+        return f"need Triton on {device.type}, which is not installed"
     if dtype != torch.float32:
         return f"need float32 activations on CPU (the dtype is {str(dtype).removeprefix('torch.')})"
     if not use_native("auto"):
@@ -166,9 +195,16 @@ def _assemble(
     target: str | None = None,  # round every matrix to this format
     quant_activations: str = "f32",
 ) -> ModelWeights:
+    kept = block_formats(device)
+
     def cast(t: Weight) -> torch.Tensor:
         t = t.dequantize() if isinstance(t, QuantizedTensor) else t
         return t.to(device=device, dtype=dtype).contiguous()
+
+    def on_device(w: QuantizedTensor) -> QuantizedTensor:
+        if w.data.device == device:
+            return w
+        return QuantizedTensor(w.data.to(device), w.fmt, w.in_features, w.packed, w.interleaved)
 
     def parts_of(names: tuple[str, ...]) -> list[Weight]:
         parts = []
@@ -194,11 +230,11 @@ def _assemble(
         parts = parts_of(names)
         if fmt is not None:
             parts = [_requantize(p, fmt) for p in parts]
-        if all(isinstance(p, QuantizedTensor) for p in parts):
+        if all(isinstance(p, QuantizedTensor) and p.fmt in kept for p in parts):
             quantized = [p for p in parts if isinstance(p, QuantizedTensor)]
             if len({(p.fmt, p.in_features) for p in quantized}) == 1:
-                return cat_rows(quantized)
-        floats = [cast(p) for p in parts]  # mixed formats: fused in float
+                return on_device(cat_rows(quantized))
+        floats = [cast(p) for p in parts]  # mixed formats, or none runs here: fused in float
         return floats[0] if len(floats) == 1 else torch.cat(floats)
 
     def linear(names: tuple[str, ...], bias: torch.Tensor | None = None) -> Linear:

@@ -5,6 +5,7 @@ every kernel forced to Triton (interpreted on CPU) and forced to the torch refer
 from __future__ import annotations
 
 import pytest
+from radixgen.kernels import QuantizedLinear
 
 from radixgen import Engine, SamplingParams
 
@@ -14,10 +15,15 @@ pytest.importorskip("triton")
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
 
-def _run(folder, monkeypatch, backend: str) -> list[list[int]]:
+def _run(folder, monkeypatch, backend: str, quantization: str | None = None) -> list[list[int]]:
     monkeypatch.setenv("RADIXGEN_KERNEL_BACKEND", backend)
-    engine = Engine(str(folder), max_total_tokens=512, chunked_prefill_size=8)
+    engine = Engine(
+        str(folder), max_total_tokens=512, chunked_prefill_size=8, quantization=quantization
+    )
     try:
+        if quantization is not None:  # in blocks: on Triton, or on the C kernels
+            qkv = engine.model.weights.layers[0].qkv
+            assert isinstance(qkv, QuantizedLinear) and qkv.triton == (backend == "triton")
         plain = SamplingParams(max_new_tokens=4, temperature=0.0, ignore_eos=True)
         constrained = SamplingParams(max_new_tokens=4, temperature=0.0, json_schema=SCHEMA)
         outs = engine.generate(
@@ -28,9 +34,18 @@ def _run(folder, monkeypatch, backend: str) -> list[list[int]]:
         engine.shutdown()
 
 
-def test_engine_outputs_equal_with_triton_and_reference_kernels(tiny_model_folder, monkeypatch):
-    reference = _run(tiny_model_folder, monkeypatch, "torch")
-    triton = _run(tiny_model_folder, monkeypatch, "triton")
+@pytest.mark.parametrize("quantization", [None, "q4_1"])
+def test_engine_outputs_equal_with_triton_and_reference_kernels(
+    tiny_model_folder, monkeypatch, quantization
+):
+    """With ``--quantization``, the Triton side is a GPU's path for weights in blocks: the
+    kernel on the blocks for up to 64 rows, the blocks expanded by torch for prefill chunks,
+    the embedding expanded on the device; the reference side is the C kernels on the same
+    blocks (the torch references do not load blocks)."""
+    reference = _run(
+        tiny_model_folder, monkeypatch, "torch" if quantization is None else "", quantization
+    )
+    triton = _run(tiny_model_folder, monkeypatch, "triton", quantization)
     assert triton == reference
 
 

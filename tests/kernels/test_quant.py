@@ -374,3 +374,42 @@ def test_triton_kernel_matches_the_reference(triton_backend, device, fmt, rows):
     on_device = Q.QuantizedTensor(w.data.to(device), fmt, 96)
     got = Q.quant_matmul(x.to(device), on_device, bias.to(device), backend=triton_backend)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+def test_blocks_expand_on_the_device_as_the_reference_does(device, fmt):
+    """``dequantize_torch``: a GPU's embedding lookups and prefill expand Q4_0/Q4_1/Q8_0 blocks
+    with torch ops on the device, to the reference's values bit for bit."""
+    w = _weight(fmt, 37, 19 * 32)
+    on_device = Q.QuantizedTensor(w.data.to(device), fmt, 19 * 32)
+    assert torch.equal(Q.dequantize_torch(on_device).cpu(), Q.dequantize_ref(w))
+    half = Q.dequantize_torch(on_device, torch.float16)
+    assert half.dtype == torch.float16 and torch.equal(half.cpu(), Q.dequantize_ref(w).half())
+    with pytest.raises(ValueError, match="GGUF blocks"):
+        Q.dequantize_torch(w.to_packed())
+
+
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+def test_the_layer_on_triton_decodes_on_blocks_and_expands_them_for_prefill(
+    triton_backend, device, monkeypatch, fmt
+):
+    """Where Triton runs (a GPU; here forced, interpreted): up to ``TRITON_MAX_ROWS`` rows on
+    the kernel, more through the device's GEMM over the expanded blocks, the output in the
+    activations' dtype; the blocks stay in GGUF's layout, and the embedding expands its rows
+    on the device."""
+    monkeypatch.setenv("RADIXGEN_KERNEL_BACKEND", "triton")
+    w = _weight(fmt, 37, 96)
+    on_device = Q.QuantizedTensor(w.data.to(device), fmt, 96)
+    bias = torch.randn(37)
+    layer = Q.QuantizedLinear(on_device, bias.to(device))
+    assert layer.triton and layer.lib is None and not layer.weight.layout
+    for rows in (3, Q.TRITON_MAX_ROWS + 16):
+        x = torch.randn(rows, 96)
+        want = Q.quant_matmul_ref(x, w, bias)
+        got = layer(x.to(device))
+        assert got.dtype == torch.float32 and got.shape == (rows, 37)
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+    assert layer(torch.randn(2, 96, dtype=torch.float16).to(device)).dtype == torch.float16
+    ids = torch.tensor([0, 36, 5, 5])
+    looked_up = Q.embedding(ids.to(device), on_device)
+    assert torch.equal(looked_up.cpu(), Q.dequantize_ref(w)[ids])
