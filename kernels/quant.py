@@ -272,7 +272,7 @@ def dequantize_torch(w: QuantizedTensor, dtype: torch.dtype = torch.float32) -> 
     if w.fmt not in ACT_Q8_FORMATS or w.layout:
         raise ValueError(f"dequantize_torch: Q4_0, Q4_1 or Q8_0 in GGUF blocks, got {w.fmt}")
     nbytes = FORMATS[w.fmt][2]
-    blocks = w.data.reshape(w.out_features, -1, nbytes)  # [O, nb, bytes]
+    blocks = w.data.reshape(w.out_features, w.data.shape[1] // nbytes, nbytes)  # [O, nb, bytes]
     d = blocks[..., 0:2].contiguous().view(torch.float16).float()  # [O, nb, 1]
     if w.fmt == "q8_0":
         values = blocks[..., 2:].contiguous().view(torch.int8).float() * d
@@ -508,25 +508,31 @@ def _quant_matmul_kernel(
         acc += tl.load(bias_ptr + outs, mask=out_ok, other=0.0).to(tl.float32)[None, :]
     tl.store(
         y_ptr + rows[:, None].to(tl.int64) * stride_y + outs[None, :],
-        acc,
+        acc.to(y_ptr.dtype.element_ty),
         mask=row_ok[:, None] & out_ok[None, :],
     )
 
 
 def quant_matmul_triton(
-    x: torch.Tensor, w: QuantizedTensor, bias: torch.Tensor | None = None
+    x: torch.Tensor,
+    w: QuantizedTensor,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Triton: ``x [N, in] @ dequantize(w)^T (+ bias)``, float32 out, for Q4_0, Q4_1, Q8_0."""
+    """Triton: ``x [N, in] @ dequantize(w)^T (+ bias)`` for Q4_0, Q4_1, Q8_0, summed in float32
+    and stored as ``out_dtype``."""
     if w.fmt not in ACT_Q8_FORMATS:
         raise ValueError(
             f"quant_matmul: no Triton kernel for {w.fmt} (has: {list(ACT_Q8_FORMATS)})"
         )
     x = x if x.stride(-1) == 1 else x.contiguous()
     rows = x.shape[0]
-    y = torch.empty(rows, w.out_features, device=x.device, dtype=torch.float32)
+    y = torch.empty(rows, w.out_features, device=x.device, dtype=out_dtype)
     if rows == 0:
         return y
-    block_n, block_o = (16, 32) if rows > 1 else (1, 64)
+    # one row (decode at batch 1): 16 outputs a program, so that a small matrix still spreads
+    # over a GPU's SMs (a guess, not yet measured on one: benchmarks/bench_cuda_graph.py)
+    block_n, block_o = (16, 32) if rows > 1 else (1, 16)
     grid = (-(-rows // block_n), -(-w.out_features // block_o))
     _quant_matmul_kernel[grid](
         x,
@@ -595,9 +601,15 @@ class QuantizedLinear:
     ``bias`` is float32 ``[out]`` or None."""
 
     def __init__(
-        self, weight: QuantizedTensor, bias: torch.Tensor | None = None, *, act: str = DEFAULT_ACT
+        self,
+        weight: QuantizedTensor,
+        bias: torch.Tensor | None = None,
+        *,
+        act: str = DEFAULT_ACT,
+        out_dtype: torch.dtype | None = None,  # the activations' when None (Triton path)
     ) -> None:
         self.bias = None if bias is None else bias.float().contiguous()
+        self.out_dtype = out_dtype
         self.out_features = weight.out_features
         self.act = act
         # where Triton runs the matmul (CUDA, or forced): the GGUF blocks as they are
@@ -623,10 +635,11 @@ class QuantizedLinear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.triton and not self.weight.layout:
+            out_dtype = self.out_dtype or x.dtype
             if x.shape[0] <= TRITON_MAX_ROWS:
-                return quant_matmul_triton(x, self.weight, self.bias).to(x.dtype)
+                return quant_matmul_triton(x, self.weight, self.bias, out_dtype)
             bias = None if self.bias is None else self.bias.to(x.dtype)
-            return F.linear(x, dequantize_torch(self.weight, x.dtype), bias)
+            return F.linear(x, dequantize_torch(self.weight, x.dtype), bias).to(out_dtype)
         if self.lib is None:  # a CPU without the C kernels, or a format Triton lacks
             return quant_matmul(x, self.weight, self.bias)
         mode = self.c_mode

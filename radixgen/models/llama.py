@@ -85,7 +85,10 @@ class LlamaModel:
             self.heads = HeadShape(len(plan.q_heads), len(plan.kv_heads), config.head_dim)
         head = weights.lm_head  # the embedding when tied
         if isinstance(head, QuantizedTensor):
-            self.lm_head: Linear = QuantizedLinear(head, act=quant_activations)
+            # float32 logits from the head's sums, whatever the activations' dtype
+            self.lm_head: Linear = QuantizedLinear(
+                head, act=quant_activations, out_dtype=torch.float32
+            )
             if weights.embed is head:  # tied: look up the head's own (maybe repacked) blocks
                 weights.embed = self.lm_head.weight
         else:

@@ -78,6 +78,11 @@ def load_model(
             f"quantization: expected one of {list(QUANTIZATIONS)}, got {quantization!r}"
         )
     path = Path(path)
+    if quant_activations == "q8" and device.type != "cpu":
+        raise ValueError(
+            f"quant_activations: q8 runs on the CPU kernels only; on {device.type} the "
+            "quantized matmul takes the activations as they are (use f32)"
+        )
     why_not = _quantized_unsupported(dtype, device)
     keep = quantization not in ("none",) and why_not is None
     if quantization not in (None, "none") and why_not is not None:
@@ -85,7 +90,10 @@ def load_model(
     if path.suffix == ".gguf":
         config, get = _gguf_source(path, keep_blocks=keep)
     else:
-        config, get = _safetensors_source(path, keep_blocks=keep)
+        # an AWQ/GPTQ folder's groups become blocks for the C kernels; where Triton runs the
+        # matmuls they are dequantized exactly, as before (bfloat16 group scales do not fit
+        # fp16 blocks, and rounding an asymmetric group's offset would change the weights)
+        config, get = _safetensors_source(path, keep_blocks=keep and not _triton_blocks(device))
     target = None if quantization in (None, "none") else quantization
     if tp is not None:
         tp.plan = plan_shard(config, tp.rank, tp.size)
@@ -174,6 +182,8 @@ def _quantized_unsupported(dtype: torch.dtype, device: torch.device) -> str | No
     if _triton_blocks(device):
         return None
     if device.type != "cpu":
+        if not use_native("auto"):
+            return "run on Triton, and RADIXGEN_KERNEL_BACKEND=torch asks for torch"
         return f"need Triton on {device.type}, which is not installed"
     if dtype != torch.float32:
         return f"need float32 activations on CPU (the dtype is {str(dtype).removeprefix('torch.')})"

@@ -15,10 +15,17 @@ pytest.importorskip("triton")
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 
 
-def _run(folder, monkeypatch, backend: str, quantization: str | None = None) -> list[list[int]]:
+def _run(
+    folder, monkeypatch, backend: str, quantization: str | None = None, **options
+) -> list[list[int]]:
     monkeypatch.setenv("RADIXGEN_KERNEL_BACKEND", backend)
     engine = Engine(
-        str(folder), max_total_tokens=512, chunked_prefill_size=8, quantization=quantization
+        str(folder),
+        max_total_tokens=512,
+        chunked_prefill_size=8,
+        quantization=quantization,
+        dtype="float32",
+        **options,
     )
     try:
         if quantization is not None:  # in blocks: on Triton, or on the C kernels
@@ -42,9 +49,10 @@ def test_engine_outputs_equal_with_triton_and_reference_kernels(
     kernel on the blocks for up to 64 rows, the blocks expanded by torch for prefill chunks,
     the embedding expanded on the device; the reference side is the C kernels on the same
     blocks (the torch references do not load blocks)."""
-    reference = _run(
-        tiny_model_folder, monkeypatch, "torch" if quantization is None else "", quantization
-    )
+    if quantization is None:
+        reference = _run(tiny_model_folder, monkeypatch, "torch")
+    else:  # the C kernels (on a GPU host too)
+        reference = _run(tiny_model_folder, monkeypatch, "", quantization, device="cpu")
     triton = _run(tiny_model_folder, monkeypatch, "triton", quantization)
     assert triton == reference
 

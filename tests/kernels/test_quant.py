@@ -409,7 +409,10 @@ def test_the_layer_on_triton_decodes_on_blocks_and_expands_them_for_prefill(
         got = layer(x.to(device))
         assert got.dtype == torch.float32 and got.shape == (rows, 37)
         torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
-    assert layer(torch.randn(2, 96, dtype=torch.float16).to(device)).dtype == torch.float16
     ids = torch.tensor([0, 36, 5, 5])
     looked_up = Q.embedding(ids.to(device), on_device)
     assert torch.equal(looked_up.cpu(), Q.dequantize_ref(w)[ids])
+    assert Q.embedding(ids[:0].to(device), on_device).shape == (0, 96)
+    half = torch.randn(2, 96, dtype=torch.float16).to(device)
+    head = Q.QuantizedLinear(on_device, out_dtype=torch.float32)  # a head: float32 logits
+    assert layer(half).dtype == torch.float16 and head(half).dtype == torch.float32
