@@ -9,6 +9,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..grammar.tokens.vocabulary import (
+    byte_level_token_bytes,
+    detect_kind,
+    sentencepiece_token_bytes,
+)
 from ..request import TokenLogprob
 
 FLOOR = -9999.0
@@ -22,9 +27,36 @@ def token_text(tokenizer: Any, token_id: int) -> str:
     return tokenizer.decode([token_id], skip_special_tokens=False)
 
 
+def token_bytes(tokenizer: Any, token_id: int, text: str) -> list[int]:
+    """OpenAI's ``bytes`` of a token: its UTF-8 text, or, for a token that holds part of a
+    character (its text alone decodes to U+FFFD), the raw bytes it writes, so that a client
+    can join a character split across tokens."""
+    if "\ufffd" in text:
+        raw = _raw_bytes(tokenizer, token_id)
+        if raw is not None:
+            return list(raw)
+    return list(text.encode("utf-8"))
+
+
+def _raw_bytes(tokenizer: Any, token_id: int) -> bytes | None:
+    backend = getattr(tokenizer, "backend", None)
+    if backend is None or token_id in backend.get_added_tokens_decoder():
+        return None
+    piece = backend.id_to_token(token_id)
+    if piece is None:
+        return None
+    if detect_kind(backend) == "byte_level":
+        return byte_level_token_bytes(piece)
+    return sentencepiece_token_bytes(piece)
+
+
 def _chat_entry(tokenizer: Any, token_id: int, logprob: float | None) -> dict[str, Any]:
     text = token_text(tokenizer, token_id)
-    return {"token": text, "logprob": _finite(logprob), "bytes": list(text.encode("utf-8"))}
+    return {
+        "token": text,
+        "logprob": _finite(logprob),
+        "bytes": token_bytes(tokenizer, token_id, text),
+    }
 
 
 def chat_logprobs(tokenizer: Any, logprobs: list[TokenLogprob] | None) -> dict[str, Any]:

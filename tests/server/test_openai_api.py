@@ -255,3 +255,21 @@ def test_choices_extension(client):
         extra_body={"choices": options},
     )
     assert r.choices[0].text in options
+
+
+def test_a_token_holding_part_of_a_character_reports_its_own_bytes(tokenizer):
+    """OpenAI's ``bytes``: a token that writes part of a UTF-8 character (its text alone is
+    U+FFFD) gives its raw bytes, so the tokens' bytes join into the character."""
+    from radixgen.request import TokenLogprob
+    from radixgen.server.logprobs import chat_logprobs
+
+    pieces = ["Ã", "©"]  # byte-level BPE's spelling of the bytes 0xC3 and 0xA9: "é" in UTF-8
+    ids = [tokenizer.backend.token_to_id(p) for p in pieces]
+    assert None not in ids
+    whole = tokenizer.encode("é")
+    content = chat_logprobs(tokenizer, [TokenLogprob(i, -0.5, [(i, -0.5)]) for i in ids])["content"]
+    assert [e["token"] for e in content] == ["\ufffd", "\ufffd"]
+    assert bytes(b for e in content for b in e["bytes"]).decode("utf-8") == "é"
+    assert content[0]["top_logprobs"][0]["bytes"] == [0xC3]
+    text = chat_logprobs(tokenizer, [TokenLogprob(t, -0.5, []) for t in whole])["content"]
+    assert bytes(b for e in text for b in e["bytes"]) == "é".encode()  # whole characters: UTF-8
