@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# GPU check for radixgen's kernels, from a fresh copy of the repository (< 8 min on an H200).
+# GPU check for radixgen's kernels, from a fresh copy of the repository.
 #
-#   bash benchmarks/gpu_check.sh
+#   bash benchmarks/gpu_check.sh          (BUDGET_S=540 by default, see below)
 #
 # 1. a venv (.venv-gpu, with --system-site-packages so a preinstalled torch/triton is used);
 #    torch and triton are pip-installed only when `import torch, triton` fails (the GPU machine
@@ -10,14 +10,18 @@
 #    symlinks on PYTHONPATH); if the full package cannot import (its tokenizer/server
 #    dependencies missing), kernel tests and benchmarks use a shim holding only radixgen.kernels;
 # 3. pytest tests/kernels with TRITON_INTERPRET unset: the Triton kernels compile for the GPU;
-# 4. benchmarks/bench_kernels.py: Triton vs reference vs the bandwidth bound;
-# 5. python -m radixgen generate "..." end to end on the default model (its Q4_1/Q8_0 blocks on the
-#    Triton matmul; and with the KV cache in 8 bits: the Triton store and attention kernels with
-#    scales), decode steps from CUDA graphs;
-# 6. speculative decoding; the CUDA graph test (capture and replay against the eager step) and
-#    benchmarks/bench_cuda_graph.py (decode ms a step, eager vs graphs).
+# 4. the CUDA graph test: the real capture and replay against the eager step (float32, and
+#    bfloat16 with Q4_1 blocks);
+# 5. python -m radixgen generate "..." end to end on the default model (its Q4_1/Q8_0 blocks on
+#    the Triton matmul, decode steps from CUDA graphs);
+# 6. benchmarks/bench_cuda_graph.py: decode ms a step, eager vs graphs, bfloat16 and Q4_1;
+# 7. generate with the KV cache in 8 bits (the Triton store and attention kernels with scales);
+# 8. benchmarks/bench_kernels.py: Triton vs reference vs the bandwidth bound;
+# 9. speculative decoding (bench_spec.py).
 # Every step runs even if an earlier one failed; a summary follows; the exit status is the
-# number of failed steps.
+# number of failed steps. The whole run keeps within BUDGET_S seconds (default 540, under a
+# 10-minute device call): a step gets at most what is left, and steps that no longer fit are
+# listed as skipped, so the summary always prints. Steps run most important first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 unset TRITON_INTERPRET
@@ -31,9 +35,20 @@ record() {  # record NAME STATUS
     if [ "$2" != "ok" ]; then failures=$((failures + 1)); fi
 }
 
-step() {  # step NAME TIMEOUT_S CMD...: run with a deadline, record ok / FAILED (rc)
+BUDGET_S=${BUDGET_S:-540}
+SUMMARY_S=5  # kept for the summary
+
+step() {  # step NAME TIMEOUT_S CMD...: run with a deadline, record ok / FAILED (rc) / SKIPPED
     local name=$1 limit=$2
     shift 2
+    local left=$((BUDGET_S - SUMMARY_S - SECONDS))
+    if [ "$left" -lt 20 ]; then
+        echo
+        echo "=== $name: skipped, ${left}s of the ${BUDGET_S}s budget left"
+        summary+=("$(printf '%-28s %s' "$name" "SKIPPED (budget)")")
+        return
+    fi
+    if [ "$limit" -gt "$left" ]; then limit=$left; fi
     echo
     echo "=== $name ($(date +%T), limit ${limit}s)"
     local start=$SECONDS
@@ -102,26 +117,26 @@ if ! PYTHONPATH=$PACKAGE_PATH "$PY" -c "$no_cwd; import radixgen.kernels"; then
     echo "radixgen does not import (missing dependencies?); kernels run from $KERNELS_PATH"
 fi
 
-step "pytest tests/kernels" 240 env PYTHONPATH="$KERNELS_PATH" \
+step "pytest tests/kernels" 200 env PYTHONPATH="$KERNELS_PATH" \
     "$PY" -c "$no_cwd; import pytest; sys.exit(pytest.main(sys.argv[1:]))" \
     tests/kernels -q -p no:cacheprovider --durations=5
-step "bench_kernels.py" 120 env PYTHONPATH="$KERNELS_PATH" \
-    "$PY" benchmarks/bench_kernels.py
-step "radixgen generate (e2e)" 150 env PYTHONPATH="$PACKAGE_PATH" \
-    "$PY" -c "$no_cwd; import runpy; sys.argv[0] = 'radixgen'; runpy.run_module('radixgen', run_name='__main__')" \
-    generate "The capital of France is"
-step "radixgen generate --kv-cache-dtype int8" 150 env PYTHONPATH="$PACKAGE_PATH" \
-    "$PY" -c "$no_cwd; import runpy; sys.argv[0] = 'radixgen'; runpy.run_module('radixgen', run_name='__main__')" \
-    generate --kv-cache-dtype int8 "The capital of France is"
-step "bench_spec.py (speculative decoding, code, batch 1 and 8)" 150 env PYTHONPATH="$PACKAGE_PATH" \
-    "$PY" benchmarks/bench_spec.py --workloads code --requests 4 --new-tokens 64 --repeats 1
-step "pytest tests/test_cuda_graph.py" 180 env PYTHONPATH="$PACKAGE_PATH" \
+step "pytest tests/test_cuda_graph.py" 120 env PYTHONPATH="$PACKAGE_PATH" \
     "$PY" -c "$no_cwd; import pytest; sys.exit(pytest.main(sys.argv[1:]))" \
     tests/test_cuda_graph.py -q -p no:cacheprovider -k "a_replayed_step"
-step "bench_cuda_graph.py (decode steps, eager vs graphs)" 120 env PYTHONPATH="$PACKAGE_PATH" \
+step "radixgen generate (e2e)" 120 env PYTHONPATH="$PACKAGE_PATH" \
+    "$PY" -c "$no_cwd; import runpy; sys.argv[0] = 'radixgen'; runpy.run_module('radixgen', run_name='__main__')" \
+    generate "The capital of France is"
+step "bench_cuda_graph.py (decode steps, eager vs graphs)" 90 env PYTHONPATH="$PACKAGE_PATH" \
     "$PY" benchmarks/bench_cuda_graph.py
-step "bench_cuda_graph.py --quantization q4_1" 120 env PYTHONPATH="$PACKAGE_PATH" \
+step "bench_cuda_graph.py --quantization q4_1" 90 env PYTHONPATH="$PACKAGE_PATH" \
     "$PY" benchmarks/bench_cuda_graph.py --quantization q4_1
+step "radixgen generate --kv-cache-dtype int8" 100 env PYTHONPATH="$PACKAGE_PATH" \
+    "$PY" -c "$no_cwd; import runpy; sys.argv[0] = 'radixgen'; runpy.run_module('radixgen', run_name='__main__')" \
+    generate --kv-cache-dtype int8 "The capital of France is"
+step "bench_kernels.py" 100 env PYTHONPATH="$KERNELS_PATH" \
+    "$PY" benchmarks/bench_kernels.py
+step "bench_spec.py (speculative decoding, code, batch 1 and 8)" 120 env PYTHONPATH="$PACKAGE_PATH" \
+    "$PY" benchmarks/bench_spec.py --workloads code --requests 4 --new-tokens 64 --repeats 1
 
 echo
 echo "=== summary"

@@ -3,7 +3,7 @@
 On a CPU the runner replays with ``EagerGraph`` (the captured function run again on the same
 static buffers), which checks what is not CUDA-specific: the static inputs, the padding rows
 and their KV going to the reserved slot 0, the bucket sizes, the fallback to eager steps. With
-a GPU (``benchmarks/gpu_check.sh``) the real capture runs against the eager engine."""
+a GPU (``benchmarks/gpu_check.sh``) the real capture runs against the eager step."""
 
 from __future__ import annotations
 
