@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 
 import torch
 
@@ -54,7 +55,7 @@ def main() -> int:
     pool = kv_pool_for(model, most * context + 1)
     table = ReqToTokenPool(most, context, dev)
     runner = ModelRunner(model, pool, table)
-    graphs = DecodeGraphs(model, pool, table.table, most, CudaGraph, graph_pool())
+    graphs = DecodeGraphs(model, pool, table.table, most, partial(CudaGraph, graph_pool()))
     took = graphs.capture()
     weights = args.quantization or "bfloat16"
     print(

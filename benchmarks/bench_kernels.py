@@ -167,7 +167,7 @@ def quant_matmul_cases(device: torch.device) -> list[Case]:
     for fmt in quant.ACT_Q8_FORMATS:
         for rows, out, inputs in [(1, 4096, 4096), (16, 4096, 4096), (1, 14336, 4096)]:
             w = quant.quantize(torch.randn(out, inputs), fmt)
-            on_device = quant.QuantizedTensor(w.data.to(device), fmt, inputs)
+            on_device = w.to(device)
             x = torch.randn(rows, inputs, device=device)
             cases.append(Case(
                 "quant_matmul", f"{fmt} N={rows} O={out} K={inputs} fp32", w.nbytes + x.numel() * 4,

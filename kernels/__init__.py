@@ -48,6 +48,7 @@ from .linear import Linear, PackedLinear
 from .norm import rms_norm
 from .quant import (
     ACT_Q8_FORMATS,
+    FORMATS,
     QuantizedLinear,
     QuantizedTensor,
     cat_rows,
@@ -61,6 +62,7 @@ from .rotary import apply_rotary, build_cos_sin_cache
 
 __all__ = [
     "ACT_Q8_FORMATS",
+    "FORMATS",
     "CpuDecodePlan",
     "DecodePath",
     "DecodePlan",

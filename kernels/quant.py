@@ -190,14 +190,27 @@ class QuantizedTensor:
         return QuantizedTensor(data.contiguous(), self.fmt, stop - start)
 
     def dequantize(self) -> torch.Tensor:
-        """float32 ``[out, in]``: the C kernel when it built, else the reference (GGUF layout)."""
-        if self.data.device.type == "cpu" and (use_native("auto") or self.layout):
+        """float32 ``[out, in]``: the C kernel when it built; on another device torch ops there
+        for Q4_0/Q4_1/Q8_0 (``dequantize_torch``: no host copy or sync); else the reference
+        (GGUF layout)."""
+        on_cpu = self.data.device.type == "cpu"
+        if on_cpu and (use_native("auto") or self.layout):
             lib = quant_c_library()
             if lib is not None:
                 return dequantize_c(lib, self)
         if self.layout:
             raise RuntimeError("dequantize: a packed or interleaved weight needs the C kernels")
+        if not on_cpu and self.fmt in ACT_Q8_FORMATS:
+            return dequantize_torch(self)
         return dequantize_ref(self)
+
+    def to(self, device: torch.device | str) -> QuantizedTensor:
+        """The same blocks on ``device`` (itself when already there)."""
+        if self.data.device == torch.device(device):
+            return self
+        return QuantizedTensor(
+            self.data.to(device), self.fmt, self.in_features, self.packed, self.interleaved
+        )
 
     def to_packed(self) -> QuantizedTensor:
         """The same blocks in the C kernels' packed layout (by the C kernel; itself if packed)."""
@@ -613,7 +626,9 @@ class QuantizedLinear:
         self.out_features = weight.out_features
         self.act = act
         # where Triton runs the matmul (CUDA, or forced): the GGUF blocks as they are
-        self.triton = use_triton("auto", weight.data) and weight.fmt in ACT_Q8_FORMATS
+        self.triton = (
+            use_triton("auto", weight.data) and weight.fmt in ACT_Q8_FORMATS and not weight.layout
+        )
         on_cpu = weight.data.device.type == "cpu" and not self.triton
         self.lib = quant_c_library() if on_cpu else None
         if self.lib is not None and weight.fmt in ACT_Q8_FORMATS and not weight.layout:
@@ -634,7 +649,7 @@ class QuantizedLinear:
         return self.act if self.weight.layout else "f32"
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self.triton and not self.weight.layout:
+        if self.triton:
             out_dtype = self.out_dtype or x.dtype
             if x.shape[0] <= TRITON_MAX_ROWS:
                 return quant_matmul_triton(x, self.weight, self.bias, out_dtype)
@@ -661,11 +676,10 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor | QuantizedTensor) -> torc
     expanded); a plain tensor is ``F.embedding``."""
     if isinstance(weight, torch.Tensor):
         return F.embedding(ids, weight)
-    if use_triton("auto", weight.data) and weight.fmt in ACT_Q8_FORMATS and not weight.layout:
-        # the device path (no host sync, so a CUDA graph can hold it): an id out of range is
-        # the gather's device-side error, as F.embedding's
-        return dequantize_torch(weight.rows(ids))
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= weight.out_features):
+    # off the CPU an id out of range is the gather's device-side error, as F.embedding's: no
+    # host sync (a CUDA graph holds the lookup), and the rows expand on the device
+    on_cpu = ids.device.type == "cpu"
+    if on_cpu and ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= weight.out_features):
         raise IndexError(f"embedding: token id out of range 0..{weight.out_features - 1}")
     if weight.data.device.type == "cpu" and (use_native("auto") or weight.layout):
         lib = quant_c_library()

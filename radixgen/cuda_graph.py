@@ -51,6 +51,8 @@ from .request import ExtendRow
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BS = 64  # --cuda-graph-max-bs when not given (at most --max-running-requests)
+# a padding row's static inputs: token 0, position 0, pool row 0, one key, no KV slot of its own
+PADDING = torch.tensor([[0], [0], [0], [1], [0]])
 
 
 def capture_sizes(max_bs: int) -> list[int]:
@@ -68,8 +70,9 @@ class Graph(Protocol):
 
 
 class CudaGraph:
-    """``torch.cuda.CUDAGraph``, captured on a side stream after two warm-up runs (Triton
-    compiles its kernels and the allocator settles outside the capture)."""
+    """``torch.cuda.CUDAGraph`` in memory pool ``pool`` (``graph_pool``: the graphs share one),
+    captured on a side stream after two warm-up runs (Triton compiles its kernels and the
+    allocator settles outside the capture)."""
 
     def __init__(self, pool: Any) -> None:
         self.pool = pool
@@ -95,7 +98,7 @@ class EagerGraph:
     """Replays by running the captured function again and copying its result over the first
     output: the static-buffer logic of :class:`DecodeGraphs` without a GPU."""
 
-    def __init__(self, pool: Any = None) -> None:
+    def __init__(self) -> None:
         self.fn: Callable[[], torch.Tensor] | None = None
         self.out: torch.Tensor | None = None
 
@@ -124,8 +127,7 @@ class DecodeGraphs:
         kv_pool: KVPool,
         req_to_token: torch.Tensor,  # [R, max_context] int32, on the model's device
         max_bs: int,
-        graph_type: Callable[[Any], Graph] = CudaGraph,
-        pool: Any = None,
+        new_graph: Callable[[], Graph],  # EagerGraph, or partial(CudaGraph, graph_pool())
     ) -> None:
         self.model = model
         self.kv_pool = kv_pool
@@ -143,16 +145,17 @@ class DecodeGraphs:
         self.extend_lens = torch.ones(max_bs, dtype=torch.int64, device=dev)
         # Triton needs nothing planned per step; the CPU kernel's checked plan does (EagerGraph
         # on a CPU): each layer then decides
-        self.plan = DecodePlan(DecodePath.TRITON) if triton_decode(model, kv_pool) else None
-        self.graph_type = graph_type
-        self.pool = pool
+        self.plan = (
+            DecodePlan(DecodePath.TRITON) if triton_decode(model, kv_pool, req_to_token) else None
+        )
+        self.new_graph = new_graph
         self.graphs: dict[int, tuple[Graph, torch.Tensor]] = {}
 
     def capture(self) -> float:
         """Capture every size, largest first; returns the seconds it took."""
         started = time.perf_counter()
         for bs in reversed(self.sizes):
-            graph = self.graph_type(self.pool)
+            graph = self.new_graph()
             out = graph.capture(partial(self._forward, bs))
             self.graphs[bs] = (graph, out)
         return time.perf_counter() - started
@@ -205,7 +208,7 @@ class DecodeGraphs:
             ],
             dtype=torch.int64,
         )
-        staging[:, n:bs] = torch.tensor([[0], [0], [0], [1], [0]])  # padding
+        staging[:, n:bs] = PADDING
         self.inputs.copy_(staging, non_blocking=True)  # whole: one contiguous copy
         if self.copied is not None:
             self.copied.record()
@@ -214,12 +217,11 @@ class DecodeGraphs:
         return self.model.logits(out[:n])
 
 
-def triton_decode(model: LlamaModel, kv_pool: KVPool) -> bool:
+def triton_decode(model: LlamaModel, kv_pool: KVPool, req_to_token: torch.Tensor) -> bool:
     """Whether decode attention runs the Triton kernel for ``model`` over ``kv_pool``."""
     k, v = kv_pool.k_buffers[0], kv_pool.v_buffers[0]
-    # the table only matters for the CPU kernel's checks: any of the pool's device
-    table = torch.zeros(1, 1, dtype=torch.int32, device=k.device)
-    return decode_path("auto", model.dtype, k, v, table, slot_runs=False) is DecodePath.TRITON
+    path = decode_path("auto", model.dtype, k, v, req_to_token, slot_runs=False)
+    return path is DecodePath.TRITON
 
 
 def decode_graphs_for(
@@ -228,25 +230,23 @@ def decode_graphs_for(
     req_to_token: torch.Tensor,
     max_bs: int | None,
     max_running_requests: int,
-    graph_type: Callable[[Any], Graph] | None = None,
+    new_graph: Callable[[], Graph] | None = None,
 ) -> DecodeGraphs | None:
     """The engine's decode graphs, captured; ``None`` where none are made: off (``max_bs`` 0),
-    not CUDA (unless ``graph_type`` is given, as tests do on a CPU), tensor parallelism, decode
+    not CUDA (unless ``new_graph`` is given, as tests do on a CPU), tensor parallelism, decode
     attention not on the Triton kernel (logged), or a capture that failed (logged: steps then
     run eagerly, with the same outputs up to rounding)."""
     size = min(DEFAULT_MAX_BS if max_bs is None else max_bs, max_running_requests)
     if size <= 0 or model.tp is not None:
         return None
-    if graph_type is None:
+    if new_graph is None:
         if model.device.type != "cuda":
             return None
-        if not triton_decode(model, kv_pool):
+        if not triton_decode(model, kv_pool, req_to_token):
             logger.info("CUDA graphs: none, decode attention does not run the Triton kernel")
             return None
-        graph_type, pool = CudaGraph, graph_pool()
-    else:
-        pool = None
-    graphs = DecodeGraphs(model, kv_pool, req_to_token, size, graph_type, pool)
+        new_graph = partial(CudaGraph, graph_pool())
+    graphs = DecodeGraphs(model, kv_pool, req_to_token, size, new_graph)
     try:
         took = graphs.capture()
     except Exception:

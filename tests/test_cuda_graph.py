@@ -7,6 +7,8 @@ a GPU (``benchmarks/gpu_check.sh``) the real capture runs against the eager step
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 from radixgen.kernels import DecodePath, QuantizedLinear
@@ -152,14 +154,8 @@ def test_a_replayed_step_gives_the_eager_logits_and_writes_only_its_slots(
     step = [TokensRow(r.pool_row, r.ids, n, 1, False) for r, n in zip(reqs, lens)]
     wanted = [[n] for n in lens]
     eager = runner.forward_at(step, wanted)
-    graphs = DecodeGraphs(
-        model,
-        pool,
-        table.table,
-        8,
-        CudaGraph if dev.type == "cuda" else EagerGraph,
-        graph_pool() if dev.type == "cuda" else None,
-    )
+    new_graph = partial(CudaGraph, graph_pool()) if dev.type == "cuda" else EagerGraph
+    graphs = DecodeGraphs(model, pool, table.table, 8, new_graph)
     graphs.capture()
     if backend == "triton" or dev.type == "cuda":
         assert graphs.plan is not None and graphs.plan.path is DecodePath.TRITON

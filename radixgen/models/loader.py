@@ -27,6 +27,7 @@ from ..config import QUANTIZATIONS, ModelConfig
 from ..distributed import TensorParallel, plan_shard, shard_getter
 from ..kernels import (
     ACT_Q8_FORMATS,
+    FORMATS,
     Linear,
     PackedLinear,
     QuantizedLinear,
@@ -171,9 +172,7 @@ def _triton_blocks(device: torch.device) -> bool:
 def block_formats(device: torch.device) -> tuple[str, ...]:
     """The block formats a matrix stays in on ``device`` (others are dequantized): Q4_0, Q4_1
     and Q8_0 where Triton runs the matmuls, all six on the C kernels."""
-    if _triton_blocks(device):
-        return ACT_Q8_FORMATS
-    return ("q4_0", "q4_1", "q8_0", "q4_k", "q5_k", "q6_k")
+    return ACT_Q8_FORMATS if _triton_blocks(device) else tuple(FORMATS)
 
 
 def _quantized_unsupported(dtype: torch.dtype, device: torch.device) -> str | None:
@@ -211,11 +210,6 @@ def _assemble(
         t = t.dequantize() if isinstance(t, QuantizedTensor) else t
         return t.to(device=device, dtype=dtype).contiguous()
 
-    def on_device(w: QuantizedTensor) -> QuantizedTensor:
-        if w.data.device == device:
-            return w
-        return QuantizedTensor(w.data.to(device), w.fmt, w.in_features, w.packed, w.interleaved)
-
     def parts_of(names: tuple[str, ...]) -> list[Weight]:
         parts = []
         for name in names:
@@ -243,7 +237,7 @@ def _assemble(
         if all(isinstance(p, QuantizedTensor) and p.fmt in kept for p in parts):
             quantized = [p for p in parts if isinstance(p, QuantizedTensor)]
             if len({(p.fmt, p.in_features) for p in quantized}) == 1:
-                return on_device(cat_rows(quantized))
+                return cat_rows(quantized).to(device)
         floats = [cast(p) for p in parts]  # mixed formats, or none runs here: fused in float
         return floats[0] if len(floats) == 1 else torch.cat(floats)
 

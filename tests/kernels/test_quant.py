@@ -371,7 +371,7 @@ def test_triton_kernel_matches_the_reference(triton_backend, device, fmt, rows):
     x = torch.randn(rows, 96)
     bias = torch.randn(37)
     want = Q.quant_matmul_ref(x, w, bias)
-    on_device = Q.QuantizedTensor(w.data.to(device), fmt, 96)
+    on_device = w.to(device)
     got = Q.quant_matmul(x.to(device), on_device, bias.to(device), backend=triton_backend)
     torch.testing.assert_close(got.cpu(), want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
 
@@ -381,7 +381,7 @@ def test_blocks_expand_on_the_device_as_the_reference_does(device, fmt):
     """``dequantize_torch``: a GPU's embedding lookups and prefill expand Q4_0/Q4_1/Q8_0 blocks
     with torch ops on the device, to the reference's values bit for bit."""
     w = _weight(fmt, 37, 19 * 32)
-    on_device = Q.QuantizedTensor(w.data.to(device), fmt, 19 * 32)
+    on_device = w.to(device)
     assert torch.equal(Q.dequantize_torch(on_device).cpu(), Q.dequantize_ref(w))
     half = Q.dequantize_torch(on_device, torch.float16)
     assert half.dtype == torch.float16 and torch.equal(half.cpu(), Q.dequantize_ref(w).half())
@@ -399,7 +399,7 @@ def test_the_layer_on_triton_decodes_on_blocks_and_expands_them_for_prefill(
     on the device."""
     monkeypatch.setenv("RADIXGEN_KERNEL_BACKEND", "triton")
     w = _weight(fmt, 37, 96)
-    on_device = Q.QuantizedTensor(w.data.to(device), fmt, 96)
+    on_device = w.to(device)
     bias = torch.randn(37)
     layer = Q.QuantizedLinear(on_device, bias.to(device))
     assert layer.triton and layer.lib is None and not layer.weight.layout
