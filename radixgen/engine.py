@@ -22,7 +22,7 @@ import traceback
 import uuid
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -68,6 +68,7 @@ _yield_cpu: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(EngineConfig)}
 T = TypeVar("T")
 Prompt = str | list[int]  # text, or token ids
+Params = SamplingParams | Mapping[str, Any] | None  # a dict: SamplingParams' fields
 SCORE_TIMEOUT_S = 300.0  # a score call waiting this long (rows or memory short) gives up
 MAX_STEP_MS = {"cpu": 300.0, "cuda": 100.0}  # default --max-step-ms per device type
 # The idle engine keeps the KV pool's pages resident past its used slots (CPU pools): at least
@@ -623,18 +624,21 @@ class Engine:
     def add_request(
         self,
         prompt: str | list[int],
-        params: SamplingParams | None = None,
+        params: Params = None,
         sink: Callable[[Delta], None] | None = None,
         rid: str | None = None,
     ) -> str:
         """Validate and queue a request; deltas go to ``sink`` (called on the engine thread).
+
+        ``params`` is a :class:`SamplingParams` or a dict of its fields, as SGLang's
+        ``Engine.generate`` takes them (an unknown key is a ``ValueError`` naming it).
 
         Raises ``ValueError`` for bad input (empty or too long prompt, bad params, bad grammar spec
         that fails fast), ``RuntimeError`` once the engine has stopped. Returns the request id.
         """
         if self.dead is not None:
             raise RuntimeError(f"the engine stopped: {self.dead}")
-        params = (params or SamplingParams()).validate(self.model.config.vocab_size)
+        params = sampling_params(params).validate(self.model.config.vocab_size)
         prompt_ids = self._prompt_ids(prompt)
         rid = rid or uuid.uuid4().hex
         req = Req(
@@ -695,13 +699,14 @@ class Engine:
     def generate(
         self,
         prompts: Prompt | Sequence[Prompt],
-        params: SamplingParams | list[SamplingParams] | None = None,
+        params: Params | list[SamplingParams] | list[dict[str, Any]] = None,
     ) -> list[RequestOutput]:
-        """Generate for each prompt (text or token ids); blocks until all finish."""
+        """Generate for each prompt (text or token ids); blocks until all finish. ``params``: one
+        for all prompts or a list, one per prompt; each a SamplingParams or a dict of its fields."""
         batch = _prompt_list(prompts)
         if not batch:
             raise ValueError("prompts: expected at least one prompt")
-        params_list: Sequence[SamplingParams | None] = (
+        params_list: Sequence[Params] = (
             params if isinstance(params, list) else [params] * len(batch)
         )
         if len(params_list) != len(batch):
@@ -714,7 +719,7 @@ class Engine:
             for deltas, p in zip(collected, batch)
         ]
 
-    def _collect(self, prompt: Prompt, params: SamplingParams | None) -> Iterator[Delta]:
+    def _collect(self, prompt: Prompt, params: Params) -> Iterator[Delta]:
         """Submit now; the returned iterator yields the request's deltas until it finishes."""
         out: queue.SimpleQueue[Delta] = queue.SimpleQueue()
         rid = self.add_request(prompt, params, out.put)
@@ -723,7 +728,7 @@ class Engine:
     def chat(
         self,
         messages: list[dict[str, Any]],
-        params: SamplingParams | None = None,
+        params: Params = None,
         tools: list[dict[str, Any]] | None = None,
     ) -> RequestOutput:
         """Render ``messages`` with the chat template and generate the assistant's reply."""
@@ -733,7 +738,7 @@ class Engine:
         return self.generate([prompt], params)[0]
 
     def stream(
-        self, prompt: Prompt | list[dict[str, Any]], params: SamplingParams | None = None
+        self, prompt: Prompt | list[dict[str, Any]], params: Params = None
     ) -> Iterator[Delta]:
         """Yield deltas as they are produced (``delta.text`` joins to the final text).
 
@@ -891,6 +896,20 @@ def _prompt_list(prompts: Prompt | Sequence[Prompt]) -> list[Prompt]:
     ):
         return [cast(Prompt, prompts)]
     return list(cast(Sequence[Prompt], prompts))
+
+
+def sampling_params(params: Params) -> SamplingParams:
+    """``params`` as a SamplingParams: None is the defaults, a dict names its fields (unknown
+    keys raise ``ValueError``)."""
+    if params is None:
+        return SamplingParams()
+    if isinstance(params, SamplingParams):
+        return params
+    if isinstance(params, Mapping):
+        return SamplingParams.from_dict(dict(params))
+    raise ValueError(
+        f"params: expected SamplingParams or a dict of its fields, got {type(params).__name__}"
+    )
 
 
 def _shutdown_at_exit(ref: weakref.ref[Engine]) -> Callable[[], None]:

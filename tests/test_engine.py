@@ -39,6 +39,23 @@ def test_output_fields(engine):
     assert out.text == engine.tokenizer.decode(out.token_ids)
 
 
+def test_sampling_params_may_be_a_dict(engine):
+    """SGLang's Engine.generate takes sampling params as a dict: the same fields, the same text."""
+    fields = {"max_new_tokens": 6, "temperature": 0.0, "stop": ["\n\n"]}
+    want = engine.generate("The three primary colors are", SamplingParams(**fields))[0]
+    got = engine.generate(["The three primary colors are"] * 2, [fields, dict(fields)])
+    assert [o.token_ids for o in got] == [want.token_ids] * 2
+    assert engine.chat([{"role": "user", "content": "Hi"}], fields).completion_tokens <= 6
+    assert (
+        "".join(d.text for d in engine.stream("Hi", fields))
+        == engine.generate("Hi", fields)[0].text
+    )
+    with pytest.raises(ValueError, match="unknown field.*max_tokens"):
+        engine.generate("Hi", {"max_tokens": 5})
+    with pytest.raises(ValueError, match="params: expected SamplingParams or a dict"):
+        engine.generate("Hi", 0.5)  # type: ignore[arg-type]
+
+
 def test_stream_deltas_join_to_final_text(engine):
     params = SamplingParams(max_new_tokens=40, temperature=0.0)
     deltas = list(
