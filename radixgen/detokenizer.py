@@ -63,9 +63,11 @@ class IncrementalDetokenizer:
         return delta
 
     def flush(self) -> str:
-        """At the end of generation: emit what remains, minus a trailing incomplete character
-        (generation stopped inside a multi-byte character; its bytes never became text)."""
-        full = self.tokenizer.decode(self.ids, self.skip_special_tokens).rstrip(_REPLACEMENT)
+        """At the end of generation: emit what remains. A trailing incomplete character
+        (generation stopped inside a multi-byte character) ends the text as U+FFFD, as the
+        tokenizer decodes it and SGLang and Hugging Face report it, so the text is always the
+        decode of the output tokens (the token's own bytes are in its logprob's ``bytes``)."""
+        full = self.tokenizer.decode(self.ids, self.skip_special_tokens)
         delta = full[len(self.text) :] if full.startswith(self.text) else ""
         self.text += delta
         return delta

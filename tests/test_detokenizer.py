@@ -26,6 +26,16 @@ def test_split_character_is_held_back(tokenizer):
     assert detok.push(ids[-1:]) == "🚀"
 
 
+def test_an_output_ending_inside_a_character_ends_with_a_replacement(tokenizer):
+    """max_tokens reached inside a character: its bytes never complete; the text ends with
+    U+FFFD, the tokenizer's decode of the tokens, rather than silently losing them."""
+    ids = tokenizer.encode("go 🚀")
+    detok = IncrementalDetokenizer(tokenizer)
+    text = "".join(detok.push([t]) for t in ids[:-1])
+    text += detok.flush()
+    assert text == "go \ufffd" == tokenizer.decode(ids[:-1])
+
+
 @pytest.mark.parametrize(
     ("stops", "text", "expected"),
     [

@@ -442,9 +442,9 @@ def test_a_streamed_function_call(client):
 
 
 def test_include_logprobs_returns_token_logprobs(client):
-    """Greedy: a sampled token can be part of a UTF-8 character the output then ends inside (its
-    text is "\ufffd" while the output text drops the incomplete character); the random
-    model's greedy tokens here are whole characters."""
+    """Greedy: a sampled token can be part of a UTF-8 character the output then ends inside (the
+    token's text and the output's end are each a U+FFFD, but two such tokens are two while the
+    output has one); the random model's greedy tokens here are whole characters."""
     r = client.responses.create(
         model=MODEL,
         input="Hi",
