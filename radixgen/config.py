@@ -145,6 +145,13 @@ class EngineConfig:
         choices=SCHEDULE_POLICIES,
     )
     disable_radix_cache: bool = option(False, "no prefix sharing across requests")
+    enable_deterministic_inference: bool = option(
+        False,
+        "batch-invariant decode (CPU only): a request's logits never depend on the requests "
+        "beside it. By default requests sharing a long prefix attend to it once per step, which "
+        "sums in another order: float noise with float32, but with --quant-activations q8 or an "
+        "8-bit KV cache enough to flip a greedy or seeded token now and then",
+    )
     context_length: int | None = option(None, "cap the context (default: the model's)")
     jump_forward: bool = option(
         True, "decode grammar-forced text token by token", flag="--disable-jump-forward"

@@ -121,6 +121,12 @@ class Engine:
         self.dtype = pick_dtype(self.config.dtype, self.device)
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
+        if self.config.enable_deterministic_inference and self.device.type != "cpu":
+            raise ValueError(
+                "enable_deterministic_inference: batch-invariant kernels exist for the CPU only "
+                f"(on {self.device.type} the GEMMs and the split of decode attention follow the "
+                "batch size)"
+            )
         self.tokenizer = load_tokenizer(path)
         self.model = load_model(
             path,
@@ -130,6 +136,7 @@ class Engine:
             self.config.quant_activations,
             tp=self.tp,
         )
+        self.model.batch_invariant = self.config.enable_deterministic_inference
         self._build_memory()
         if self.tp is not None:
             self.tp.watch(self._rank_exited)

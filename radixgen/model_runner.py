@@ -161,7 +161,13 @@ def plan_decode_for(
     if not rows.numel():
         return None
     return plan_decode(
-        table, rows, seq_lens, pool.k_buffers[0], pool.v_buffers[0], q_dtype=model.dtype
+        table,
+        rows,
+        seq_lens,
+        pool.k_buffers[0],
+        pool.v_buffers[0],
+        q_dtype=model.dtype,
+        shared_prefixes=not model.batch_invariant,
     )
 
 

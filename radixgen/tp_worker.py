@@ -93,6 +93,7 @@ def run_worker(config: EngineConfig, plan: LaunchPlan, rank: int) -> int:
             tp=tp,
         )
         release_gguf()  # this rank's shard was copied out of the file's memory map
+        model.batch_invariant = config.enable_deterministic_inference
         (num_slots,) = tp.broadcast_ints([0])
         pool = kv_pool_for(model, num_slots, config.kv_cache_dtype)
         logger.info(

@@ -36,6 +36,7 @@ ENGINE_FLAGS = {
     "--disable-cuda-graph",
     "--schedule-policy",
     "--disable-radix-cache",
+    "--enable-deterministic-inference",  # SGLang's name
     "--context-length",
     "--disable-jump-forward",
     "--grammar-backend",

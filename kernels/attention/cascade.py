@@ -58,10 +58,14 @@ class CpuDecodePlan:
 
 
 def plan_cpu_decode(
-    req_to_token: torch.Tensor, req_pool_indices: torch.Tensor, seq_lens: torch.Tensor
+    req_to_token: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    seq_lens: torch.Tensor,
+    shared_prefixes: bool = True,
 ) -> CpuDecodePlan:
-    """Check the batch against ``req_to_token`` and find the prefixes its requests share.
-    RuntimeError when the C kernel is unavailable (see ``decode_native.native_decode_available``)."""
+    """Check the batch against ``req_to_token`` and find the prefixes its requests share (none
+    when ``shared_prefixes`` is false: every row then sums as it would alone). RuntimeError when
+    the C kernel is unavailable (see ``decode_native.native_decode_available``)."""
     lib = decode_c_library()
     if lib is None:
         raise RuntimeError("plan_cpu_decode: the C decode attention kernel is not available")
@@ -69,7 +73,7 @@ def plan_cpu_decode(
     lens = seq_lens.to(torch.int64).contiguous()
     check_decode_rows(req_to_token, rows, lens)
     prefixes = []
-    if rows.numel() > 1:
+    if shared_prefixes and rows.numel() > 1:
         prefixes = plan_shared_prefixes(req_to_token[rows, : int(lens.max())], lens)
     starts = None
     if prefixes:

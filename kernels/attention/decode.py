@@ -144,16 +144,20 @@ def plan_decode(
     *,
     q_dtype: torch.dtype | None = None,  # the queries' dtype; default the pool's
     slot_runs: bool = True,
+    shared_prefixes: bool = True,
 ) -> DecodePlan:
     """Choose the decode path for these rows (:func:`decode_path`) and do its per-step work.
 
     NATIVE checks every row and length against ``req_to_token`` (ValueError) and finds shared
-    prefixes; SLOT_RUNS splits the keys into pool runs. Made once per step by the model runner.
+    prefixes (unless ``shared_prefixes`` is false: a prefix attended once sums in another order
+    than the row's own keys, so a row's bits would depend on its batch-mates); SLOT_RUNS splits
+    the keys into pool runs. Made once per step by the model runner.
     """
     dtype = k_buffer.dtype if q_dtype is None else q_dtype
     path = decode_path(backend, dtype, k_buffer, v_buffer, req_to_token, slot_runs=slot_runs)
     if path is DecodePath.NATIVE:
-        return DecodePlan(path, cpu=plan_cpu_decode(req_to_token, req_pool_indices, seq_lens))
+        cpu = plan_cpu_decode(req_to_token, req_pool_indices, seq_lens, shared_prefixes)
+        return DecodePlan(path, cpu=cpu)
     if path is DecodePath.SLOT_RUNS and req_pool_indices.numel():
         slot_rows = req_to_token[req_pool_indices.long(), : int(seq_lens.max())]
         return DecodePlan(path, runs=plan_decode_runs(slot_rows, seq_lens))

@@ -95,6 +95,9 @@ class LlamaModel:
             self.lm_head = PackedLinear(head, keep_weight=True)
         # set from another thread to end the forward in progress at its next layer boundary
         self.interrupt = threading.Event()
+        # --enable-deterministic-inference: no step-dependent kernel choices (shared prefixes
+        # attended once), so a row's logits never depend on the other rows of its step
+        self.batch_invariant = False
         # the one-call decode driver for a KV pool: (pool key, driver or None)
         self._decode_layers: tuple[tuple[int, ...], fused.DecodeLayers | None] | None = None
 
