@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from .config import EngineConfig
 from .models.hub import ALIASES, DEFAULT_MODEL, pull
-from .options import add_options, from_args
+from .options import add_options, from_args, option_fields
 from .router.replicas import LOG_TAG_ENV, exit_with_parent
 from .router.settings import RouterSettings
 from .sampling_params import SamplingParams
@@ -103,10 +103,26 @@ def main(argv: list[str] | None = None) -> int:
         "pull": _pull,
     }
     try:
+        if args.command in ("serve", "generate", "chat"):
+            from_args(EngineConfig, args).validate()  # before the model loads
         return commands[args.command](args)
     except (ValueError, RuntimeError) as exc:
-        print(f"radixgen: error: {exc}", file=sys.stderr)
+        print(f"radixgen: error: {in_flag_terms(str(exc), args.command)}", file=sys.stderr)
         return 2
+
+
+def in_flag_terms(message: str, command: str) -> str:
+    """``message`` with a leading option field name (``max_total_tokens: ...``, as the
+    dataclasses' checks name them for the Python API) given as the command's flag."""
+    field, sep, rest = message.partition(":")
+    if not sep:
+        return message
+    settings = {"router": (RouterSettings,), "serve": (EngineConfig, ServerSettings)}
+    for cls in settings.get(command, (EngineConfig, SamplingParams)):
+        for f, spec in option_fields(cls):
+            if f.name == field:
+                return spec.flag_for(field) + sep + rest
+    return message
 
 
 def _pull(args: argparse.Namespace) -> int:

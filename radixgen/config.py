@@ -263,6 +263,10 @@ class EngineConfig:
             raise ValueError("dist_init_addr: expected HOST:PORT of node 0 when nnodes > 1")
         if self.cuda_graph_max_bs is not None and not 0 <= self.cuda_graph_max_bs <= 1024:
             raise ValueError(f"cuda_graph_max_bs: expected 0 to 1024, got {self.cuda_graph_max_bs}")
+        if self.context_length is not None and self.context_length < 2:
+            raise ValueError(f"context_length: expected >= 2 tokens, got {self.context_length}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads: expected >= 1, got {self.num_threads}")
         if self.max_running_requests < 1:
             raise ValueError(
                 f"max_running_requests: expected >= 1, got {self.max_running_requests}"

@@ -248,6 +248,7 @@ class Engine:
         if self.config.max_total_tokens:
             self.max_total_tokens = self.config.max_total_tokens
             self.kv_pool_sizing = "--max-total-tokens"
+            _check_pool_fits(per_token * self.max_total_tokens, self.device)
         else:
             self.max_total_tokens, self.kv_pool_sizing = _default_pool_tokens(
                 per_token, self.device, self.config.kv_memory_fraction
@@ -950,9 +951,28 @@ def _try(fn: Callable[[], Any]) -> tuple[bool, Any]:
 
 
 def pick_device(device: str) -> torch.device:
+    """``auto``, ``cpu`` or ``cuda[:N]`` as a device this torch can run on (ValueError naming
+    ``device`` otherwise)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    try:
+        picked = torch.device(device)
+    except RuntimeError:
+        picked = None
+    if (
+        picked is None
+        or picked.type not in ("cpu", "cuda")
+        or (picked.type == "cpu" and picked.index not in (None, 0))
+    ):
+        raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {device!r}")
+    if picked.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: {device!r}, but this torch sees no CUDA device")
+        if picked.index is not None and picked.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device: {device!r}, but there are {torch.cuda.device_count()} CUDA devices"
+            )
+    return picked
 
 
 def pick_dtype(dtype: str, device: torch.device) -> torch.dtype:
@@ -995,6 +1015,20 @@ def _default_pool_tokens(
             ", capped at 4 GiB" if budget == 4 << 30 else ""
         )
     return int(max(1024, min(budget // bytes_per_token, 1 << 18))), how
+
+
+def _check_pool_fits(pool_bytes: int, device: torch.device) -> None:
+    """ValueError naming max_total_tokens when a pool of ``pool_bytes`` exceeds the memory it
+    would live in (available RAM; free memory of a GPU): it would fail, or thrash, once filled."""
+    if device.type == "cuda":
+        free, where = torch.cuda.mem_get_info(device)[0], f"free on {device}"
+    else:
+        free, where = _available_ram(), "of available RAM"
+    if pool_bytes > free:
+        raise ValueError(
+            f"max_total_tokens: a KV pool of {pool_bytes / 2**30:.2f} GiB does not fit in the "
+            f"{free / 2**30:.2f} GiB {where}"
+        )
 
 
 def _available_ram() -> int:

@@ -176,3 +176,23 @@ def test_help_does_not_import_torch() -> None:
     code = "import sys; from radixgen.cli import build_parser; build_parser(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cuda-graph-max-bs", "-1"], "--cuda-graph-max-bs: expected 0 to 1024, got -1"),
+        (["--context-length", "0"], "--context-length: expected >= 2 tokens, got 0"),
+        (["--num-threads", "0"], "--num-threads: expected >= 1, got 0"),
+        (["--device", "bogus"], "--device: expected auto, cpu, cuda or cuda:N, got 'bogus'"),
+        (["--device", "cpu:7"], "--device: expected auto, cpu, cuda or cuda:N"),
+    ],
+)
+def test_a_bad_engine_flag_is_named_before_the_model_loads(capsys, argv, message):
+    """The dataclasses' checks name fields (the Python API's names); the CLI names its flags,
+    and checks them before loading anything."""
+    from radixgen.cli import main
+
+    assert main(["generate", "hi", *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"radixgen: error: {message}" in err and "loading" not in err

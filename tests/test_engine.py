@@ -204,3 +204,19 @@ def test_unknown_engine_option():
 
     with pytest.raises(ValueError, match="unknown option"):
         Engine(max_total_token=5)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"quant_activations": "q8", "quantization": "none"}, "quant_activations: q8 rounds"),
+        ({"max_total_tokens": 10**11}, "max_total_tokens: a KV pool of .* does not fit"),
+    ],
+)
+def test_options_that_cannot_take_effect_are_refused(default_model_path, options, message):
+    """Never silently weaker: 8-bit activations with no blocks to multiply, or a pool larger
+    than the memory it would fill, are errors naming the option."""
+    from radixgen import Engine
+
+    with pytest.raises(ValueError, match=message):
+        Engine(str(default_model_path), **options)

@@ -103,7 +103,27 @@ def load_model(
     model = LlamaModel(config, weights, device, quant_activations, tp)
     if quantization is None and why_not is not None and path.suffix == ".gguf":
         logger.info("GGUF weights dequantized to %s: quantized weights %s", dtype, why_not)
+    if quant_activations == "q8" and not _rounds_activations(model):
+        raise ValueError(
+            "quant_activations: q8 rounds the activations of matmuls on Q4_0, Q4_1 or Q8_0 "
+            "blocks, and this model has none: "
+            + (
+                f"quantized weights {why_not}"
+                if why_not
+                else f"quantization {quantization or 'of the checkpoint'} (--quantization "
+                "q8_0|q4_0|q4_1 makes blocks)"
+            )
+        )
     return model
+
+
+def _rounds_activations(model: LlamaModel) -> bool:
+    """Whether any of ``model``'s matmuls multiplies 8-bit activations (``--quant-activations``)."""
+    linears = [
+        model.lm_head,
+        *(x for w in model.weights.layers for x in (w.qkv, w.o_proj, w.gate_up, w.down)),
+    ]
+    return any(isinstance(x, QuantizedLinear) and x.c_mode == "q8" for x in linears)
 
 
 def random_model(

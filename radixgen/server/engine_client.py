@@ -256,11 +256,19 @@ class EngineClient:
             if isinstance(job.max_tokens, int) and job.max_tokens > room:
                 raise ValueError(
                     f"{job.max_tokens_param}: {job.max_tokens} new tokens plus the prompt's {len(ids)} "
-                    f"exceed the context length {limit} (at most {room} new tokens)"
+                    f"exceed the {limit} tokens a request can hold (at most {room} new tokens; "
+                    f"{_sequence_limit(engine)})"
                 )
             return ids, dataclasses.replace(job.params, max_new_tokens=job.max_tokens)
         default = room if job.default_max_tokens is None else min(job.default_max_tokens, room)
         return ids, dataclasses.replace(job.params, max_new_tokens=default)
+
+
+def _sequence_limit(engine: Any) -> str:
+    """What bounds a request's tokens: the context, or a KV pool smaller than it."""
+    if engine.max_total_tokens < engine.context_len:
+        return f"the KV pool's size, --max-total-tokens; the context is {engine.context_len}"
+    return "the context length"
 
 
 async def collect(gen: Generation) -> list[RequestOutput]:
