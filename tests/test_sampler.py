@@ -122,3 +122,47 @@ def test_a_top_p_below_float32_keeps_the_most_likely_token():
     req = _req(SamplingParams(temperature=1.0, top_p=5e-324), seed=0)
     ids, _ = sampler.sample(LOGITS[None].clone(), [req])
     assert ids == [0] and req.error is None
+
+
+def test_draws_follow_the_distribution():
+    """The inverse-CDF draw: each token as often as its probability (20,000 seeded draws, so
+    the counts are the same on every run), and never a token of probability 0."""
+    probs = torch.tensor([0.5, 0.3, 0.0, 0.15, 0.05])
+    logits = torch.log(probs)  # -inf for the impossible token
+    n = 20_000
+    sampler = Sampler(5, torch.device("cpu"))
+    ids, _ = sampler.sample(
+        logits.repeat(n, 1), [_req(SamplingParams(temperature=1.0), seed=i) for i in range(n)]
+    )
+    counts = torch.bincount(torch.tensor(ids), minlength=5).double() / n
+    assert counts[2] == 0
+    assert torch.allclose(counts, probs.double(), atol=0.012), counts
+
+
+def test_the_nucleus_equals_a_full_sorts_cut():
+    """top-p looks among the 256, then 4,096 most likely tokens before sorting a row; peaked,
+    flat and in-between rows (each stage settles some) cut exactly where a full sort does."""
+    from radixgen.sampler import _nucleus
+
+    g = torch.Generator().manual_seed(0)
+    scales = torch.tensor([8.0, 4.0, 2.0, 1.0, 0.5, 0.1, 0.0])[:, None]
+    probs = torch.softmax(torch.randn(7, 49152, generator=g) * scales, dim=-1).repeat(3, 1)
+    top_p = torch.tensor([0.5] * 7 + [0.9] * 7 + [0.999] * 7)
+    ordered, order = probs.sort(dim=-1, descending=True)
+    drop = ordered.cumsum(dim=-1) - ordered >= top_p[:, None]
+    drop[:, 0] = False
+    want = torch.zeros_like(probs).scatter_(1, order, ordered.masked_fill(drop, 0.0))
+    kept = (want > 0).sum(dim=-1)
+    assert (kept <= 256).any() and ((kept > 256) & (kept <= 4096)).any() and (kept > 4096).any()
+    assert torch.equal(_nucleus(probs, top_p), want)
+
+
+def test_a_row_with_nothing_to_draw_fails_alone():
+    """Every token masked (-inf): that request fails with a sampling error, its batch-mate
+    draws as usual."""
+    sampler = Sampler(4, torch.device("cpu"))
+    bad, good = _req(SamplingParams(temperature=1.0)), _req(SamplingParams(temperature=1.0))
+    logits = torch.stack([torch.full((4,), float("-inf")), LOGITS])
+    ids, _ = sampler.sample(logits, [bad, good])
+    assert bad.error is not None and "sampling" in bad.error
+    assert good.error is None and ids[1] in (0, 1, 2, 3)
