@@ -18,7 +18,7 @@ KV cache in 8 bits (``auto@int8``).
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import ast
 import json
 import math
 from pathlib import Path
@@ -34,12 +34,14 @@ PARITY = Path(__file__).resolve().parents[1] / "tests" / "models" / "test_gguf_p
 
 
 def parity_chats() -> list[str]:
-    """The parity prompts of tests/models/test_gguf_parity.py (its ``CHATS``)."""
-    spec = importlib.util.spec_from_file_location("gguf_parity", PARITY)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return list(module.CHATS)
+    """The parity prompts of tests/models/test_gguf_parity.py (its ``CHATS`` list, read from the
+    source: importing the test module would need pytest, which the bench extra lacks)."""
+    for node in ast.parse(PARITY.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "CHATS" for t in node.targets
+        ):
+            return list(ast.literal_eval(node.value))
+    raise RuntimeError(f"{PARITY}: no CHATS list")
 
 
 FALLBACK = (

@@ -453,7 +453,7 @@ def quant_c_library() -> ctypes.CDLL | None:
     if lib is not None and "simd" not in _logged:
         _logged.add("simd")
         level = ("plain C", "AVX2", "AVX-512 VNNI")[lib.quant_simd_level()]
-        logger.info("quantized matmuls: C kernels, 8-bit activation products with %s", level)
+        logger.info("quantized matmul C kernels built for %s", level)
     return lib
 
 

@@ -184,14 +184,15 @@ class Engine:
         self._at_exit = _shutdown_at_exit(weakref.ref(self))
         atexit.register(self._at_exit)
         logger.info(
-            "loaded %s (%s layers, vocab %d) on %s/%s in %.1fs; KV pool %d tokens (%.2f GiB, %s, %s); "
-            "context %d; steps target %s",
+            "loaded %s (%s layers, vocab %d) on %s/%s in %.1fs; weights %s; KV pool %d tokens "
+            "(%.2f GiB, %s, %s); context %d; steps target %s",
             path.name,
             self.model.config.num_layers,
             self.model.config.vocab_size,
             self.device,
             str(self.dtype).removeprefix("torch."),
             time.monotonic() - started,
+            self.model.weights_summary(),
             self.max_total_tokens,
             self.kv_pool_bytes / 2**30,
             str(self.kv_pool.dtype).removeprefix("torch."),

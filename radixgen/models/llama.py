@@ -101,6 +101,34 @@ class LlamaModel:
         # the one-call decode driver for a KV pool: (pool key, driver or None)
         self._decode_layers: tuple[tuple[int, ...], fused.DecodeLayers | None] | None = None
 
+    def weights_summary(self) -> str:
+        """How the matmuls hold and multiply their weights, for logs and /get_server_info:
+        e.g. ``q4_1 blocks x120, q8_0 head (C kernels, float32 activations)``."""
+        layers = [m for w in self.weights.layers for m in (w.qkv, w.o_proj, w.gate_up, w.down)]
+        counts: dict[str, int] = {}
+        for m in layers:
+            name = f"{m.weight.fmt} blocks" if isinstance(m, QuantizedLinear) else "float"
+            counts[name] = counts.get(name, 0) + 1
+        parts = [f"{name} x{n}" for name, n in counts.items()]
+        head = self.lm_head
+        parts.append(
+            f"{head.weight.fmt} head" if isinstance(head, QuantizedLinear) else "float head"
+        )
+        quantized = [m for m in (*layers, head) if isinstance(m, QuantizedLinear)]
+        if not quantized:
+            return f"{', '.join(parts)} ({str(self.dtype).removeprefix('torch.')})"
+        if any(m.triton for m in quantized):
+            how = "Triton kernel"
+        elif any(m.lib is not None for m in quantized):
+            modes = {m.c_mode for m in quantized}
+            how = "C kernels, " + " and ".join(
+                "8-bit activations" if mode == "q8" else "float32 activations"
+                for mode in sorted(modes)
+            )
+        else:
+            how = "torch reference"
+        return f"{', '.join(parts)} ({how})"
+
     @property
     def dtype(self) -> torch.dtype:
         return self.weights.norm.dtype  # the activations' (a quantized embedding has blocks)

@@ -363,6 +363,8 @@ async def get_server_info(request: Request) -> OrjsonResponse:
     resolved = {
         "max_total_num_tokens": engine.max_total_tokens,
         "context_length": engine.context_len,
+        "weights": engine.model.weights_summary(),
+        "kv_cache_storage": str(engine.kv_pool.dtype).removeprefix("torch."),
     }
     if hasattr(engine, "max_step_ms"):
         resolved["max_step_ms"] = engine.max_step_ms

@@ -205,5 +205,9 @@ def test_model_info_and_operations(http):
     assert server_info["stats"]["max_total_tokens"] == server_info["max_total_num_tokens"] > 0
     assert server_info["stats"]["kv_pool_bytes"] > 0 and server_info["stats"]["kv_pool_sizing"]
     assert server_info["max_step_ms"] >= 0
+    # what the options resolved to: the default GGUF's blocks and the float pool
+    assert server_info["weights"].startswith("q4_1 blocks x")
+    assert "float32 activations" in server_info["weights"]
+    assert server_info["kv_cache_storage"] == "float32"
     assert http.get("/health_generate").status_code == 200
     assert http.post("/flush_cache").status_code in (200, 400)  # 400 only while requests run
