@@ -96,6 +96,8 @@ def load_model(
         # fp16 blocks, and rounding an asymmetric group's offset would change the weights)
         config, get = _safetensors_source(path, keep_blocks=keep and not _triton_blocks(device))
     target = None if quantization in (None, "none") else quantization
+    if target is not None and path.suffix == ".gguf":
+        _warn_requantized(path, target)
     if tp is not None:
         tp.plan = plan_shard(config, tp.rank, tp.size)
         get = shard_getter(get, config, tp.plan)
@@ -409,6 +411,25 @@ def _requantize(weight: Weight, fmt: str) -> QuantizedTensor:
             return weight
         weight = weight.dequantize()
     return quantize(weight, fmt)
+
+
+def _warn_requantized(path: Path, target: str) -> None:
+    """Warn when ``--quantization`` rounds a GGUF's already-rounded blocks again (e.g. its Q4_1
+    to q4_0: two roundings compound; the default model's logits moved by up to ~15)."""
+    formats = sorted(
+        {
+            str(format_of_ggml(int(t.tensor_type)))
+            for t in open_gguf(str(path)).tensors
+            if len(t.shape) == 2 and format_of_ggml(int(t.tensor_type)) not in (None, target)
+        }
+    )
+    if formats:
+        logger.warning(
+            "--quantization %s rounds this GGUF's %s blocks again (dequantized, then rounded): "
+            "the errors compound; without --quantization the file's own blocks are used",
+            target,
+            ", ".join(formats),
+        )
 
 
 def _gguf_source(path: Path, keep_blocks: bool = False) -> tuple[ModelConfig, Getter]:
