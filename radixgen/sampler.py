@@ -18,6 +18,7 @@ import torch
 
 from .kernels import apply_token_bitmask_inplace
 from .request import Req, TokenLogprob
+from .sampling_params import SamplingParams
 
 
 class Sampler:
@@ -183,9 +184,23 @@ class Sampler:
         sampled = [i for i, r in enumerate(reqs) if not r.params.is_greedy]
         if sampled:
             rows = torch.tensor(sampled, device=self.device)
-            probs = self._filtered_probs(logits[rows], [reqs[i] for i in sampled])  # [S, V]
-            next_ids[rows] = self._multinomial(probs, [reqs[i] for i in sampled])
+            next_ids[rows] = self._draw_sampled(logits[rows], [reqs[i] for i in sampled])
         return next_ids.tolist()
+
+    def _draw_sampled(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
+        """Draw each row of ``logits`` [S, V] after its request's filters. When every row keeps
+        at most ``TOP_K_CANDIDATES`` tokens (``top_k``), the filters and the draw run on those
+        candidates alone (top-p and min-p cut the same tokens: the most likely is among them)."""
+        top_k = [r.params.top_k for r in reqs]
+        if not all(0 < k <= TOP_K_CANDIDATES for k in top_k):
+            return self._multinomial(self._filtered_probs(logits, reqs), reqs)
+        params = [r.params for r in reqs]
+        temps = torch.tensor([p.temperature for p in params], device=self.device)[:, None]
+        values, ids = (logits / temps).topk(min(max(top_k), logits.shape[1]), dim=-1)
+        rank = torch.arange(values.shape[1], device=self.device)
+        limit = torch.tensor(top_k, device=self.device)[:, None]
+        probs = self._cut(values.masked_fill(rank >= limit, float("-inf")), params)
+        return ids.gather(1, self._multinomial(probs, reqs)[:, None]).squeeze(1)
 
     def _filtered_probs(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
         params = [r.params for r in reqs]
@@ -199,6 +214,10 @@ class Sampler:
             threshold = kth.gather(1, idx[:, None])
             off = torch.tensor([k <= 0 for k in top_k], device=self.device)[:, None]
             logits = logits.masked_fill((logits < threshold) & ~off, float("-inf"))
+        return self._cut(logits, params)
+
+    def _cut(self, logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+        """Probabilities of ``logits`` (temperature and top-k applied) after top-p and min-p."""
         probs = torch.softmax(logits, dim=-1)
         top_p = torch.tensor([p.top_p for p in params], device=self.device)
         if (top_p < 1.0).any():
@@ -249,6 +268,9 @@ class Sampler:
 # language model's distribution is nearly always inside the first (a full sort of 32 rows of a
 # 49k vocabulary took ~42 ms on 2 CPU threads, the top 256 ~2.3 ms).
 NUCLEUS_CANDIDATES = (256, 4096)
+# Rows whose top_k is at most this draw among their top-k candidates only (no pass over the
+# vocabulary after the top-k).
+TOP_K_CANDIDATES = 1024
 
 
 def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

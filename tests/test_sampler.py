@@ -166,3 +166,17 @@ def test_a_row_with_nothing_to_draw_fails_alone():
     ids, _ = sampler.sample(logits, [bad, good])
     assert bad.error is not None and "sampling" in bad.error
     assert good.error is None and ids[1] in (0, 1, 2, 3)
+
+
+def test_top_k_rows_draw_among_their_candidates_as_the_full_filter_would():
+    """Rows with top_k draw among their k most likely tokens only (top-p and min-p applied
+    there): the same support and frequencies as filtering the whole vocabulary."""
+    assert _draws(SamplingParams(temperature=1.0, top_k=3, top_p=0.7), LOGITS) == {0, 1}
+    assert _draws(SamplingParams(temperature=1.0, top_k=4, min_p=0.25), LOGITS) == {0, 1, 2}
+    n = 20_000
+    sampler = Sampler(4, torch.device("cpu"))
+    params = SamplingParams(temperature=1.0, top_k=3)
+    ids, _ = sampler.sample(LOGITS.repeat(n, 1), [_req(params, seed=i) for i in range(n)])
+    counts = torch.bincount(torch.tensor(ids), minlength=4).double() / n
+    want = torch.tensor([0.5, 0.3, 0.15, 0.0], dtype=torch.float64) / 0.95
+    assert counts[3] == 0 and torch.allclose(counts, want, atol=0.012), counts
