@@ -104,6 +104,9 @@ class Sampler:
 
     def _keep_sampled(self, probs: torch.Tensor, draft: list[int], req: Req) -> list[int]:
         generator = req.generator or self.generator
+        # top-p / min-p leave rows that sum below 1: the acceptance test needs p(d) itself
+        # (unnormalized, a draft token alone in its nucleus was rejected, leaving nothing to draw)
+        probs = probs / probs.sum(dim=-1, keepdim=True)
         uniforms = torch.rand(len(draft), generator=generator, device=self.device).tolist()
         kept = probs[torch.arange(len(draft), device=self.device), draft].tolist() if draft else []
         for j, (token_id, p, u) in enumerate(zip(draft, kept, uniforms)):
@@ -208,12 +211,16 @@ class Sampler:
         logits = logits / temps
         top_k = [p.top_k for p in params]
         if any(k > 0 for k in top_k):
-            k_max = max(top_k)
-            kth = logits.topk(min(k_max, logits.shape[1]), dim=-1).values  # [S, k_max]
-            idx = torch.tensor([(k if k > 0 else k_max) - 1 for k in top_k], device=self.device)
-            threshold = kth.gather(1, idx[:, None])
-            off = torch.tensor([k <= 0 for k in top_k], device=self.device)[:, None]
-            logits = logits.masked_fill((logits < threshold) & ~off, float("-inf"))
+            # exactly k tokens, ties at the k-th broken by index as topk breaks them (the
+            # candidate path of _draw_sampled keeps the same ones)
+            k_max = min(max(top_k), logits.shape[1])
+            order = logits.topk(k_max, dim=-1).indices  # [S, k_max]
+            rank = torch.arange(k_max, device=self.device)
+            limit = torch.tensor([k if k > 0 else k_max for k in top_k], device=self.device)
+            keep = torch.zeros_like(logits, dtype=torch.bool)
+            keep.scatter_(1, order, rank < limit[:, None])
+            keep |= torch.tensor([k <= 0 for k in top_k], device=self.device)[:, None]
+            logits = logits.masked_fill(~keep, float("-inf"))
         return self._cut(logits, params)
 
     def _cut(self, logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
@@ -232,17 +239,21 @@ class Sampler:
     def _multinomial(self, probs: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
         """One draw per row of ``probs`` (unnormalized, non-negative): a seeded request's
         uniform from its own generator, the others' from the sampler's."""
-        uniforms = torch.empty(len(reqs), dtype=torch.float64, device=self.device)
-        shared = [i for i, r in enumerate(reqs) if r.generator is None]
-        if shared:
-            drawn = torch.rand(len(shared), generator=self.generator, device=self.device)
-            uniforms[torch.tensor(shared, device=self.device)] = drawn.double()
-        for i, r in enumerate(reqs):
-            if r.generator is not None:
-                uniforms[i] = torch.rand(1, generator=r.generator, device=self.device).item()
         if self._cdf.numel() < probs.numel():
             self._cdf = torch.empty(probs.numel(), dtype=torch.float64, device=self.device)
-        return draw_inverse_cdf(probs, uniforms, self._cdf[: probs.numel()].view(probs.shape))
+        # rows checked before any generator moves: a row that cannot be drawn fails alone and
+        # its seeded batch-mates draw what they would without it
+        cdf = cumulative(probs, self._cdf[: probs.numel()].view(probs.shape))
+        uniforms = torch.empty(len(reqs), dtype=torch.float64, device=self.device)
+        shared = [i for i, r in enumerate(reqs) if r.generator is None]
+        f64 = torch.float64
+        if shared:
+            drawn = torch.rand(len(shared), generator=self.generator, device=self.device, dtype=f64)
+            uniforms[torch.tensor(shared, device=self.device)] = drawn
+        for i, r in enumerate(reqs):
+            if r.generator is not None:
+                uniforms[i] = torch.rand(1, generator=r.generator, device=self.device, dtype=f64)
+        return search_cdf(cdf, uniforms)
 
     # ------------------------------------------------------------------ logprobs
     @staticmethod
@@ -298,27 +309,32 @@ def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def draw_inverse_cdf(
-    probs: torch.Tensor, uniforms: torch.Tensor, scratch: torch.Tensor | None = None
-) -> torch.Tensor:
-    """Row ``i``'s token for ``uniforms[i]`` in [0, 1): the first whose cumulative probability
-    (float64) exceeds ``uniforms[i]`` times the row's mass, so only tokens of positive
-    probability are drawn, each as likely as its share. One pass over the row: ``torch.
-    multinomial`` drew an exponential per token (~27 ms for 32 rows of a 49k vocabulary, 2 CPU
-    threads; this ~1 ms). ValueError for a row of no mass (everything masked) or NaN.
-    ``scratch``: a float64 tensor of ``probs``' shape to hold the cumulative sums."""
+def cumulative(probs: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
+    """The rows' cumulative probabilities in float64 (into ``scratch``, a float64 tensor of
+    ``probs``' shape, when given). ValueError for a row of no mass (everything masked) or NaN."""
     cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64, out=scratch)  # [S, V]
-    total = cdf[:, -1:]
+    total = cdf[:, -1]
     if not bool(((total > 0) & torch.isfinite(total)).all()):
         raise ValueError("sampling: a row has no probability mass to draw from")
+    return cdf
+
+
+def search_cdf(cdf: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Row ``i``'s token for ``uniforms[i]`` in [0, 1) (float64): the first whose cumulative
+    probability exceeds ``uniforms[i]`` times the row's mass, so only tokens of positive
+    probability are drawn, each as likely as its share. With :func:`cumulative`, one pass over
+    the row: ``torch.multinomial`` drew an exponential per token (~27 ms for 32 rows of a 49k
+    vocabulary, 2 CPU threads; this ~1 ms)."""
+    total = cdf[:, -1:]
     x = torch.minimum(uniforms[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, x, right=True).squeeze(1)
 
 
 def _draw_one(probs: torch.Tensor, generator: torch.Generator) -> int:
     """One draw from the distribution ``probs`` [V] (unnormalized) with ``generator``."""
+    cdf = cumulative(probs[None])
     u = torch.rand(1, generator=generator, device=probs.device, dtype=torch.float64)
-    return int(draw_inverse_cdf(probs[None], u)[0])
+    return int(search_cdf(cdf, u)[0])
 
 
 def _keep_greedy(argmax_ids: list[int], draft: list[int]) -> list[int]:

@@ -180,3 +180,18 @@ def test_top_k_rows_draw_among_their_candidates_as_the_full_filter_would():
     counts = torch.bincount(torch.tensor(ids), minlength=4).double() / n
     want = torch.tensor([0.5, 0.3, 0.15, 0.0], dtype=torch.float64) / 0.95
     assert counts[3] == 0 and torch.allclose(counts, want, atol=0.012), counts
+
+
+def test_a_seeded_request_draws_the_same_beside_a_row_that_cannot_be_drawn():
+    """A failing row is found before any generator moves: the seeded request's tokens do not
+    depend on it (its generator advanced twice when the batch was redrawn row by row)."""
+    sampler = Sampler(4, torch.device("cpu"))
+    params = SamplingParams(temperature=1.0)
+    alone, beside = [], []
+    for seed in range(40):
+        alone += sampler.sample(LOGITS[None].clone(), [_req(params, seed=seed)])[0]
+        bad = _req(params)
+        logits = torch.stack([LOGITS, torch.full((4,), float("-inf"))])
+        beside.append(sampler.sample(logits, [_req(params, seed=seed), bad])[0][0])
+        assert bad.error is not None
+    assert beside == alone

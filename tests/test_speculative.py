@@ -150,6 +150,24 @@ def test_sampled_verification_is_distributed_as_the_target():
     assert _chi2(second, p1, sum(second.values())) < CHI2_999[5]
 
 
+def test_sampled_verification_under_top_p_follows_the_cut_distribution():
+    """top_p leaves a row summing below 1: the draft token is kept with its renormalized
+    probability (it was tested against the unnormalized one, and a draft token alone in its
+    nucleus was rejected with nothing left to draw: the request failed)."""
+    p0 = torch.tensor([0.6, 0.25, 0.1, 0.05])
+    logits = torch.log(torch.stack([p0, p0]))
+    sampler = Sampler(4, torch.device("cpu"))
+    n = 4000
+    alone = [_req([0], SamplingParams(temperature=1.0, top_p=0.5), seed=i) for i in range(n)]
+    out = sampler.verify(logits.repeat(n, 1), alone, [[0]] * n)
+    assert all(r.error is None for r in alone) and all(t == [0, 0] for t, _ in out)
+    two = [_req([0], SamplingParams(temperature=1.0, top_p=0.8), seed=i) for i in range(n)]
+    out = sampler.verify(logits.repeat(n, 1), two, [[1]] * n)
+    first = Counter(tokens[0] for tokens, _ in out)
+    assert set(first) == {0, 1} and all(r.error is None for r in two)
+    assert _chi2(first, torch.tensor([0.6, 0.25]) / 0.85, n) < CHI2_999[1]
+
+
 def _chi2(counts: Counter, probs: torch.Tensor, n: int) -> float:
     expected = probs * n
     return sum((counts.get(i, 0) - e) ** 2 / e for i, e in enumerate(expected.tolist()))
