@@ -88,9 +88,13 @@ class OutputProcessor:
         ``no_stop_trim``). Marks them sent."""
         text = req.detokenizer.text
         if reason is not None:
-            text += req.detokenizer.flush()
+            flushed = req.detokenizer.flush()
+            text += flushed
+            # the U+FFFD standing for an unfinished character is no text a stop can match
+            unfinished = len(flushed) - len(flushed.rstrip("\ufffd"))
+            searched = text[: len(text) - unfinished]
             matcher = req.stop_matcher
-            cut = matcher.end(text) if req.params.no_stop_trim else matcher.find(text)
+            cut = matcher.end(searched) if req.params.no_stop_trim else matcher.find(searched)
             end = len(text) if cut is None else cut
         else:
             end = req.stop_matcher.safe_len(text)

@@ -141,3 +141,26 @@ def test_stop_regex_is_found_across_tokens_of_a_long_text():
     ids = tokens("ab" * 100 + "xq") + tokens("yzz")
     assert feed(processor, req, ids) == ("stop", "ab" * 100)
     assert req.stop_matcher.matched(req.detokenizer.text) == r"x\wy"
+
+
+class SplitCharTokenizer(CharTokenizer):
+    """CharTokenizer plus token 27: the first byte of a two-byte character, "\ufffd" alone."""
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join("\ufffd" if i == 27 else CharTokenizer.decode(self, [i]) for i in ids)
+
+
+def test_no_stop_matches_the_replacement_of_an_unfinished_character():
+    """Cut off inside a character, the output ends with U+FFFD, but that is no text: a stop
+    regex matching any non-word character does not cut there (the request ended by length)."""
+    processor, _ = make()
+    p = SamplingParams(max_new_tokens=3, stop_regex=[r"\W"])
+    req = Req(
+        rid="r",
+        prompt_ids=tokens("xy"),
+        params=p,
+        sink=lambda d: None,
+        detokenizer=IncrementalDetokenizer(SplitCharTokenizer(), True),
+        stop_matcher=StopStringMatcher.for_params(p),
+    )
+    assert feed(processor, req, [1, 2, 27]) == ("length", "ab\ufffd")
