@@ -6,6 +6,7 @@ the engine flags of the command line (name, default, choices and help stated onc
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,8 +148,8 @@ class EngineConfig:
     disable_radix_cache: bool = option(False, "no prefix sharing across requests")
     enable_deterministic_inference: bool = option(
         False,
-        "batch-invariant decode (CPU only): a request's logits never depend on the requests "
-        "beside it. By default requests sharing a long prefix attend to it once per step, which "
+        "batch-invariant decode (CPU, weights in blocks): a request's logits never depend on the "
+        "requests beside it. By default requests sharing a long prefix attend to it once per step, which "
         "sums in another order: float noise with float32, but with --quant-activations q8 or an "
         "8-bit KV cache enough to flip a greedy or seeded token now and then",
     )
@@ -263,6 +264,8 @@ class EngineConfig:
             raise ValueError("dist_init_addr: expected HOST:PORT of node 0 when nnodes > 1")
         if self.cuda_graph_max_bs is not None and not 0 <= self.cuda_graph_max_bs <= 1024:
             raise ValueError(f"cuda_graph_max_bs: expected 0 to 1024, got {self.cuda_graph_max_bs}")
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", str(self.device)):
+            raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.context_length is not None and self.context_length < 2:
             raise ValueError(f"context_length: expected >= 2 tokens, got {self.context_length}")
         if self.num_threads is not None and self.num_threads < 1:

@@ -107,6 +107,12 @@ class Engine:
                 "dp_size: one Engine is one replica; data-parallel replicas run behind "
                 "`radixgen serve --dp N` (or `radixgen router` over several servers)"
             )
+        if self.config.enable_deterministic_inference and self.device.type != "cpu":
+            raise ValueError(
+                "enable_deterministic_inference: batch-invariant kernels exist for the CPU only "
+                f"(on {self.device.type} the GEMMs and the split of decode attention follow the "
+                "batch size)"
+            )
         if self.config.tp_size > 1:
             if self.config.node_rank:
                 raise ValueError(
@@ -121,12 +127,6 @@ class Engine:
         self.dtype = pick_dtype(self.config.dtype, self.device)
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
-        if self.config.enable_deterministic_inference and self.device.type != "cpu":
-            raise ValueError(
-                "enable_deterministic_inference: batch-invariant kernels exist for the CPU only "
-                f"(on {self.device.type} the GEMMs and the split of decode attention follow the "
-                "batch size)"
-            )
         self.tokenizer = load_tokenizer(path)
         self.model = load_model(
             path,
@@ -136,7 +136,14 @@ class Engine:
             self.config.quant_activations,
             tp=self.tp,
         )
-        self.model.batch_invariant = self.config.enable_deterministic_inference
+        if self.config.enable_deterministic_inference:
+            if not self.model.matmuls_batch_invariant():
+                raise ValueError(
+                    "enable_deterministic_inference: batch-invariant matmuls are the C kernels "
+                    f"on blocks; this model's weights are {self.model.weights_summary()} "
+                    "(a GGUF, or --quantization q8_0|q4_0|q4_1, with --dtype float32)"
+                )
+            self.model.batch_invariant = True
         self._build_memory()
         if self.tp is not None:
             self.tp.watch(self._rank_exited)
@@ -217,6 +224,7 @@ class Engine:
                 " (a draft model needs the target's tokenizer)"
             )
         model = load_model(path, self.dtype, self.device)
+        model.batch_invariant = self.config.enable_deterministic_inference
         logger.info("draft model %s (%s layers)", path.name, model.config.num_layers)
         return DraftModel(
             model,

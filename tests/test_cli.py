@@ -188,11 +188,14 @@ def test_help_does_not_import_torch() -> None:
         (["--device", "cpu:7"], "--device: expected auto, cpu, cuda or cuda:N"),
     ],
 )
-def test_a_bad_engine_flag_is_named_before_the_model_loads(capsys, argv, message):
+def test_a_bad_engine_flag_is_named_before_the_model_loads(capsys, monkeypatch, argv, message):
     """The dataclasses' checks name fields (the Python API's names); the CLI names its flags,
-    and checks them before loading anything."""
-    from radixgen.cli import main
+    and checks them before making an engine."""
+    from radixgen import cli
 
-    assert main(["generate", "hi", *argv]) == 2
-    err = capsys.readouterr().err
-    assert f"radixgen: error: {message}" in err and "loading" not in err
+    def no_engine(args):
+        raise AssertionError("the engine was made before the flags were checked")
+
+    monkeypatch.setattr(cli, "_engine", no_engine)
+    assert cli.main(["generate", "hi", *argv]) == 2
+    assert f"radixgen: error: {message}" in capsys.readouterr().err

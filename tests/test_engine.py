@@ -211,6 +211,10 @@ def test_unknown_engine_option():
     [
         ({"quant_activations": "q8", "quantization": "none"}, "quant_activations: q8 rounds"),
         ({"max_total_tokens": 10**11}, "max_total_tokens: a KV pool of .* does not fit"),
+        (  # oneDNN's float GEMM picks its kernel by the row count
+            {"enable_deterministic_inference": True, "quantization": "none"},
+            "enable_deterministic_inference: batch-invariant matmuls are the C kernels on blocks",
+        ),
     ],
 )
 def test_options_that_cannot_take_effect_are_refused(default_model_path, options, message):

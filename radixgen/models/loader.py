@@ -112,6 +112,8 @@ def load_model(
             + (
                 f"quantized weights {why_not}"
                 if why_not
+                else "the C quantized kernels did not build here"
+                if quant_c_library() is None
                 else f"quantization {quantization or 'of the checkpoint'} (--quantization "
                 "q8_0|q4_0|q4_1 makes blocks)"
             )
