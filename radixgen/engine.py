@@ -960,20 +960,11 @@ def _try(fn: Callable[[], Any]) -> tuple[bool, Any]:
 
 
 def pick_device(device: str) -> torch.device:
-    """``auto``, ``cpu`` or ``cuda[:N]`` as a device this torch can run on (ValueError naming
-    ``device`` otherwise)."""
+    """``auto``, ``cpu`` or ``cuda[:N]`` (``EngineConfig.validate`` checked the spelling) as a
+    device this torch can run on (ValueError naming ``device`` otherwise)."""
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        picked = torch.device(device)
-    except RuntimeError:
-        picked = None
-    if (
-        picked is None
-        or picked.type not in ("cpu", "cuda")
-        or (picked.type == "cpu" and picked.index not in (None, 0))
-    ):
-        raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {device!r}")
+    picked = torch.device(device)
     if picked.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device: {device!r}, but this torch sees no CUDA device")

@@ -198,30 +198,35 @@ class Sampler:
         if not all(0 < k <= TOP_K_CANDIDATES for k in top_k):
             return self._multinomial(self._filtered_probs(logits, reqs), reqs)
         params = [r.params for r in reqs]
-        temps = torch.tensor([p.temperature for p in params], device=self.device)[:, None]
-        values, ids = (logits / temps).topk(min(max(top_k), logits.shape[1]), dim=-1)
-        rank = torch.arange(values.shape[1], device=self.device)
-        limit = torch.tensor(top_k, device=self.device)[:, None]
-        probs = self._cut(values.masked_fill(rank >= limit, float("-inf")), params)
+        values, ids = self._top_k(self._scaled(logits, params), top_k)
+        probs = self._cut(values, params)
         return ids.gather(1, self._multinomial(probs, reqs)[:, None]).squeeze(1)
 
     def _filtered_probs(self, logits: torch.Tensor, reqs: list[Req]) -> torch.Tensor:
         params = [r.params for r in reqs]
-        temps = torch.tensor([p.temperature for p in params], device=self.device)[:, None]
-        logits = logits / temps
+        logits = self._scaled(logits, params)
         top_k = [p.top_k for p in params]
         if any(k > 0 for k in top_k):
-            # exactly k tokens, ties at the k-th broken by index as topk breaks them (the
-            # candidate path of _draw_sampled keeps the same ones)
-            k_max = min(max(top_k), logits.shape[1])
-            order = logits.topk(k_max, dim=-1).indices  # [S, k_max]
-            rank = torch.arange(k_max, device=self.device)
-            limit = torch.tensor([k if k > 0 else k_max for k in top_k], device=self.device)
-            keep = torch.zeros_like(logits, dtype=torch.bool)
-            keep.scatter_(1, order, rank < limit[:, None])
-            keep |= torch.tensor([k <= 0 for k in top_k], device=self.device)[:, None]
-            logits = logits.masked_fill(~keep, float("-inf"))
+            values, ids = self._top_k(logits, top_k)
+            cut = torch.full_like(logits, float("-inf")).scatter_(1, ids, values)
+            off = torch.tensor([k <= 0 for k in top_k], device=self.device)[:, None]
+            logits = torch.where(off, logits, cut)
         return self._cut(logits, params)
+
+    def _scaled(self, logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+        """``logits`` divided by each row's temperature."""
+        temps = torch.tensor([p.temperature for p in params], device=self.device)[:, None]
+        return logits / temps
+
+    def _top_k(self, logits: torch.Tensor, top_k: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row's ``max(top_k)`` most likely logits and their token ids, -inf past the row's
+        own ``top_k`` (all kept for a row without one): exactly k tokens, ties at the k-th
+        broken as ``topk`` breaks them, on the full path and the candidate path alike."""
+        k_max = min(max(top_k), logits.shape[1])
+        values, ids = logits.topk(k_max, dim=-1)  # [S, k_max]
+        rank = torch.arange(k_max, device=self.device)
+        limit = torch.tensor([k if k > 0 else k_max for k in top_k], device=self.device)
+        return values.masked_fill(rank >= limit[:, None], float("-inf")), ids
 
     def _cut(self, logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
         """Probabilities of ``logits`` (temperature and top-k applied) after top-p and min-p."""

@@ -101,20 +101,23 @@ class LlamaModel:
         # the one-call decode driver for a KV pool: (pool key, driver or None)
         self._decode_layers: tuple[tuple[int, ...], fused.DecodeLayers | None] | None = None
 
+    def layer_matmuls(self) -> list[Linear]:
+        """Every layer's matmuls (qkv, o_proj, gate_up, down), in order; the head is apart."""
+        return [m for w in self.weights.layers for m in (w.qkv, w.o_proj, w.gate_up, w.down)]
+
     def matmuls_batch_invariant(self) -> bool:
         """Whether every matmul gives a row the same bits whatever the other rows of its call:
         weights in blocks on the C kernels (float or 8-bit activations). oneDNN's and torch's
         GEMMs pick their kernels by the row count."""
-        mats = [m for w in self.weights.layers for m in (w.qkv, w.o_proj, w.gate_up, w.down)]
         return all(
             isinstance(m, QuantizedLinear) and m.lib is not None and not m.triton
-            for m in (*mats, self.lm_head)
+            for m in (*self.layer_matmuls(), self.lm_head)
         )
 
     def weights_summary(self) -> str:
         """How the matmuls hold and multiply their weights, for logs and /get_server_info:
         e.g. ``q4_1 blocks x120, q8_0 head (C kernels, float32 activations)``."""
-        layers = [m for w in self.weights.layers for m in (w.qkv, w.o_proj, w.gate_up, w.down)]
+        layers = self.layer_matmuls()
         counts: dict[str, int] = {}
         for m in layers:
             name = f"{m.weight.fmt} blocks" if isinstance(m, QuantizedLinear) else "float"

@@ -123,10 +123,7 @@ def load_model(
 
 def _rounds_activations(model: LlamaModel) -> bool:
     """Whether any of ``model``'s matmuls multiplies 8-bit activations (``--quant-activations``)."""
-    linears = [
-        model.lm_head,
-        *(x for w in model.weights.layers for x in (w.qkv, w.o_proj, w.gate_up, w.down)),
-    ]
+    linears = (*model.layer_matmuls(), model.lm_head)
     return any(isinstance(x, QuantizedLinear) and x.c_mode == "q8" for x in linears)
 
 
@@ -418,13 +415,9 @@ def _requantize(weight: Weight, fmt: str) -> QuantizedTensor:
 def _warn_requantized(path: Path, target: str) -> None:
     """Warn when ``--quantization`` rounds a GGUF's already-rounded blocks again (e.g. its Q4_1
     to q4_0: two roundings compound; the default model's logits moved by up to ~15)."""
-    formats = sorted(
-        {
-            str(format_of_ggml(int(t.tensor_type)))
-            for t in open_gguf(str(path)).tensors
-            if len(t.shape) == 2 and format_of_ggml(int(t.tensor_type)) not in (None, target)
-        }
-    )
+    matrices = (t for t in open_gguf(str(path)).tensors if len(t.shape) == 2)
+    found = {format_of_ggml(int(t.tensor_type)) for t in matrices}
+    formats = sorted(f for f in found if f not in (None, target))
     if formats:
         logger.warning(
             "--quantization %s rounds this GGUF's %s blocks again (dequantized, then rounded): "
