@@ -5,8 +5,9 @@ Generated tokens/s at batch 1, 8 and 32 (mixed prompt lengths, 128 new tokens, g
 runs radixgen once per weight configuration, one engine after another in the same run:
 ``auto`` (a GGUF's own blocks, float activations: the default), ``auto:q8`` (its blocks, 8-bit
 activations as llama.cpp), ``none`` (dequantized to float32, as before quantized kernels),
-``q8_0`` / ``q4_0`` / ``q4_1`` (rounded at load; ``:q8`` for 8-bit activations); ``@int8`` or
-``@fp8_e4m3`` keeps the KV cache in 8 bits (``auto@int8``).
+``q8_0`` / ``q4_0`` / ``q4_1`` (rounded at load; ``:q8`` for 8-bit activations); ``:noamx``
+keeps float activations off the AMX tiles (``--cpu-amx off``: ``auto`` uses them where the CPU
+has them); ``@int8`` or ``@fp8_e4m3`` keeps the KV cache in 8 bits (``auto@int8``).
 
     python benchmarks/bench_offline.py [--batches 1 8 32] [--new-tokens 128] [--skip-hf]
         [--quantization auto auto:q8 none]
@@ -92,8 +93,9 @@ def main() -> None:
         nargs="+",
         default=["auto"],
         metavar="CONFIG",
-        help="weight configurations to run: auto, none, q8_0, q4_0, q4_1, each optionally :q8, "
-        "and @int8 or @fp8_e4m3 for an 8-bit KV cache",
+        help="weight configurations to run: auto, none, q8_0, q4_0, q4_1, each optionally :q8 "
+        "(8-bit activations) or :noamx (float activations off the AMX tiles), and @int8 or "
+        "@fp8_e4m3 for an 8-bit KV cache",
     )
     ap.add_argument(
         "--threads",

@@ -20,7 +20,12 @@ Three implementations of ``x @ W^T``:
   activations' rounding. Where the build has AVX-512 VNNI, :class:`QuantizedLinear` keeps such a
   weight ``interleaved`` (16 rows' blocks side by side, so one instruction multiplies 4 inputs of
   16 outputs; 2-2.4x the float path's speed from 8 rows on, a row's bits independent of its
-  batch); elsewhere ``packed``.
+  batch); elsewhere ``packed``. Float activations on a CPU with AMX-BF16 (Intel Xeon from
+  Sapphire Rapids) keep the weight ``tiled`` (the tile unit's operand layout) unless
+  ``amx="off"``: each activation is split into three bf16 parts that add up to it exactly,
+  multiplied by the exact bf16 quants with float32 sums, so still the float product up to
+  summation order and a row's bits independent of its batch; ~2x the packed path's speed from
+  8 rows on, about even at one.
 - Triton (``quant_matmul_triton``): the same blocks on CUDA, dequantized in registers (Q4_0, Q4_1,
   Q8_0).
 
@@ -66,6 +71,9 @@ FORMATS: dict[str, tuple[int, int, int]] = {
 QUANTIZABLE = ("q8_0", "q4_0", "q4_1")  # formats :func:`quantize` makes from float weights
 ACT_Q8_FORMATS = ("q4_0", "q4_1", "q8_0")  # formats the 8-bit-activation kernel multiplies
 ACTS = ("q8", "f32")
+# the C kernels' weight layouts by id: GGUF's own, and three rearrangements of the same blocks
+LAYOUTS = ("gguf", "packed", "interleaved", "tiled")
+AMX_MODES = ("auto", "on", "off")
 # The C kernels' activations by default: float32, so that a token's logits do not depend on the
 # path that computed it (8-bit rounding turns float noise between prefill and decode, cached and
 # uncached, into flipped greedy tokens; docs/performance.md). "q8" is the faster opt-in.
@@ -120,6 +128,7 @@ class QuantizedTensor:
     in_features: int
     packed: bool = False
     interleaved: bool = False
+    tiled: bool = False
 
     def __post_init__(self) -> None:
         if self.fmt not in FORMATS:
@@ -134,13 +143,21 @@ class QuantizedTensor:
             )
         if self.packed and self.fmt not in ACT_Q8_FORMATS:
             raise ValueError(f"quantized weight: {self.fmt} has no packed layout")
-        if self.interleaved and (
-            self.packed or self.fmt not in ACT_Q8_FORMATS or self.data.shape[0] % 16
-        ):
-            raise ValueError(
-                f"quantized weight: no interleaved layout for {self.fmt} with "
-                f"{self.data.shape[0]} rows" + (" (packed)" if self.packed else "")
-            )
+        for name, grouped in (("interleaved", self.interleaved), ("tiled", self.tiled)):
+            if grouped and (
+                self.layout != LAYOUTS.index(name)
+                or self.fmt not in ACT_Q8_FORMATS
+                or self.data.shape[0] % 16
+            ):
+                raise ValueError(
+                    f"quantized weight: no {name} layout for {self.fmt} with "
+                    f"{self.data.shape[0]} rows"
+                    + (
+                        " (another layout too)"
+                        if self.packed + self.interleaved + self.tiled > 1
+                        else ""
+                    )
+                )
         expected = row_bytes(self.fmt, self.in_features, self.packed)
         if self.data.dtype != torch.uint8 or self.data.dim() != 2 or self.data.shape[1] != expected:
             raise ValueError(
@@ -166,13 +183,16 @@ class QuantizedTensor:
 
     @property
     def layout(self) -> int:
-        """The C kernels' layout id: 0 GGUF, 1 packed, 2 interleaved."""
-        return 2 if self.interleaved else int(self.packed)
+        """The C kernels' layout id: 0 GGUF, 1 packed, 2 interleaved, 3 tiled (the index in
+        ``LAYOUTS``)."""
+        return 3 if self.tiled else 2 if self.interleaved else int(self.packed)
 
     def rows(self, index: torch.Tensor | slice) -> QuantizedTensor:
         """The rows at ``index`` (a permutation, a selection or a slice), still in blocks."""
-        if self.interleaved:
-            raise ValueError("quantized weight: rows of an interleaved weight are not selectable")
+        if self.interleaved or self.tiled:
+            raise ValueError(
+                f"quantized weight: rows of a {LAYOUTS[self.layout]} weight are not selectable"
+            )
         return QuantizedTensor(
             self.data[index].contiguous(), self.fmt, self.in_features, self.packed
         )
@@ -209,15 +229,20 @@ class QuantizedTensor:
         if self.data.device == torch.device(device):
             return self
         return QuantizedTensor(
-            self.data.to(device), self.fmt, self.in_features, self.packed, self.interleaved
+            self.data.to(device),
+            self.fmt,
+            self.in_features,
+            self.packed,
+            self.interleaved,
+            self.tiled,
         )
 
     def to_packed(self) -> QuantizedTensor:
         """The same blocks in the C kernels' packed layout (by the C kernel; itself if packed)."""
         if self.packed:
             return self
-        if self.interleaved:
-            raise ValueError("pack: the weight is interleaved")
+        if self.layout:
+            raise ValueError(f"pack: the weight is {LAYOUTS[self.layout]}")
         lib = quant_c_library()
         if lib is None:
             raise RuntimeError("pack: the packed layout needs the C kernels")
@@ -240,6 +265,7 @@ def cat_rows(parts: Sequence[QuantizedTensor]) -> QuantizedTensor:
         first.in_features,
         first.packed,
         first.interleaved,
+        first.tiled,
     )
 
 
@@ -316,6 +342,8 @@ _C_SIGNATURES = {
     "quant_repack": (I32, [I32, PTR, I64, I64, I64, PTR]),
     "quant_interleave": (I32, [I32, PTR, I64, I64, I64, PTR]),
     "quant_interleave_supported": (I32, []),
+    "quant_tile": (I32, [I32, PTR, I64, I64, I64, PTR]),
+    "quant_tile_supported": (I32, []),
     "quant_simd_level": (I32, []),
 }
 
@@ -408,6 +436,16 @@ def _probe_c(lib: ctypes.CDLL) -> bool:
                 want32 = quant_matmul_ref(x, w32)
                 if (got - want32).abs().max() > 0.05 * want32.abs().max():
                     return False
+    if lib.quant_tile_supported():  # float activations on AMX tiles: 32 rows, two groups
+        for fmt in ACT_Q8_FORMATS:
+            w = quantize(torch.randn(32, 96, generator=g), fmt)
+            tiled = _tile_c(lib, w)
+            if not torch.equal(dequantize_c(lib, tiled), dequantize_ref(w)):
+                return False
+            x = torch.randn(5, 96, generator=g)
+            got = quant_matmul_c(lib, x, tiled, None, "f32")
+            if not torch.allclose(got, quant_matmul_ref(x, w), rtol=1e-4, atol=1e-3):
+                return False
     return True
 
 
@@ -416,6 +454,13 @@ def _interleave_c(lib: ctypes.CDLL, w: QuantizedTensor) -> QuantizedTensor:
     if w.layout:
         raise ValueError("interleave: the weight is not in GGUF's layout")
     return _relayout_c(lib.quant_interleave, w, torch.empty_like(w.data), interleaved=True)
+
+
+def _tile_c(lib: ctypes.CDLL, w: QuantizedTensor) -> QuantizedTensor:
+    """The same blocks in the tiled layout (float activations on AMX tiles)."""
+    if w.layout:
+        raise ValueError("tile: the weight is not in GGUF's layout")
+    return _relayout_c(lib.quant_tile, w, torch.empty_like(w.data), tiled=True)
 
 
 def _pack_c(lib: ctypes.CDLL, w: QuantizedTensor) -> QuantizedTensor:
@@ -458,6 +503,21 @@ def quant_c_library() -> ctypes.CDLL | None:
 
 
 _logged: set[str] = set()
+
+
+def amx_available() -> bool:
+    """Whether float activations can multiply on AMX tiles here (the tiled layout): the C kernels
+    built with AMX, on a CPU and kernel that grant this process the tile registers."""
+    lib = quant_c_library()
+    return lib is not None and bool(lib.quant_tile_supported())
+
+
+def amx_missing() -> str:
+    """Why :func:`amx_available` is false, for an error message."""
+    lib = quant_c_library()
+    if lib is None:
+        return "the C quantized kernels did not build here"
+    return "this CPU, compiler or kernel does not offer them (Intel AMX-BF16, Linux 5.16+)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -599,6 +659,8 @@ def quant_matmul(
             mode = act if w.fmt in ACT_Q8_FORMATS else "f32"
             if w.interleaved and mode != "q8":
                 raise ValueError("quant_matmul: an interleaved weight takes act='q8' only")
+            if w.tiled and mode != "f32":
+                raise ValueError("quant_matmul: a tiled weight takes act='f32' only")
             if mode == "q8":
                 w = _pack_c(lib, w) if not w.layout else w
             b = None if bias is None else bias.float().contiguous()
@@ -620,7 +682,10 @@ class QuantizedLinear:
         *,
         act: str = DEFAULT_ACT,
         out_dtype: torch.dtype | None = None,  # the activations' when None (Triton path)
+        amx: str = "auto",  # float activations on AMX tiles: "auto" where available, "on", "off"
     ) -> None:
+        if amx not in AMX_MODES:
+            raise ValueError(f"amx must be one of {AMX_MODES}, got {amx!r}")
         self.bias = None if bias is None else bias.float().contiguous()
         self.out_dtype = out_dtype
         self.out_features = weight.out_features
@@ -638,6 +703,13 @@ class QuantizedLinear:
                 and self.out_features % 16 == 0
             ):
                 weight = _interleave_c(self.lib, weight)  # the GGUF copy is dropped
+            elif (
+                act == "f32"
+                and amx != "off"
+                and self.out_features % 16 == 0
+                and self.lib.quant_tile_supported()
+            ):
+                weight = _tile_c(self.lib, weight)  # the GGUF copy is dropped
             else:
                 weight = _pack_c(self.lib, weight)
         self.weight = weight

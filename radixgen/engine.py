@@ -135,6 +135,7 @@ class Engine:
             self.config.quantization,
             self.config.quant_activations,
             tp=self.tp,
+            cpu_amx=self.config.cpu_amx,
         )
         if self.config.enable_deterministic_inference:
             if not self.model.matmuls_batch_invariant():

@@ -91,6 +91,7 @@ def run_worker(config: EngineConfig, plan: LaunchPlan, rank: int) -> int:
             config.quantization,
             config.quant_activations,
             tp=tp,
+            cpu_amx=config.cpu_amx,
         )
         release_gguf()  # this rank's shard was copied out of the file's memory map
         model.batch_invariant = config.enable_deterministic_inference

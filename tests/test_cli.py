@@ -25,6 +25,7 @@ ENGINE_FLAGS = {
     "--dtype",
     "--quantization",
     "--quant-activations",
+    "--cpu-amx",
     "--kv-cache-dtype",
     "--device",
     "--max-total-tokens",

@@ -210,6 +210,8 @@ def test_unknown_engine_option():
     ("options", "message"),
     [
         ({"quant_activations": "q8", "quantization": "none"}, "quant_activations: q8 rounds"),
+        ({"cpu_amx": "on", "quant_activations": "q8"}, "cpu_amx: on multiplies float"),
+        ({"cpu_amx": "always"}, "cpu_amx: expected"),
         ({"max_total_tokens": 10**11}, "max_total_tokens: a KV pool of .* does not fit"),
         (  # oneDNN's float GEMM picks its kernel by the row count
             {"enable_deterministic_inference": True, "quantization": "none"},
@@ -224,3 +226,14 @@ def test_options_that_cannot_take_effect_are_refused(default_model_path, options
 
     with pytest.raises(ValueError, match=message):
         Engine(str(default_model_path), **options)
+
+
+def test_cpu_amx_on_is_refused_where_the_tiles_are_missing(default_model_path, monkeypatch):
+    """``cpu_amx="on"`` is a requirement: without AMX tiles it is an error naming the option,
+    not the packed float path in its place."""
+    from radixgen import Engine
+    from radixgen.models import loader
+
+    monkeypatch.setattr(loader, "amx_available", lambda: False)
+    with pytest.raises(ValueError, match="cpu_amx: on needs AMX tiles"):
+        Engine(str(default_model_path), cpu_amx="on")

@@ -68,6 +68,7 @@ class LlamaModel:
         device: torch.device,
         quant_activations: str = "f32",  # of a head in blocks (see kernels.quant)
         tp: TensorParallel | None = None,  # the group when ``weights`` are one rank's shard
+        cpu_amx: str = "auto",  # of a head in blocks: on AMX tiles (see kernels.quant)
     ) -> None:
         self.config = config
         self.tp = tp
@@ -87,7 +88,7 @@ class LlamaModel:
         if isinstance(head, QuantizedTensor):
             # float32 logits from the head's sums, whatever the activations' dtype
             self.lm_head: Linear = QuantizedLinear(
-                head, act=quant_activations, out_dtype=torch.float32
+                head, act=quant_activations, out_dtype=torch.float32, amx=cpu_amx
             )
             if weights.embed is head:  # tied: look up the head's own (maybe repacked) blocks
                 weights.embed = self.lm_head.weight
@@ -138,6 +139,8 @@ class LlamaModel:
                 "8-bit activations" if mode == "q8" else "float32 activations"
                 for mode in sorted(modes)
             )
+            if any(m.weight.tiled for m in quantized):
+                how += ", AMX tiles"
         else:
             how = "torch reference"
         return f"{', '.join(parts)} ({how})"

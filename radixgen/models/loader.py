@@ -32,6 +32,8 @@ from ..kernels import (
     PackedLinear,
     QuantizedLinear,
     QuantizedTensor,
+    amx_available,
+    amx_missing,
     cat_rows,
     format_of_ggml,
     quant_c_library,
@@ -65,6 +67,7 @@ def load_model(
     quantization: str | None = None,
     quant_activations: str = "f32",
     tp: TensorParallel | None = None,
+    cpu_amx: str = "auto",
 ) -> LlamaModel:
     """Load the model at ``path`` (a ``.gguf`` file or an HF folder) onto ``device`` in ``dtype``.
 
@@ -72,6 +75,8 @@ def load_model(
     ``"none"`` dequantizes everything to ``dtype``; a format of ``QUANTIZATIONS`` rounds every
     matrix to it. ``quant_activations`` (``"f32"`` or ``"q8"``): how the quantized matmuls take
     their activations (``kernels.quant``). ``tp``: load this rank's shard only (``distributed``).
+    ``cpu_amx`` (``"auto"``, ``"on"``, ``"off"``): whether float activations multiply on AMX tiles
+    (``kernels.quant.QuantizedLinear``).
     A ValueError when quantized weights cannot run on ``device``/``dtype``.
     """
     if quantization is not None and quantization not in QUANTIZATIONS:
@@ -101,8 +106,13 @@ def load_model(
     if tp is not None:
         tp.plan = plan_shard(config, tp.rank, tp.size)
         get = shard_getter(get, config, tp.plan)
-    weights = _assemble(config, get, dtype, device, target, quant_activations)
-    model = LlamaModel(config, weights, device, quant_activations, tp)
+    if cpu_amx == "on" and (device.type != "cpu" or not amx_available()):
+        raise ValueError(
+            "cpu_amx: on needs AMX tiles, and "
+            + (f"the model runs on {device.type}" if device.type != "cpu" else amx_missing())
+        )
+    weights = _assemble(config, get, dtype, device, target, quant_activations, cpu_amx)
+    model = LlamaModel(config, weights, device, quant_activations, tp, cpu_amx)
     if quantization is None and why_not is not None and path.suffix == ".gguf":
         logger.info("GGUF weights dequantized to %s: quantized weights %s", dtype, why_not)
     if quant_activations == "q8" and not _rounds_activations(model):
@@ -224,6 +234,7 @@ def _assemble(
     device: torch.device,
     target: str | None = None,  # round every matrix to this format
     quant_activations: str = "f32",
+    cpu_amx: str = "auto",
 ) -> ModelWeights:
     kept = block_formats(device)
 
@@ -265,7 +276,7 @@ def _assemble(
     def linear(names: tuple[str, ...], bias: torch.Tensor | None = None) -> Linear:
         weight = matrix(*names)
         if isinstance(weight, QuantizedTensor):
-            return QuantizedLinear(weight, bias, act=quant_activations)
+            return QuantizedLinear(weight, bias, act=quant_activations, amx=cpu_amx)
         return PackedLinear(weight, bias)
 
     layers = []

@@ -94,14 +94,25 @@ def interleaving(lib):
 
 
 @pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
-def test_interleaved_layout_holds_the_same_values(interleaving, fmt):
-    for inputs in _widths(fmt):
+@pytest.mark.parametrize("layout", ["interleaved", "tiled"])
+def test_grouped_layouts_hold_the_same_values(lib, layout, fmt):
+    """The two layouts of 16 rows' blocks side by side keep GGUF's bytes per row and every
+    value; rows (an embedding lookup) come back from any group, either side of the seams. 50
+    blocks: more than one chunk of the tiled path's B operands."""
+    supported = (
+        lib.quant_interleave_supported if layout == "interleaved" else lib.quant_tile_supported
+    )
+    if not supported():
+        pytest.skip(f"no {layout} layout in this build or on this CPU")
+    relayout = Q._interleave_c if layout == "interleaved" else Q._tile_c
+    for inputs in (*_widths(fmt), 50 * 32):
         w = _weight(fmt, 48, inputs)
-        il = Q._interleave_c(interleaving, w)
-        assert il.interleaved and il.data.shape == w.data.shape and il.layout == 2
-        assert torch.equal(il.dequantize(), Q.dequantize_ref(w))
-        ids = torch.tensor([47, 0, 17, 16, 31])  # rows in both groups, either side of the seam
-        assert torch.equal(Q.embedding(ids, il), Q.dequantize_ref(w)[ids])
+        grouped = relayout(lib, w)
+        assert getattr(grouped, layout) and grouped.data.shape == w.data.shape
+        assert grouped.layout == Q.LAYOUTS.index(layout)
+        assert torch.equal(grouped.dequantize(), Q.dequantize_ref(w))
+        ids = torch.tensor([47, 0, 17, 16, 31])
+        assert torch.equal(Q.embedding(ids, grouped), Q.dequantize_ref(w)[ids])
 
 
 @pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
@@ -125,12 +136,18 @@ def test_interleaved_eight_bit_activations_stay_within_their_rounding(interleavi
 def test_an_interleaved_row_does_not_depend_on_its_batch(interleaving, fmt):
     """Every row count takes its own tile (1-8 rows, several chunks beyond): a row's bits are
     the same alone, among any number of rows and at any place among them."""
-    w = Q._interleave_c(interleaving, _weight(fmt, 64, 19 * 32))
-    bias = torch.randn(64)
-    x = torch.randn(40, 19 * 32)
-    together = Q.quant_matmul_c(interleaving, x, w, bias, "q8")
-    for n in range(1, 18):
-        part = Q.quant_matmul_c(interleaving, x[3 : 3 + n], w, bias, "q8")
+    _assert_batch_free(
+        interleaving, Q._interleave_c(interleaving, _weight(fmt, 64, 19 * 32)), "q8", 17
+    )
+
+
+def _assert_batch_free(lib, w: Q.QuantizedTensor, act: str, most: int) -> None:
+    """Rows 3.. of a 3 + most + 2 row call have the same bits in calls of 1..most rows."""
+    bias = torch.randn(w.out_features)
+    x = torch.randn(most + 5, w.in_features)
+    together = Q.quant_matmul_c(lib, x, w, bias, act)
+    for n in range(1, most + 1):
+        part = Q.quant_matmul_c(lib, x[3 : 3 + n], w, bias, act)
         assert torch.equal(part, together[3 : 3 + n]), n
 
 
@@ -189,7 +206,7 @@ def test_eight_bit_prefill_parts_give_the_same_bits(interleaving):
 def test_quantized_linear_interleaves_only_for_eight_bit_activations(interleaving):
     w = _weight("q4_1", 48, 96)
     assert Q.QuantizedLinear(w, act="q8").weight.interleaved
-    assert Q.QuantizedLinear(w, act="f32").weight.packed
+    assert Q.QuantizedLinear(w, act="f32", amx="off").weight.packed
     odd = Q.QuantizedLinear(_weight("q4_1", 37, 96), act="q8")  # not a multiple of 16 rows
     assert odd.weight.packed and odd.c_mode == "q8"
     x = torch.randn(5, 96)
@@ -201,6 +218,67 @@ def test_quantized_linear_interleaves_only_for_eight_bit_activations(interleavin
         Q.QuantizedTensor(w.data[:40], "q4_1", 96, interleaved=True)  # 40 rows
     with pytest.raises(ValueError, match="interleaved"):
         layer.weight.rows(torch.tensor([0, 1]))
+
+
+@pytest.fixture(scope="module")
+def tiling(lib):
+    if not lib.quant_tile_supported():
+        pytest.skip("no AMX tiles here (the tiled layout: Intel Sapphire Rapids on, Linux 5.16+)")
+    return lib
+
+
+# 50 blocks: more than one chunk of B operands (TILED_CHUNK 24), and an even and odd count
+_TILED_WIDTHS = (32, 96, 19 * 32, 50 * 32)
+
+
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 15, 16, 17, 33, 64])
+def test_tiled_float_activations_are_the_float_products(tiling, fmt, rows):
+    """Each activation is split into three bf16 parts that add up to it exactly, and the tile
+    unit multiplies them by the exact bf16 quants without rounding: the result is the float
+    product up to summation order. Its error against float64 is a float32 sum's (the packed
+    float path's, within a small factor), where dropping the last part would cost ~2^-17 of
+    every term."""
+    for inputs in _TILED_WIDTHS:
+        w = _weight(fmt, 48, inputs)
+        x = torch.randn(rows, inputs)
+        bias = torch.randn(48)
+        exact = x.double() @ Q.dequantize_ref(w).double().T + bias.double()
+        got = Q.quant_matmul_c(tiling, x, Q._tile_c(tiling, w), bias, "f32")
+        packed = Q.quant_matmul_c(tiling, x, w.to_packed(), bias, "f32")
+        scale = (x.double().abs() @ Q.dequantize_ref(w).double().abs().T).max().item()
+        err, packed_err = (got - exact).abs().max().item(), (packed - exact).abs().max().item()
+        assert err <= max(4 * packed_err, 4e-7 * scale), (inputs, err, packed_err)
+        assert err <= 2**-24 * inputs * scale
+
+
+@pytest.mark.parametrize("fmt", Q.ACT_Q8_FORMATS)
+def test_a_tiled_row_does_not_depend_on_its_batch(tiling, fmt):
+    """One row tile of up to 16 rows is configured at its size, more are padded with zero rows:
+    a row's bits are the same alone, among any number of rows and at any place among them,
+    over several chunks of blocks."""
+    _assert_batch_free(tiling, Q._tile_c(tiling, _weight(fmt, 64, 50 * 32)), "f32", 41)
+
+
+def test_quantized_linear_tiles_float_activations_where_amx_runs(tiling):
+    w = _weight("q4_1", 48, 96)
+    assert Q.QuantizedLinear(w, act="f32").weight.tiled
+    assert Q.QuantizedLinear(w, act="f32", amx="on").weight.tiled
+    assert Q.QuantizedLinear(w, act="f32", amx="off").weight.packed
+    assert not Q.QuantizedLinear(w, act="q8").weight.tiled
+    assert Q.QuantizedLinear(_weight("q4_1", 37, 96), act="f32").weight.packed  # 37 rows
+    layer = Q.QuantizedLinear(w, torch.randn(48), act="f32")
+    x = torch.randn(2 * Q.DIRECT_MAX_ROWS + 7, 96)  # prefill parts
+    got = layer(x)
+    assert torch.equal(got[:7], layer(x[:7])) and torch.equal(got[-100:], layer(x[-100:]))
+    with pytest.raises(ValueError, match="tiled"):
+        Q.quant_matmul(x, layer.weight, act="q8")
+    with pytest.raises(ValueError, match="tiled"):
+        layer.weight.rows(torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="tiled"):
+        Q.QuantizedTensor(w.data[:40], "q4_1", 96, tiled=True)  # 40 rows
+    with pytest.raises(ValueError, match="amx"):
+        Q.QuantizedLinear(w, amx="yes")
 
 
 def _check_rows_alike(lib, fmt: str, outputs: int, widths: tuple[int, ...]) -> None:
