@@ -37,9 +37,10 @@ SOURCES = (
     "decode_layers.c",
     "layer_ops.c",
     "quant_matmul.c",
+    "quant_matmul_amx.c",
     "spin_pool.c",
 )
-HEADERS = ("common.h", "spin_pool.h")
+HEADERS = ("common.h", "quant_common.h", "spin_pool.h")
 # Tried in order; the first that compiles wins. OpenMP (torch's pool, for prefill-sized
 # dequantization) and omp simd; the decode-sized kernels use spin_pool.c, which takes its thread
 # count from OpenMP (without OpenMP they run on the calling thread).

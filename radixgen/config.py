@@ -112,9 +112,10 @@ class EngineConfig:
     cpu_amx: str = option(
         "auto",
         "float-activation matmuls on blocks through AMX tiles (Intel Xeon from Sapphire Rapids): "
-        "exact bf16 parts of each activation, so the outputs are the float path's up to "
-        "summation order; ~2x faster matmuls from 8 rows on (batches, prefill), a little slower "
-        "for one stream. auto: where the CPU and kernel allow; on: require it; off: never",
+        "Q4_0/Q4_1/Q8_0 matrices of a multiple of 16 rows, each activation split into exact "
+        "bf16 parts, so the outputs are the float path's up to summation order; 1.4-2x faster "
+        "matmuls from 8 rows on (batches, prefill), a few percent slower for one stream. auto: "
+        "where the CPU and kernel allow; on: require it; off: never",
         choices=CPU_AMX,
     )
     kv_cache_dtype: str = option(
@@ -230,6 +231,10 @@ class EngineConfig:
             )
         if self.cpu_amx not in CPU_AMX:
             raise ValueError(f"cpu_amx: expected {_one_of(CPU_AMX)}, got {self.cpu_amx!r}")
+        if self.cpu_amx == "on" and self.quantization == "none":
+            raise ValueError(
+                "cpu_amx: on multiplies weights in blocks; quantization none dequantizes them"
+            )
         if self.cpu_amx == "on" and self.quant_activations == "q8":
             raise ValueError(
                 "cpu_amx: on multiplies float activations; quant_activations q8 rounds them "

@@ -224,7 +224,9 @@ class Engine:
                 f"speculative_draft_model: {path.name} does not tokenize as {Path(self.model_path).name}"
                 " (a draft model needs the target's tokenizer)"
             )
-        model = load_model(path, self.dtype, self.device)
+        # the draft follows --cpu-amx off; "on" is the target model's requirement
+        amx = "off" if self.config.cpu_amx == "off" else "auto"
+        model = load_model(path, self.dtype, self.device, cpu_amx=amx)
         model.batch_invariant = self.config.enable_deterministic_inference
         logger.info("draft model %s (%s layers)", path.name, model.config.num_layers)
         return DraftModel(

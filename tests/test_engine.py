@@ -212,6 +212,7 @@ def test_unknown_engine_option():
         ({"quant_activations": "q8", "quantization": "none"}, "quant_activations: q8 rounds"),
         ({"cpu_amx": "on", "quant_activations": "q8"}, "cpu_amx: on multiplies float"),
         ({"cpu_amx": "always"}, "cpu_amx: expected"),
+        ({"cpu_amx": "on", "quantization": "none"}, "cpu_amx: on multiplies weights in blocks"),
         ({"max_total_tokens": 10**11}, "max_total_tokens: a KV pool of .* does not fit"),
         (  # oneDNN's float GEMM picks its kernel by the row count
             {"enable_deterministic_inference": True, "quantization": "none"},

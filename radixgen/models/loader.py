@@ -115,6 +115,17 @@ def load_model(
     model = LlamaModel(config, weights, device, quant_activations, tp, cpu_amx)
     if quantization is None and why_not is not None and path.suffix == ".gguf":
         logger.info("GGUF weights dequantized to %s: quantized weights %s", dtype, why_not)
+    if cpu_amx == "on" and not _tiled(model):
+        raise ValueError(
+            "cpu_amx: on multiplies float activations on Q4_0, Q4_1 or Q8_0 blocks of a multiple "
+            "of 16 rows, and this model has none: "
+            + (
+                f"quantized weights {why_not}"
+                if why_not
+                else f"quantization {quantization or 'of the checkpoint'} (--quantization "
+                "q8_0|q4_0|q4_1 makes blocks)"
+            )
+        )
     if quant_activations == "q8" and not _rounds_activations(model):
         raise ValueError(
             "quant_activations: q8 rounds the activations of matmuls on Q4_0, Q4_1 or Q8_0 "
@@ -129,6 +140,12 @@ def load_model(
             )
         )
     return model
+
+
+def _tiled(model: LlamaModel) -> bool:
+    """Whether any of ``model``'s matmuls runs on AMX tiles (``--cpu-amx``)."""
+    linears = (*model.layer_matmuls(), model.lm_head)
+    return any(isinstance(x, QuantizedLinear) and x.weight.tiled for x in linears)
 
 
 def _rounds_activations(model: LlamaModel) -> bool:

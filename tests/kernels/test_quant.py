@@ -279,6 +279,21 @@ def test_quantized_linear_tiles_float_activations_where_amx_runs(tiling):
         Q.QuantizedTensor(w.data[:40], "q4_1", 96, tiled=True)  # 40 rows
     with pytest.raises(ValueError, match="amx"):
         Q.QuantizedLinear(w, amx="yes")
+    with pytest.raises(ValueError, match="one layout at most, got packed and tiled"):
+        Q.QuantizedTensor(
+            Q._tile_c(tiling, _weight("q8_0", 16, 256)).data, "q8_0", 256, True, False, True
+        )
+
+
+def test_amx_on_is_refused_where_the_tiles_do_not_run(lib, monkeypatch):
+    """``amx="on"`` is a requirement: with the tiled path unavailable (no AMX, or a probe that
+    failed) it is an error, not the packed path in its place; ``auto`` packs."""
+    monkeypatch.setattr(Q, "_tiles_ok", lambda lib: False)
+    w = _weight("q4_1", 48, 96)
+    assert Q.QuantizedLinear(w, act="f32").weight.packed
+    with pytest.raises(ValueError, match="amx: on needs AMX tiles"):
+        Q.QuantizedLinear(w, act="f32", amx="on")
+    assert not Q.amx_available()
 
 
 def _check_rows_alike(lib, fmt: str, outputs: int, widths: tuple[int, ...]) -> None:
