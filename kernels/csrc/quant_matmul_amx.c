@@ -47,12 +47,23 @@ static int64_t tiled_rec_bytes(int fmt) {
     }
 }
 
+/* Bytes of a record's quants: 16 B operand rows of 32 values, as nibbles or bytes. */
+static inline int64_t tiled_qbytes(int fmt) { return fmt == Q8_0 ? 512 : 256; }
+
+/* Where input k (0..31) of output o (0..15) sits among a record's quants: B operand row k / 2,
+ * element 2o + k % 2; its byte, and (Q4: two rows per 32 bytes) its nibble's shift. */
+static inline int tiled_at(int fmt, int o, int k, int *shift) {
+    const int i = k / 2, c = 2 * o + k % 2;
+    *shift = fmt == Q8_0 ? 0 : 4 * (i % 2);
+    return fmt == Q8_0 ? 32 * i + c : 32 * (i / 2) + c;
+}
+
 /* GGUF rows (src) -> the tiled layout (dst, as many bytes); rows a multiple of 16. */
 int quant_tile(int fmt, const uint8_t *src, int64_t src_row_bytes, int64_t rows, int64_t in,
                uint8_t *dst) {
     const int64_t bb = quant_block_bytes(fmt), rec = tiled_rec_bytes(fmt);
     if (rec == 0 || in % 32 || rows % AMX_GROUP || src_row_bytes != in / 32 * bb) return -1;
-    const int64_t nb = in / 32, groups = rows / AMX_GROUP, qbytes = fmt == Q8_0 ? 512 : 256;
+    const int64_t nb = in / 32, groups = rows / AMX_GROUP, qbytes = tiled_qbytes(fmt);
     const int sq_off = fmt == Q4_1 ? 4 : 2;
 #pragma omp parallel for schedule(static) if (rows * in >= 4 * PARALLEL_MIN_MACS)
     for (int64_t g = 0; g < groups; g++)
@@ -65,13 +76,10 @@ int quant_tile(int fmt, const uint8_t *src, int64_t src_row_bytes, int64_t rows,
                 if (fmt == Q4_1) memcpy(r + qbytes + 32 + 2 * o, s + 2, 2);
                 const uint8_t *sq = s + sq_off;
                 for (int k = 0; k < 32; k++) {
-                    const int i = k / 2, c = 2 * o + k % 2;
-                    if (fmt == Q8_0) {
-                        r[32 * i + c] = sq[k];
-                    } else {
-                        const uint8_t q = k < 16 ? sq[k] & 0xf : sq[k - 16] >> 4;
-                        r[32 * (i / 2) + c] |= (uint8_t)(q << (4 * (i % 2)));
-                    }
+                    int shift;
+                    const int at = tiled_at(fmt, o, k, &shift);
+                    const uint8_t q = fmt == Q8_0 ? sq[k] : k < 16 ? sq[k] & 0xf : sq[k - 16] >> 4;
+                    r[at] |= (uint8_t)(q << shift);
                 }
             }
         }
@@ -80,7 +88,7 @@ int quant_tile(int fmt, const uint8_t *src, int64_t src_row_bytes, int64_t rows,
 
 /* Row r of a tiled weight to floats: its blocks rebuilt in GGUF's bytes, then dequant_block. */
 void quant_dequant_tiled_row(int fmt, const uint8_t *w, int64_t in, int64_t r, float *out) {
-    const int64_t nb = in / 32, rec = tiled_rec_bytes(fmt), qbytes = fmt == Q8_0 ? 512 : 256;
+    const int64_t nb = in / 32, rec = tiled_rec_bytes(fmt), qbytes = tiled_qbytes(fmt);
     const int o = (int)(r % AMX_GROUP), sq_off = fmt == Q4_1 ? 4 : 2;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *t = w + ((r / AMX_GROUP) * nb + b) * rec;
@@ -88,13 +96,12 @@ void quant_dequant_tiled_row(int fmt, const uint8_t *w, int64_t in, int64_t r, f
         memcpy(gguf, t + qbytes + 2 * o, 2);
         if (fmt == Q4_1) memcpy(gguf + 2, t + qbytes + 32 + 2 * o, 2);
         for (int k = 0; k < 32; k++) {
-            const int i = k / 2, c = 2 * o + k % 2;
-            if (fmt == Q8_0) {
-                gguf[sq_off + k] = t[32 * i + c];
-            } else {
-                const uint8_t q = (t[32 * (i / 2) + c] >> (4 * (i % 2))) & 0xf;
-                gguf[sq_off + k % 16] |= (uint8_t)(k < 16 ? q : q << 4);
-            }
+            int shift;
+            const uint8_t v = t[tiled_at(fmt, o, k, &shift)];
+            if (fmt == Q8_0)
+                gguf[sq_off + k] = v;
+            else
+                gguf[sq_off + k % 16] |= (uint8_t)(((v >> shift) & 0xf) << (k < 16 ? 0 : 4));
         }
         quant_dequant_block(fmt, gguf, out + 32 * b);
     }
@@ -183,7 +190,7 @@ static inline __attribute__((always_inline)) void tiled_b(const int fmt, const u
 static inline __attribute__((always_inline)) void
 tiled_scale(const int fmt, const float *cbuf, const uint8_t *rb, const float *sx, int64_t nb,
             __m512 *acc, const int RT) {
-    const int64_t qbytes = fmt == Q8_0 ? 512 : 256;
+    const int64_t qbytes = tiled_qbytes(fmt);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(rb + qbytes)));
 #pragma GCC unroll 16
     for (int r = 0; r < RT; r++) acc[r] = _mm512_fmadd_ps(_mm512_load_ps(cbuf + 16 * r), d, acc[r]);

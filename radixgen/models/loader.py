@@ -115,43 +115,35 @@ def load_model(
     model = LlamaModel(config, weights, device, quant_activations, tp, cpu_amx)
     if quantization is None and why_not is not None and path.suffix == ".gguf":
         logger.info("GGUF weights dequantized to %s: quantized weights %s", dtype, why_not)
-    if cpu_amx == "on" and not _tiled(model):
+    if cpu_amx == "on" and not any(m.weight.tiled for m in _quantized_matmuls(model)):
         raise ValueError(
             "cpu_amx: on multiplies float activations on Q4_0, Q4_1 or Q8_0 blocks of a multiple "
-            "of 16 rows, and this model has none: "
-            + (
-                f"quantized weights {why_not}"
-                if why_not
-                else f"quantization {quantization or 'of the checkpoint'} (--quantization "
-                "q8_0|q4_0|q4_1 makes blocks)"
-            )
+            f"of 16 rows, and this model has none: {_why_no_blocks(why_not, quantization)}"
         )
-    if quant_activations == "q8" and not _rounds_activations(model):
+    if quant_activations == "q8" and not any(m.c_mode == "q8" for m in _quantized_matmuls(model)):
         raise ValueError(
             "quant_activations: q8 rounds the activations of matmuls on Q4_0, Q4_1 or Q8_0 "
-            "blocks, and this model has none: "
-            + (
-                f"quantized weights {why_not}"
-                if why_not
-                else "the C quantized kernels did not build here"
-                if quant_c_library() is None
-                else f"quantization {quantization or 'of the checkpoint'} (--quantization "
-                "q8_0|q4_0|q4_1 makes blocks)"
-            )
+            f"blocks, and this model has none: {_why_no_blocks(why_not, quantization)}"
         )
     return model
 
 
-def _tiled(model: LlamaModel) -> bool:
-    """Whether any of ``model``'s matmuls runs on AMX tiles (``--cpu-amx``)."""
+def _quantized_matmuls(model: LlamaModel) -> list[QuantizedLinear]:
+    """``model``'s matmuls on weights in blocks (its layers' and the head)."""
     linears = (*model.layer_matmuls(), model.lm_head)
-    return any(isinstance(x, QuantizedLinear) and x.weight.tiled for x in linears)
+    return [x for x in linears if isinstance(x, QuantizedLinear)]
 
 
-def _rounds_activations(model: LlamaModel) -> bool:
-    """Whether any of ``model``'s matmuls multiplies 8-bit activations (``--quant-activations``)."""
-    linears = (*model.layer_matmuls(), model.lm_head)
-    return any(isinstance(x, QuantizedLinear) and x.c_mode == "q8" for x in linears)
+def _why_no_blocks(why_not: str | None, quantization: str | None) -> str:
+    """Why a model has no matmul on Q4_0/Q4_1/Q8_0 blocks on the C kernels, for an error."""
+    if why_not:
+        return f"quantized weights {why_not}"
+    if quant_c_library() is None:
+        return "the C quantized kernels did not build here"
+    return (
+        f"quantization {quantization or 'of the checkpoint'} (--quantization q8_0|q4_0|q4_1 "
+        "makes blocks)"
+    )
 
 
 def random_model(
