@@ -105,9 +105,15 @@ class Scheduler:
         return len(self.running) < self.config.max_running_requests
 
     def _waiting_ready(self) -> bool:
-        """Whether some waiting request would not be deferred behind a running chunk."""
+        """Whether some waiting request could start: it would not be deferred behind a running
+        chunk, and memory for it is there (by the cached prefix the policy last found). When
+        none could, running chunks take the whole step instead of waiting on admissions."""
         computing = [r.req for r in self.running.values() if r.seq_len - r.computed_len > 1]
-        return any(not self._defer_for_shared_prefix(r, computing) for r in self.waiting)
+        room = self._room()
+        return any(
+            not self._defer_for_shared_prefix(r, computing) and self._need(r, r.prefix_hint) <= room
+            for r in self.waiting
+        )
 
     def _reserve_running(self, allowance: _Allowance) -> None:
         """Give every running request its next token(s); retract the least advanced on shortage."""
@@ -183,16 +189,26 @@ class Scheduler:
         return True
 
     def _fits(self, req: Req, prefix_len: int) -> bool:
-        """Admission budget: free + evictable - reserved decode of running >= this request's need."""
+        """Admission budget: ``req`` with ``prefix_len`` tokens cached fits in ``_room``."""
+        return self._need(req, prefix_len) <= self._room()
+
+    def _room(self) -> float:
+        """Slots a new request may count on: free + evictable - what the running requests
+        reserve, their expected decode and the prompt tokens they still have to compute (a long
+        prompt in chunked prefill holds slots for its first chunks only: without its rest
+        reserved, requests admitted beside it were retracted once it needed them, each throwing
+        away the chunks it had computed)."""
         evictable = self.kv.evictable_size if self.shares_prefixes else 0
-        reserved = (
-            sum(min(r.remaining_new_tokens, 4096) for r in self.running) * self.new_token_ratio
-        )
+        running = self.running.values()
+        decode = sum(min(r.req.remaining_new_tokens, 4096) for r in running) * self.new_token_ratio
+        prompts = sum(max(r.seq_len - r.computed_len - r.extend_len, 0) for r in running)
+        return self.kv.num_free_slots + evictable - decode - prompts
+
+    def _need(self, req: Req, prefix_len: int) -> float:
         prefill = req.seq_len - prefix_len
         if not self.running:  # alone, it only needs room to start; decode retracts only itself
-            return self.kv.num_free_slots + evictable >= prefill + 1
-        need = prefill + min(req.remaining_new_tokens, 4096) * self.new_token_ratio
-        return self.kv.num_free_slots + evictable - reserved >= need
+            return prefill + 1
+        return prefill + min(req.remaining_new_tokens, 4096) * self.new_token_ratio
 
     # ------------------------------------------------------------------ after the forward pass
     def advance(self, batch: list[RunningReq]) -> None:

@@ -110,6 +110,26 @@ def test_memory_pressure_retracts_and_still_finishes_everything():
     assert kv.num_free_slots + kv.cache.total_size() == 64
 
 
+def test_a_prompt_in_chunked_prefill_keeps_room_for_its_rest():
+    """A long prompt holds slots for its computed chunks only; the rest is reserved, so a
+    request that would not fit beside it waits instead of being admitted and then retracted
+    (throwing its chunks away), and does not count as ready to start (which would hold back a
+    share of each step for it)."""
+    scheduler = make_scheduler(num_slots=256, chunked_prefill_size=64)
+    first = make_req("a", list(range(1000, 1200)), max_new_tokens=4)
+    second = make_req("b", list(range(2000, 2100)), max_new_tokens=4)
+    scheduler.add(first)
+    run_step(scheduler)  # a's first chunk: 64 of 200 slots held, 136 to come
+    scheduler.add(second)
+    while not first.output_ids:
+        assert not scheduler._waiting_ready()
+        run_step(scheduler)
+        assert second.status is ReqStatus.WAITING
+    drain(scheduler)
+    assert scheduler.num_retractions == 0
+    assert len(second.output_ids) == 4
+
+
 def test_release_mid_step_frees_the_step_slots():
     """A request failed between schedule and advance (the engine's error path) leaks nothing."""
     scheduler = make_scheduler()
