@@ -78,14 +78,18 @@ class Scheduler:
         """
         allowance = _Allowance(self.chunk_size, self.budget.units())
         held_back = 0.0  # kept for admissions while running chunks take their share
-        others_wait = scoring or (self.waiting and self._admission_open() and self._waiting_ready())
+        order = order_waiting(self.waiting, self.policy, self.kv.cache) if self.waiting else []
+        others_wait = scoring or (self._admission_open() and self._head_ready(order))
         if self.budget.timed and others_wait:
             held_back = allowance.units * (1 - RUNNING_CHUNK_SHARE)
             allowance.units -= held_back
+        retractions = self.num_retractions
         self._reserve_running(allowance)
         allowance.units += held_back
         if allowance.open and self._admission_open():
-            self._admit(allowance)
+            if self.num_retractions != retractions:  # retracted requests joined the queue
+                order = order_waiting(self.waiting, self.policy, self.kv.cache)
+            self._admit(allowance, order)
         self.new_token_ratio = max(
             MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY
         )
@@ -104,16 +108,18 @@ class Scheduler:
     def _admission_open(self) -> bool:
         return len(self.running) < self.config.max_running_requests
 
-    def _waiting_ready(self) -> bool:
-        """Whether some waiting request could start: it would not be deferred behind a running
-        chunk, and memory for it is there (by the cached prefix the policy last found). When
-        none could, running chunks take the whole step instead of waiting on admissions."""
+    def _head_ready(self, order: list[Req]) -> bool:
+        """Whether the request admission would try first (``order``, past those deferred behind
+        a running chunk) could start: memory for it is there, counting its cached prefix.
+        Admission stops at the first request that does not fit, so when the head cannot start,
+        running chunks take the whole step instead of holding most of it for admissions."""
         computing = [r.req for r in self.running.values() if r.seq_len - r.computed_len > 1]
-        room = self._room()
-        return any(
-            not self._defer_for_shared_prefix(r, computing) and self._need(r, r.prefix_hint) <= room
-            for r in self.waiting
-        )
+        for req in order:
+            if self._defer_for_shared_prefix(req, computing):
+                continue
+            cached = len(self.kv.cache.match_prefix(req.fill_ids[:-1])[0])
+            return self._need(req, cached) <= self._room()
+        return False
 
     def _reserve_running(self, allowance: _Allowance) -> None:
         """Give every running request its next token(s); retract the least advanced on shortage."""
@@ -145,11 +151,12 @@ class Scheduler:
         return min(self.running, key=lambda r: (len(r.output_ids), -len(r.prompt_ids)))
 
     # ------------------------------------------------------------------ admission
-    def _admit(self, allowance: _Allowance) -> None:
+    def _admit(self, allowance: _Allowance, order: list[Req]) -> None:
+        """Admit waiting requests in ``order`` (the policy's) until one does not fit."""
         admitted: list[Req] = []
         # prompts computed this step (running chunks and this round's admissions) reach the tree after it
         computing = [r.req for r in self.running.values() if r.extend_len > 1 and not r.num_draft]
-        for req in order_waiting(self.waiting, self.policy, self.kv.cache):
+        for req in order:
             if not allowance.open or not self._admission_open():
                 break
             if self._defer_for_shared_prefix(req, computing):

@@ -16,13 +16,14 @@ from radixgen.mem_cache.radix_cache import RadixCache
 from radixgen.request import Req, ReqStatus
 from radixgen.sampling_params import SamplingParams
 from radixgen.scheduler.scheduler import Scheduler
+from radixgen.scheduler.step_budget import StepBudget
 
 
-def make_scheduler(num_slots: int = 256, **options: object) -> Scheduler:
+def make_scheduler(num_slots: int = 256, max_len: int = 512, **options: object) -> Scheduler:
     config = EngineConfig(**options)
     allocator = SlotAllocator(num_slots)
     cache = ChunkCache(allocator) if config.disable_radix_cache else RadixCache(allocator)
-    kv = KVManager(cache, allocator, ReqToTokenPool(config.max_running_requests, 512, "cpu"))
+    kv = KVManager(cache, allocator, ReqToTokenPool(config.max_running_requests, max_len, "cpu"))
     return Scheduler(config, kv)
 
 
@@ -122,12 +123,36 @@ def test_a_prompt_in_chunked_prefill_keeps_room_for_its_rest():
     run_step(scheduler)  # a's first chunk: 64 of 200 slots held, 136 to come
     scheduler.add(second)
     while not first.output_ids:
-        assert not scheduler._waiting_ready()
+        assert not scheduler._head_ready(scheduler.waiting)
         run_step(scheduler)
         assert second.status is ReqStatus.WAITING
     drain(scheduler)
     assert scheduler.num_retractions == 0
     assert len(second.output_ids) == 4
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "lpm"])
+def test_running_chunks_take_the_whole_step_while_the_queue_head_cannot_start(policy):
+    """With a time budget, running prompt chunks leave 3/4 of a step to admissions only when the
+    request admission tries first could start; a big one at the head that does not fit (a small
+    one behind it waits too: admission stops at the head) must not slow the running prompt to a
+    quarter of each step."""
+    scheduler = make_scheduler(8192, 8200, chunked_prefill_size=2048, schedule_policy=policy)
+    scheduler.budget = StepBudget(300.0, 2048, 4000.0)
+    scheduler.budget.observe(elapsed_ms=20.0, units=0.0)
+    scheduler.budget.observe(elapsed_ms=20.0 + 64.0, units=64.0)  # 1 ms a unit
+    running = make_req("P", list(range(10_000, 16_000)))
+    scheduler.add(running)
+    run_step(scheduler)
+    scheduler.add(make_req("big", list(range(20_000, 25_900))))
+    scheduler.add(make_req("small", list(range(30_000, 30_050))))
+    steps = 1
+    while not running.output_ids:
+        run_step(scheduler)
+        steps += 1
+    # the whole step: 6,000 tokens in ~83 steps, their attention growing (a quarter: ~320)
+    assert steps < 150
+    assert scheduler.num_retractions == 0
 
 
 def test_release_mid_step_frees_the_step_slots():
