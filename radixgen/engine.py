@@ -35,6 +35,7 @@ from .cuda_graph import decode_graphs_for
 from .detokenizer import IncrementalDetokenizer, StopStringMatcher
 from .distributed import TensorParallel, TensorParallelError, check_tp_size, threads_per_rank
 from .draft_model import DraftModel
+from .heap import release_free_memory
 from .kernels import wake_threads
 from .mem_cache.chunk_cache import ChunkCache
 from .mem_cache.kv_manager import KVManager
@@ -78,6 +79,12 @@ MAX_STEP_MS = {"cpu": 300.0, "cuda": 100.0}  # default --max-step-ms per device 
 WARM_AHEAD_BYTES = 128 << 20
 WARM_DEMAND_S = 60.0
 IDLE_WAIT_S = 0.02  # an idle engine waits this long for a command between steps
+# an engine idle this long after steps trims the heap (``radixgen.heap``): a burst's freed
+# memory (~340 MB after 64 JSON-schema streams on the default model) leaves the RSS
+IDLE_TRIM_S = 1.0
+# the default CPU KV pool holds the context length, and at least this many tokens (64 running
+# requests of 128 tokens)
+CPU_POOL_MIN_TOKENS = 8192
 
 
 class Engine:
@@ -263,7 +270,7 @@ class Engine:
             _check_pool_fits(per_token * self.max_total_tokens, self.device)
         else:
             self.max_total_tokens, self.kv_pool_sizing = _default_pool_tokens(
-                per_token, self.device, self.config.kv_memory_fraction
+                per_token, self.device, self.config.kv_memory_fraction, self.context_len
             )
         self.kv_pool_bytes = per_token * self.max_total_tokens
         if self.tp is not None:  # every rank's pool has as many slots
@@ -551,8 +558,15 @@ class Engine:
         if self.num_threads:  # OpenMP thread counts are per calling thread: set it here too
             torch.set_num_threads(self.num_threads)
         busy = False
+        last_busy, trimmed = time.monotonic(), True
         while not self._stopping:
-            self._warm_ahead.mark(self.kv.allocator.never_used_from, time.monotonic())
+            now = time.monotonic()
+            self._warm_ahead.mark(self.kv.allocator.never_used_from, now)
+            if busy:
+                last_busy, trimmed = now, False
+            elif not trimmed and now - last_busy >= IDLE_TRIM_S:
+                release_free_memory()  # the burst's freed heap pages go back to the OS
+                trimmed = True
             self._drain_inbox(IDLE_WAIT_S if not busy else 0.0)
             if self._stopping:
                 break
@@ -1001,11 +1015,14 @@ def _pick_max_step_ms(value: float | None, device: torch.device) -> float:
 
 
 def _default_pool_tokens(
-    bytes_per_token: int, device: torch.device, fraction: float | None
+    bytes_per_token: int, device: torch.device, fraction: float | None, context_len: int
 ) -> tuple[int, str]:
     """KV pool size and how it was chosen: ``fraction`` (0.6) of free GPU memory after the
-    weights, or on CPU ``fraction`` (0.1) of available RAM, at most 4 GiB; between 1024 and
-    256k tokens."""
+    weights; on CPU the context length (at least ``CPU_POOL_MIN_TOKENS``), within 0.1 of
+    available RAM and 4 GiB, or ``fraction`` of available RAM when given; between 1024 and 256k
+    tokens. A CPU pool shares the process's RAM with everything else on the machine, so by
+    default it holds one full-length request (as llama.cpp's default context does) rather than
+    a share of the machine that the radix cache would fill."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         share = 0.6 if fraction is None else fraction
@@ -1017,6 +1034,12 @@ def _default_pool_tokens(
         how = f"{share:g} of {available / 2**30:.1f} GiB available RAM" + (
             ", capped at 4 GiB" if budget == 4 << 30 else ""
         )
+        cap = max(context_len, CPU_POOL_MIN_TOKENS)
+        if fraction is None and budget // bytes_per_token > cap:
+            budget = cap * bytes_per_token
+            how = (
+                "the context length" if cap == context_len else f"{cap} tokens"
+            ) + f" (within {how}; --kv-memory-fraction sizes it from RAM)"
     return int(max(1024, min(budget // bytes_per_token, 1 << 18))), how
 
 

@@ -92,6 +92,7 @@ class LlamaModel:
             )
             if weights.embed is head:  # tied: look up the head's own (maybe repacked) blocks
                 weights.embed = self.lm_head.weight
+            weights.lm_head = self.lm_head.weight  # not the blocks as loaded too (28 MB here)
         else:
             self.lm_head = PackedLinear(head, keep_weight=True)
         # set from another thread to end the forward in progress at its next layer boundary
