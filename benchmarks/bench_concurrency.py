@@ -155,7 +155,8 @@ def main() -> None:
         type=int,
         nargs="+",
         default=[128, 128, 64],
-        help="new tokens per request at each level (one value: all levels)",
+        help="new tokens per request at each level (one value: all levels; fewer values than "
+        "levels: the last one for the rest)",
     )
     ap.add_argument("--requests", type=int, default=None, help="requests per level (default 4x)")
     ap.add_argument("--plot", default="benchmarks/out/concurrency.png", help="PNG ('' to skip)")
@@ -187,7 +188,8 @@ def main() -> None:
                 noisy.append(turn)
 
     targets = [t.split("=", 1) for t in args.target]
-    budgets = args.max_tokens if len(args.max_tokens) > 1 else args.max_tokens * len(args.levels)
+    budgets = args.max_tokens[: len(args.levels)]
+    budgets += budgets[-1:] * (len(args.levels) - len(budgets))  # --levels 1 8 32 64: 64 at 64
     models = {name: model_of(url) for name, url in targets}
     top = max(args.levels)
     for name, url in targets:  # warm-up: first requests load kernels, caches and batch shapes
