@@ -79,8 +79,9 @@ MAX_STEP_MS = {"cpu": 300.0, "cuda": 100.0}  # default --max-step-ms per device 
 WARM_AHEAD_BYTES = 128 << 20
 WARM_DEMAND_S = 60.0
 IDLE_WAIT_S = 0.02  # an idle engine waits this long for a command between steps
-# an engine idle this long after steps trims the heap (``radixgen.heap``): a burst's freed
-# memory (~340 MB after 64 JSON-schema streams on the default model) leaves the RSS
+# an engine idle this long after loading or after steps trims the heap (``radixgen.heap``): a
+# burst's freed memory (~340 MB after 64 JSON-schema streams on the default model, ~40 MB
+# after loading it) leaves the RSS
 IDLE_TRIM_S = 1.0
 # the default CPU KV pool holds the context length, and at least this many tokens (64 running
 # requests of 128 tokens)
@@ -558,7 +559,7 @@ class Engine:
         if self.num_threads:  # OpenMP thread counts are per calling thread: set it here too
             torch.set_num_threads(self.num_threads)
         busy = False
-        last_busy, trimmed = time.monotonic(), True
+        last_busy, trimmed = time.monotonic(), False  # the first trim: what loading freed
         while not self._stopping:
             now = time.monotonic()
             self._warm_ahead.mark(self.kv.allocator.never_used_from, now)
