@@ -713,7 +713,7 @@ class QuantizedLinear:
         )
         on_cpu = weight.data.device.type == "cpu" and not self.triton
         self.lib = quant_c_library() if on_cpu else None
-        if amx == "on" and act == "f32" and not (self.lib is not None and _tiles_ok(self.lib)):
+        if amx == "on" and act == "f32" and not (on_cpu and amx_available()):
             raise ValueError(f"amx: on needs AMX tiles, and {amx_missing()}")
         if self.lib is not None and weight.fmt in ACT_Q8_FORMATS and not weight.layout:
             if (

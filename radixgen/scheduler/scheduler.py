@@ -78,8 +78,10 @@ class Scheduler:
         """
         allowance = _Allowance(self.chunk_size, self.budget.units())
         held_back = 0.0  # kept for admissions while running chunks take their share
-        order = order_waiting(self.waiting, self.policy, self.kv.cache) if self.waiting else []
-        others_wait = scoring or (self._admission_open() and self._head_ready(order))
+        # the policy's order (lpm matches every waiting request) only when admission may run
+        admitting = bool(self.waiting) and self._admission_open()
+        order = order_waiting(self.waiting, self.policy, self.kv.cache) if admitting else []
+        others_wait = scoring or self._head_ready(order)
         if self.budget.timed and others_wait:
             held_back = allowance.units * (1 - RUNNING_CHUNK_SHARE)
             allowance.units -= held_back
