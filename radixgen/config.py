@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .options import option
+from .parsers import reasoning as _reasoning
+from .parsers import tools as _tools
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ QUANTIZATIONS = ("none", "q8_0", "q4_0", "q4_1")
 QUANT_ACTIVATIONS = ("q8", "f32")  # = kernels.quant.ACTS
 CPU_AMX = ("auto", "on", "off")  # = kernels.quant.AMX_MODES
 KV_CACHE_DTYPES = ("auto", "int8", "fp8_e4m3")  # = kernels.kv_quant.KV_CACHE_DTYPES
+REASONING_PARSERS = ("auto", "none", *_reasoning.NAMES)
+TOOL_CALL_PARSERS = ("auto", *_tools.NAMES)
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,20 @@ class EngineConfig:
         "grammar engine for json_schema/regex/ebnf/choices (others: optional extras)",
         choices=GRAMMAR_BACKENDS,
     )
+    reasoning_parser: str = option(
+        "auto",
+        "where a thinking model's reasoning is: it comes back apart from the answer "
+        "(reasoning_content), and constraints hold only what follows it (auto: from the chat "
+        "template; none: the output is all answer)",
+        choices=REASONING_PARSERS,
+    )
+    tool_call_parser: str = option(
+        "auto",
+        "the format the model writes tool calls in, read back and held to strict tools' "
+        "schemas in that format (auto: from the chat template, else radixgen's own Hermes "
+        "prompt)",
+        choices=TOOL_CALL_PARSERS,
+    )
     num_threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
     speculative_algorithm: str | None = option(
         None,
@@ -223,6 +241,16 @@ class EngineConfig:
         if self.schedule_policy not in SCHEDULE_POLICIES:
             raise ValueError(
                 f"schedule_policy: expected {_one_of(SCHEDULE_POLICIES)}, got {self.schedule_policy!r}"
+            )
+        if self.reasoning_parser not in REASONING_PARSERS:
+            raise ValueError(
+                f"reasoning_parser: expected {_one_of(REASONING_PARSERS)}, "
+                f"got {self.reasoning_parser!r}"
+            )
+        if self.tool_call_parser not in TOOL_CALL_PARSERS:
+            raise ValueError(
+                f"tool_call_parser: expected {_one_of(TOOL_CALL_PARSERS)}, "
+                f"got {self.tool_call_parser!r}"
             )
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype: expected {_one_of(DTYPES)}, got {self.dtype!r}")

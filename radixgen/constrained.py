@@ -36,6 +36,7 @@ from .grammar.workers import PickledGrammar
 from .kernels import allocate_token_bitmask
 from .request import Req
 from .sampling_params import SamplingParams
+from .thinking import ThinkingMarks, ThinkingMatcher
 from .tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -68,6 +69,9 @@ class Constraints:
         self.remote = "auto"
         self.on_remote_reply: Callable[[], None] | None = None  # wakes the engine loop
         self._mask_worker: MaskWorker | None = None
+        # the reasoning markers of a thinking model (the engine sets them): constraints then
+        # hold what follows the reasoning, and max_thinking_tokens bounds it
+        self.thinking: ThinkingMarks | None = None
 
     @property
     def compiler(self) -> GrammarCompiler | ExternalCompiler:
@@ -93,10 +97,28 @@ class Constraints:
         threading.Thread(target=build, name="grammar-start", daemon=True).start()
 
     def start(self, req: Req, params: SamplingParams) -> None:
-        """Compile ``params``' constraint (cached) and attach a matcher; raises ``GrammarError``."""
+        """Compile ``params``' constraint (cached) and attach a matcher; raises ``GrammarError``.
+        With a thinking model the matcher is a ``ThinkingMatcher`` (the reasoning first) where
+        the output may reason and a constraint or ``max_thinking_tokens`` is given."""
         constraint = params.constraint
-        if constraint is None:
+        grammar = self._compile(constraint) if constraint is not None else None
+        thinking = self.thinking
+        if thinking is not None and (grammar is not None or params.max_thinking_tokens is not None):
+            opening = thinking.opening(self.tokenizer, req.prompt_ids)
+            if opening != "off":
+                # a grammar after reasoning runs here, also a heavy one: its first masks come
+                # once the reasoning ends, not in the mask worker
+                inner = grammar.matcher() if grammar is not None else None
+                req.matcher = ThinkingMatcher(thinking, opening, inner, params.max_thinking_tokens)
+                return
+        if grammar is None:
             return
+        if self._runs_remotely(grammar):
+            req.matcher = self._worker().open(grammar)
+        else:
+            req.matcher = grammar.matcher()
+
+    def _compile(self, constraint: tuple[str, Any]) -> Any:
         kind, spec = constraint  # the compiler's kinds are SamplingParams' constraint fields
         compiler = self.compiler
         if isinstance(compiler, GrammarCompiler) and kind in ("json_schema", "structural_tag"):
@@ -104,11 +126,7 @@ class Constraints:
             future = compiler.compile_async(kind, spec, strict=True)
         else:
             future = compiler.compile_async(kind, True if kind == "json_object" else spec)
-        grammar = future.result()
-        if self._runs_remotely(grammar):
-            req.matcher = self._worker().open(grammar)
-        else:
-            req.matcher = grammar.matcher()
+        return future.result()
 
     def _runs_remotely(self, grammar: Any) -> bool:
         if self.remote == "never" or not isinstance(
@@ -171,7 +189,7 @@ class Constraints:
 
     def bitmask(self, reqs: list[Req]) -> tuple[torch.Tensor | None, list[int]]:
         """An int32 bitmask ``[len(reqs), ceil(V/32)]`` with rows filled for constrained requests."""
-        rows = [i for i, r in enumerate(reqs) if r.matcher is not None]
+        rows = [i for i, r in enumerate(reqs) if r.matcher is not None and _masks(r.matcher)]
         if not rows:
             return None, rows
         bitmask = allocate_token_bitmask(len(reqs), self.vocab_size)
@@ -266,7 +284,7 @@ class Constraints:
             req.error = f"grammar: {exc}"
             return []
 
-    def _forced_tokens(self, matcher: TokenMatcher[Any]) -> list[int]:
+    def _forced_tokens(self, matcher: TokenMatcher[Any] | ThinkingMatcher) -> list[int]:
         text = matcher.forced_text()
         if not text:
             return []
@@ -286,3 +304,8 @@ class Constraints:
             self._compiler.shutdown()
         if self._mask_worker is not None:
             self._mask_worker.shutdown()
+
+
+def _masks(matcher: Any) -> bool:
+    """Whether ``matcher`` masks this step (a thinking model's free reasoning does not)."""
+    return not isinstance(matcher, ThinkingMatcher) or matcher.needs_mask()

@@ -49,6 +49,7 @@ from .models.llama import StepInterrupted
 from .models.loader import load_model, model_config
 from .output_processor import OutputProcessor, error_delta, make_delta
 from .outputs import EngineStats
+from .parsers.choice import choose
 from .prompts import prompt_ids
 from .request import Delta, Req, ReqStatus, RequestOutput, RunningReq, TokenLogprob
 from .sampler import Sampler
@@ -57,6 +58,7 @@ from .scheduler.scheduler import Scheduler
 from .scheduler.step_budget import attention_horizon, work
 from .scoring import ScoreJob, ScoreOutput, Scorer, ScoreRow
 from .speculative import DEFAULT_NUM_TOKENS, SpecStats, Speculator
+from .thinking import ThinkingMarks
 from .tokenizer import load_tokenizer
 
 if TYPE_CHECKING:
@@ -136,6 +138,12 @@ class Engine:
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
         self.tokenizer = load_tokenizer(path)
+        # the reasoning and tool-call formats (parsers/), before any grammar vocabulary is
+        # built: their markers stay in decoded text and grammars may write them
+        self.formats = choose(
+            self.config.reasoning_parser, self.config.tool_call_parser, self.tokenizer
+        )
+        self.tokenizer.keep_as_text(self.formats.markers)
         self.model = load_model(
             path,
             self.dtype,
@@ -166,6 +174,10 @@ class Engine:
             jump_forward=self.config.jump_forward,
             backend=self.config.grammar_backend,
         )
+        if self.formats.reasoning is not None:
+            self.constraints.thinking = ThinkingMarks.of(
+                self.formats.reasoning, self.tokenizer, self.model.config.vocab_size
+            )
         self.speculator = (
             Speculator(
                 self.config.speculative_num_tokens or DEFAULT_NUM_TOKENS,
@@ -199,6 +211,8 @@ class Engine:
         # daemon thread must not be inside torch while native libraries unload).
         self._at_exit = _shutdown_at_exit(weakref.ref(self))
         atexit.register(self._at_exit)
+        for note in self.formats.notes:
+            logger.info("%s", note)
         logger.info(
             "loaded %s (%s layers, vocab %d) on %s/%s in %.1fs; weights %s; KV pool %d tokens "
             "(%.2f GiB, %s, %s); context %d; steps target %s",

@@ -24,6 +24,7 @@ from .sampling_params import SamplingParams
 if TYPE_CHECKING:
     from .grammar.matcher import TokenMatcher
     from .grammar.remote import RemoteMatcher
+    from .thinking import ThinkingMatcher
 
 
 class ReqStatus(enum.Enum):
@@ -102,7 +103,7 @@ class Req:
     prefix_hint: int = 0  # cached prefix length found by the policy (for ordering only)
     generator: torch.Generator | None = None
     # when constrained: its cursor in the grammar (in the mask worker for a heavy grammar)
-    matcher: TokenMatcher[Any] | RemoteMatcher | None = None
+    matcher: TokenMatcher[Any] | RemoteMatcher | ThinkingMatcher | None = None
     streamed_len: int = 0  # characters of output text already emitted
     num_sent_ids: int = 0  # output tokens already emitted
     finish_reason: str | None = None

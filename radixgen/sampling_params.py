@@ -54,6 +54,13 @@ class SamplingParams:
     stop_regex: str | list[str] | None = None  # Python ``re``: stop where the text first matches
     no_stop_trim: bool = False  # keep the matched stop string / regex match in the output
     min_new_tokens: int = 0  # EOS and stop_token_ids are masked until this many were generated
+    # With a reasoning parser: the reasoning is closed (its end marker forced) after this many
+    # tokens of it (thinking.py); None: no bound but max_new_tokens.
+    max_thinking_tokens: int | None = option(
+        None,
+        "with a reasoning model: close the reasoning after this many tokens of it",
+        group="sampling",
+    )
     ignore_eos: bool = False
     repetition_penalty: float = 1.0
     frequency_penalty: float = 0.0
@@ -150,6 +157,11 @@ class SamplingParams:
             _is_int(self.min_new_tokens) and 0 <= self.min_new_tokens <= self.max_new_tokens,
             f"min_new_tokens: expected an integer in [0, max_new_tokens ({self.max_new_tokens})], "
             f"got {self.min_new_tokens!r}",
+        )
+        _check(
+            self.max_thinking_tokens is None
+            or (_is_int(self.max_thinking_tokens) and self.max_thinking_tokens >= 0),
+            f"max_thinking_tokens: expected an integer >= 0, got {self.max_thinking_tokens!r}",
         )
         _check(
             self.spaces_between_special_tokens,

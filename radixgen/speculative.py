@@ -359,7 +359,8 @@ class Speculator:
         p = req.params
         if p.needs_penalties or len(req.output_ids) < p.min_new_tokens:
             return False
-        return req.matcher is None or hasattr(req.matcher, "rollback")
+        matcher = req.matcher
+        return matcher is None or getattr(matcher, "can_rollback", hasattr(matcher, "rollback"))
 
     def record(self, req: Req, drafted: int, accepted: int) -> None:
         """A verified row kept ``accepted`` of its ``drafted`` tokens."""

@@ -68,7 +68,29 @@ class Tokenizer:
         self.special_ids: set[int] = {
             i for i, tok in backend.get_added_tokens_decoder().items() if tok.special
         }
+        # special tokens that decode as text anyway (``keep_as_text``)
+        self.text_special_ids: set[int] = set()
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
+
+    def token_id(self, text: str) -> int | None:
+        """The id of the token spelled ``text`` (an added token's content, or a vocabulary
+        entry), or None when no single token is."""
+        token_id = self.backend.token_to_id(text)
+        return None if token_id is None or token_id >= self.vocab_size else token_id
+
+    def keep_as_text(self, texts: Sequence[str]) -> list[str]:
+        """Decode the special tokens spelled ``texts`` as text (``skip_special_tokens`` keeps
+        them) and let grammars write them: the markers a tool-call or reasoning parser reads,
+        which some tokenizers mark special (Mistral's ``[TOOL_CALLS]``). Call before a grammar
+        vocabulary is built from this tokenizer. Returns the texts that were special."""
+        kept = []
+        for text in texts:
+            token_id = self.token_id(text)
+            if token_id is not None and token_id in self.special_ids:
+                self.special_ids.discard(token_id)
+                self.text_special_ids.add(token_id)
+                kept.append(text)
+        return kept
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Token ids of ``text``; a leading BOS only if asked and the model uses one."""
@@ -78,6 +100,9 @@ class Tokenizer:
         return ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        if skip_special_tokens and self.text_special_ids:  # skip all specials but the kept
+            special = self.special_ids
+            return self.backend.decode([i for i in ids if i not in special], False)
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     def id_to_token(self, token_id: int) -> str | None:

@@ -52,8 +52,18 @@ ENGINE_FLAGS = {
     "--node-rank",
     "--dist-init-addr",
     "--speculative-draft-model",
+    "--reasoning-parser",  # issue #50
+    "--tool-call-parser",
 }
-SAMPLING_FLAGS = {"--max-new-tokens", "--temperature", "--top-p", "--top-k", "--seed", "--stop"}
+SAMPLING_FLAGS = {
+    "--max-new-tokens",
+    "--temperature",
+    "--top-p",
+    "--top-k",
+    "--seed",
+    "--stop",
+    "--max-thinking-tokens",  # issue #50
+}
 SERVER_FLAGS = {
     "--host",
     "--port",
