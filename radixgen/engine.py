@@ -688,6 +688,11 @@ class Engine:
         if self.dead is not None:
             raise RuntimeError(f"the engine stopped: {self.dead}")
         params = sampling_params(params).validate(self.model.config.vocab_size)
+        if params.max_thinking_tokens is not None and self.formats.reasoning is None:
+            raise ValueError(
+                "max_thinking_tokens: this model has no reasoning format to bound "
+                "(--reasoning-parser: none is active)"
+            )
         prompt_ids = self._prompt_ids(prompt)
         rid = rid or uuid.uuid4().hex
         req = Req(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.meta
 import jinja2.sandbox
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
@@ -108,6 +109,12 @@ class Tokenizer:
     def id_to_token(self, token_id: int) -> str | None:
         return self.backend.id_to_token(token_id)
 
+    def template_variables(self) -> frozenset[str]:
+        """The names the chat template reads from its context (``chat_template_kwargs``)."""
+        if self.chat_template is None:
+            return frozenset()
+        return _template_variables(self.chat_template)
+
     def apply_chat_template(
         self,
         messages: list[dict[str, Any]],
@@ -150,15 +157,25 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
-@functools.lru_cache(maxsize=16)
-def _compile_template(source: str) -> jinja2.Template:
+def _environment() -> jinja2.sandbox.ImmutableSandboxedEnvironment:
     env = jinja2.sandbox.ImmutableSandboxedEnvironment(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
     )
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
-    return env.from_string(source)
+    return env
+
+
+@functools.lru_cache(maxsize=16)
+def _compile_template(source: str) -> jinja2.Template:
+    return _environment().from_string(source)
+
+
+@functools.lru_cache(maxsize=16)
+def _template_variables(source: str) -> frozenset[str]:
+    env = _environment()
+    return frozenset(jinja2.meta.find_undeclared_variables(env.parse(source)))
 
 
 # --------------------------------------------------------------------------- loading

@@ -77,6 +77,7 @@ SERVER_FLAGS = {
     "--keep-alive-timeout",
     "--max-connections",
     "--router-policy",
+    "--tool-strict-level",  # issue #50
 }
 ROUTER_FLAGS = {
     "--worker-urls",

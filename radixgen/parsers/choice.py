@@ -43,7 +43,7 @@ class ModelFormats:
 
 def renders_tools(tokenizer: Any) -> bool:
     """Whether the chat template uses its ``tools`` argument."""
-    if not tokenizer.chat_template:
+    if not getattr(tokenizer, "chat_template", True):  # None or "": no template
         return False
     try:
         probe = tokenizer.apply_chat_template(_PROBE, add_generation_prompt=True, tools=_PROBE_TOOL)

@@ -117,7 +117,7 @@ class EngineClient:
         self.engine = engine
         self.settings = settings
         self.metrics = metrics
-        self.renderer = ChatRenderer(engine.tokenizer)
+        self.renderer = ChatRenderer(engine.tokenizer, getattr(engine, "formats", None))
         self.in_flight = 0
         self.live: set[Generation] = set()  # generations with unfinished requests
         path = Path(engine.model_path)

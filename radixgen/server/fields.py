@@ -51,7 +51,11 @@ def refused(note: str, *neutral: Any) -> Rule:
 # Fields that SamplingParams does not hold yet (another branch adds them): refused here, in one
 # place, until they are mapped to their SamplingParams fields.
 # vLLM's names for SamplingParams fields: the client's field -> the SamplingParams field
-RENAMED = {"min_tokens": "min_new_tokens", "include_stop_str_in_output": "no_stop_trim"}
+RENAMED = {
+    "min_tokens": "min_new_tokens",
+    "include_stop_str_in_output": "no_stop_trim",
+    "thinking_budget": "max_thinking_tokens",  # SGLang's and Qwen's name
+}
 
 # ------------------------------------------------------------------------- shared by both routes
 _OPENAI_COMMON: dict[str, Rule] = {
@@ -81,6 +85,7 @@ SAMPLING_EXTRAS = (
     "stop_regex",  # SGLang
     "no_stop_trim",  # SGLang
     "spaces_between_special_tokens",  # SGLang (true only)
+    "max_thinking_tokens",  # a reasoning budget: the reasoning ends when it is spent
 )
 
 _EXTRAS: dict[str, Rule] = {
@@ -105,6 +110,7 @@ _EXTRAS: dict[str, Rule] = {
     # decoding options radixgen does not have
     "min_tokens": honored("vLLM: EOS and stop_token_ids masked until this many tokens"),
     "include_stop_str_in_output": honored("vLLM: the stop string stays in the text"),
+    "thinking_budget": honored("max_thinking_tokens under SGLang's name"),
     "max_new_tokens": refused("the OpenAI routes take max_tokens"),
     "use_beam_search": refused("beam search is not supported", False),
     "length_penalty": refused("only used by beam search, which is not supported", 1, 1.0),
@@ -145,9 +151,11 @@ CHAT_FIELDS: dict[str, Rule] = {
     "prompt_cache_retention": ignored("a caching hint"),
     "prompt_cache_options": ignored("a caching hint"),
     "prediction": ignored("predicted output only speeds decoding up at OpenAI"),
-    "include_reasoning": ignored("the model has no reasoning output"),
-    "separate_reasoning": ignored("the model has no reasoning output"),
-    "stream_reasoning": ignored("the model has no reasoning output"),
+    "include_reasoning": honored("vLLM: false drops the reasoning from the message"),
+    "separate_reasoning": honored(
+        "SGLang: false leaves the reasoning, markers and all, in content"
+    ),
+    "stream_reasoning": honored("SGLang: false sends the reasoning in one delta when it ends"),
     "mm_processor_kwargs": ignored("the model takes text only"),
     "modalities": refused("only text output", ["text"]),
     "audio": refused("only text output"),
@@ -163,7 +171,9 @@ CHAT_FIELDS: dict[str, Rule] = {
     "add_special_tokens": refused("the chat template adds the special tokens", False),
     "documents": refused("the chat template takes no documents"),
     "chat_template": refused("the model's chat template is used"),
-    "chat_template_kwargs": refused("the model's chat template takes no arguments", {}),
+    "chat_template_kwargs": honored(
+        "passed to the chat template (enable_thinking ...); a key it does not read is a 400"
+    ),
 }
 
 COMPLETION_FIELDS: dict[str, Rule] = {
@@ -367,7 +377,9 @@ _NOT_RESPONSES = ("max_new_tokens", "best_of", "response_format")
 # the openai client's ``extra_body`` sends); ``responses_api`` applies it with ``check_table``.
 RESPONSES_FIELDS: dict[str, Rule] = {
     "model": honored("any name; the response reports the served one"),
-    "input": honored("text, or message / function_call / function_call_output items (text only)"),
+    "input": honored(
+        "text, or message / reasoning / function_call / function_call_output items (text only)"
+    ),
     "instructions": honored("a system message before the input (not carried to the next turn)"),
     "max_output_tokens": honored(),
     "temperature": honored(),
@@ -382,7 +394,9 @@ RESPONSES_FIELDS: dict[str, Rule] = {
     "include": honored("message.output_text.logprobs; the others name outputs never made"),
     "top_logprobs": honored("with include message.output_text.logprobs"),
     "truncation": refused("the input is never truncated (a 400 when too long)", "disabled"),
-    "reasoning": refused("the model has no reasoning modes", {}, {"effort": "none"}),
+    "reasoning": honored(
+        "effort none closes a thinking model's reasoning; other efforts need one; no summary"
+    ),
     "metadata": ignored("echoed in the response; it cannot change the output"),
     "user": ignored("an end-user id for abuse monitoring"),
     "safety_identifier": ignored("an end-user id for abuse monitoring"),

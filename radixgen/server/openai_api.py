@@ -19,6 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 
+from ..parsers.tools import HERMES, ToolFormat
 from ..prompts import check_token_ids, prompt_ids
 from ..request import RequestOutput
 from ..sampling_params import SamplingParams
@@ -46,7 +47,7 @@ from .protocol import (
     Tool,
     _OpenAISampling,
 )
-from .tool_parser import ToolOutput, merge_events
+from .tool_parser import ChoiceOutput, ToolOutput, merge_events
 from .tools import constrained_schema, strict_auto_tag
 
 router = APIRouter()
@@ -94,7 +95,18 @@ def sampling_params(
     if constraint is not None:
         fields[constraint[1]] = constraint[2]
     fields.update(overrides)
-    return SamplingParams.from_dict(fields)
+    try:
+        return SamplingParams.from_dict(fields)
+    except ValueError as exc:
+        raise _renamed_error(exc, sent) from None
+
+
+def _renamed_error(exc: ValueError, sent: dict[str, Any]) -> Exception:
+    """``exc`` naming the client's field where the client sent a ``RENAMED`` one."""
+    for client_name, name in RENAMED.items():
+        if client_name in sent and str(exc).startswith(f"{name}:"):
+            return APIError(400, f"{client_name}:{str(exc)[len(name) + 1 :]}", param=client_name)
+    return exc
 
 
 def _token_id(key: str) -> int:
@@ -110,16 +122,27 @@ def check_max_tokens(value: int | None, param: str, allow_zero: bool = False) ->
         raise APIError(400, f"{param}: expected an integer >= {low}, got {value!r}", param=param)
 
 
-async def submit(client: EngineClient, jobs: list[Job], constraint: Constraint | None):
-    """``client.submit``; an error of the constraint names the client's field it came from."""
+async def submit(
+    client: EngineClient,
+    jobs: list[Job],
+    constraint: Constraint | None,
+    sent: dict[str, Any] | None = None,
+):
+    """``client.submit``; an error of the constraint names the client's field it came from
+    (and one of a ``RENAMED`` field the client's name, when ``sent`` holds it)."""
     try:
         return await client.submit(jobs)
     except ValueError as exc:
-        for client_name, name in RENAMED.items():  # vLLM's names: the error names the client's
-            if str(exc).startswith(f"{name}:") and name not in SAMPLING_EXTRAS:
-                raise APIError(
-                    400, f"{client_name}:{str(exc)[len(name) + 1 :]}", param=client_name
-                ) from None
+        if sent is not None:
+            renamed = _renamed_error(exc, sent)
+            if renamed is not exc:
+                raise renamed from None
+        else:
+            for client_name, name in RENAMED.items():  # vLLM's names: the client's is named
+                if str(exc).startswith(f"{name}:") and name not in SAMPLING_EXTRAS:
+                    raise APIError(
+                        400, f"{client_name}:{str(exc)[len(name) + 1 :]}", param=client_name
+                    ) from None
         if constraint is not None and constraint[0] != constraint[1]:
             if str(exc).startswith((f"{constraint[1]}:", f"{constraint[1]}.")):
                 field = constraint[0]
@@ -227,8 +250,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     _check_choices(body, client)
     tool_choice = body.tool_choice or ("auto" if body.tools else "none")
     check_strict_tools(body.tools)
-    params, constraint = _chat_params(body, sent, tool_choice)
-    prompt = await asyncio.to_thread(client.renderer.render, body.messages, body.tools, tool_choice)
+    params, constraint = _chat_params(body, sent, tool_choice, client)
+    template_kwargs = template_kwargs_of(sent, client)
+    prompt = await asyncio.to_thread(
+        client.renderer.render, body.messages, body.tools, tool_choice, template_kwargs
+    )
     max_tokens = (
         body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     )
@@ -243,10 +269,13 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         prompt_param="messages",
         max_tokens_param=param,
     )
-    gen = await submit(client, jobs, constraint)
+    gen = await submit(client, jobs, constraint, sent)
     meta = _meta("chatcmpl", client, body.model)
     bare = not holds_tagged_calls(constraint)
-    outputs = [ToolOutput(body.tools, tool_choice, bare_calls=bare) for _ in range(body.n)]
+    outputs = [
+        choice_output(client, sent, prompt, body.tools, tool_choice, bare=bare, stream=body.stream)
+        for _ in range(body.n)
+    ]
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = chat_stream(gen, meta, outputs, engine.tokenizer, body.logprobs, include_usage)
@@ -257,7 +286,70 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         _chat_choice(i, r, outputs[i], engine.tokenizer, body.logprobs)
         for i, r in enumerate(results)
     ]
-    return _completion_response(meta, "chat.completion", choices, usage(results, body.n))
+    reasoning = [o.reasoning_text for o in outputs]
+    return _completion_response(
+        meta, "chat.completion", choices, usage(results, body.n, reasoning, engine.tokenizer)
+    )
+
+
+# --------------------------------------------------------------------------- reasoning, templates
+
+
+def _flag(sent: dict[str, Any], name: str, default: bool) -> bool:
+    value = sent.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise APIError(400, f"{name}: expected true or false, got {value!r}", param=name)
+    return value
+
+
+# chat_template_kwargs that ask a thinking model not to think: a model with no reasoning
+# format does not think, so they are met (and accepted) there whatever its template reads
+_NO_THINKING = {"enable_thinking": False, "thinking": False}
+
+
+def template_kwargs_of(sent: dict[str, Any], client: EngineClient) -> dict[str, Any]:
+    """The request's ``chat_template_kwargs``, checked against what the template reads."""
+    kwargs = sent.get("chat_template_kwargs")
+    if kwargs is None:
+        return {}
+    renderer = client.renderer
+    if isinstance(kwargs, dict) and renderer.formats.reasoning is None:
+        known = renderer.template_variables()
+        kwargs = {
+            k: v
+            for k, v in kwargs.items()
+            if not (k not in known and k in _NO_THINKING and v is _NO_THINKING[k])
+        }
+    try:
+        renderer.check_template_kwargs(kwargs)
+    except ValueError as exc:
+        param = str(exc).split(":", 1)[0]
+        raise APIError(400, str(exc), param=param) from None
+    return dict(kwargs)
+
+
+def choice_output(
+    client: EngineClient,
+    sent: dict[str, Any],
+    prompt: str,
+    tools: list[Tool] | None,
+    tool_choice: Any,
+    *,
+    bare: bool,
+    stream: bool,
+) -> ChoiceOutput:
+    """One choice's reader: the model's reasoning (as the request wants it), then its calls
+    in the model's tool format."""
+    formats = client.renderer.formats
+    separate = _flag(sent, "separate_reasoning", True)
+    include = _flag(sent, "include_reasoning", True)
+    hold = not _flag(sent, "stream_reasoning", True)
+    answer = ToolOutput(tools, tool_choice, bare_calls=bare, fmt=formats.tools, stream=stream)
+    fmt = formats.reasoning
+    reasoning = (fmt, fmt.opening(prompt[-512:])) if fmt is not None and separate else None
+    return ChoiceOutput(answer, reasoning, include=include, hold=hold)
 
 
 # message fields beyond ChatMessage's that cannot change the output (at any value, or at the
@@ -302,7 +394,7 @@ def _check_text_only(messages: list[ChatMessage]) -> None:
 
 
 def _chat_params(
-    body: ChatCompletionRequest, sent: dict[str, Any], tool_choice: Any
+    body: ChatCompletionRequest, sent: dict[str, Any], tool_choice: Any, client: EngineClient
 ) -> tuple[SamplingParams, Constraint | None]:
     """``(params, the constraint and the field it came from)``.
 
@@ -314,7 +406,13 @@ def _chat_params(
         raise APIError(400, "top_logprobs: requires logprobs: true", param="top_logprobs")
     parallel = body.parallel_tool_calls is not False
     constraint = tool_constraint(
-        constraints(sent), body.tools, tool_choice, parallel=parallel, field="tools"
+        constraints(sent),
+        body.tools,
+        tool_choice,
+        parallel=parallel,
+        field="tools",
+        fmt=client.renderer.formats.tools,
+        level=client.settings.tool_strict_level,
     )
     params = sampling_params(
         sent, constraint, logprobs=body.logprobs, top_logprobs=body.top_logprobs or 0
@@ -329,6 +427,8 @@ def tool_constraint(
     *,
     parallel: bool,
     field: str,
+    fmt: ToolFormat = HERMES,
+    level: int = 0,
 ) -> Constraint | None:
     """The one constraint of a request that may carry tools: those ``found`` in the body, the
     calls a required or named ``tool_choice`` asks for (from the client's ``field``), and under
@@ -342,18 +442,23 @@ def tool_constraint(
         found = [*found, (field, "json_schema", schema)]
     constraint = one_constraint(found)
     if tool_choice == "auto" and tools:
-        constraint = _strict_auto(tools, constraint, parallel=parallel)
+        constraint = _strict_auto(tools, constraint, parallel=parallel, fmt=fmt, level=level)
     return constraint
 
 
 def _strict_auto(
-    tools: list[Tool], other: Constraint | None, *, parallel: bool
+    tools: list[Tool], other: Constraint | None, *, parallel: bool, fmt: ToolFormat, level: int
 ) -> Constraint | None:
-    """ "auto" with strict ``tools``: the structural tag that holds their calls (and ``other``,
-    the request's other constraint); ``other`` itself when no tool is strict."""
+    """ "auto" with held calls (a strict tool, or ``level`` > 0): the structural tag that
+    holds them in ``fmt`` (and ``other``, the request's other constraint); ``other`` itself
+    when no call is held."""
     try:
-        tag = strict_auto_tag(tools, other[1:] if other else None, parallel=parallel)
+        tag = strict_auto_tag(
+            tools, other[1:] if other else None, parallel=parallel, fmt=fmt, level=level
+        )
     except ValueError as exc:
+        if str(exc).startswith("tools:"):
+            raise APIError(400, str(exc), param="tools") from None
         assert other is not None
         raise APIError(400, f"{other[0]}: {exc}", param=other[0]) from None
     return other if tag is None else ("tools", "structural_tag", tag)
@@ -365,15 +470,17 @@ def holds_tagged_calls(constraint: Constraint | None) -> bool:
 
 
 def _chat_choice(
-    index: int, result: RequestOutput, output: ToolOutput, tokenizer: Any, logprobs: bool
+    index: int, result: RequestOutput, output: ChoiceOutput, tokenizer: Any, logprobs: bool
 ) -> dict:
     events = output.feed(result.text) + output.finish()
-    content, calls = merge_events(events)
+    content, calls, reasoning = merge_events(events)
     message: dict[str, Any] = {
         "role": "assistant",
         "content": content if calls else (content or ""),
         "refusal": None,
     }
+    if reasoning is not None:  # vLLM's and SGLang's name, and the newer one
+        message["reasoning_content"] = message["reasoning"] = reasoning
     if calls:
         message["tool_calls"] = calls
     return {
@@ -425,7 +532,7 @@ async def completions(body: CompletionRequest, request: Request):
             add_special_tokens=add_special,
         )
     ]
-    gen = await submit(client, jobs, constraint)
+    gen = await submit(client, jobs, constraint, sent)
     if body.stream:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         stream = completion_stream(

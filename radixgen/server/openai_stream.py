@@ -18,7 +18,7 @@ import orjson
 from .engine_client import Generation
 from .errors import generation_error
 from .logprobs import chat_logprobs, completion_logprobs
-from .tool_parser import ToolOutput
+from .tool_parser import ChoiceOutput
 
 DONE = b"data: [DONE]\n\n"
 
@@ -27,20 +27,28 @@ def sse(payload: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(payload) + b"\n\n"
 
 
-def usage(outputs: list[Any], n: int) -> dict[str, Any]:
+def usage(
+    outputs: list[Any], n: int, reasoning: list[str] | None = None, tokenizer: Any = None
+) -> dict[str, Any]:
     """OpenAI ``usage`` of finished requests (``RequestOutput`` or final ``Delta``), ``n`` per prompt.
 
     Prompt tokens count once per prompt (its first choice), completion tokens for every choice.
+    With ``reasoning`` (each choice's reasoning text) ``completion_tokens_details`` says how many
+    of them were reasoning (the text's tokens; the markers are not counted).
     """
     firsts = outputs[::n]
     prompt = sum(o.prompt_tokens for o in firsts)
     completion = sum(o.completion_tokens for o in outputs)
-    return {
+    out: dict[str, Any] = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": sum(o.cached_tokens for o in firsts)},
     }
+    if reasoning is not None and tokenizer is not None and any(reasoning):
+        count = sum(len(tokenizer.encode(text)) for text in reasoning if text)
+        out["completion_tokens_details"] = {"reasoning_tokens": min(count, completion)}
+    return out
 
 
 def finish_reason(reason: str | None, num_calls: int) -> str | None:
@@ -59,8 +67,10 @@ class _ChunkWriter:
             payload["usage"] = None
         return sse(payload)
 
-    def usage(self, finals: list[Any], n: int) -> bytes:
-        return sse({**self.base, "choices": [], "usage": usage(finals, n)})
+    def usage(
+        self, finals: list[Any], n: int, reasoning: list[str] | None = None, tokenizer: Any = None
+    ) -> bytes:
+        return sse({**self.base, "choices": [], "usage": usage(finals, n, reasoning, tokenizer)})
 
 
 def _event_deltas(
@@ -71,6 +81,8 @@ def _event_deltas(
     for kind, value in events:
         if kind == "content":
             out.append({"content": value})
+        elif kind == "reasoning":  # vLLM's and SGLang's name, and the newer one
+            out.append({"reasoning_content": value, "reasoning": value})
         elif kind in ("call", "call_start"):
             out.append({"tool_calls": [value.as_openai(index=next_call[index])]})
             next_call[index] += 1
@@ -84,7 +96,7 @@ def _event_deltas(
 async def chat_stream(
     gen: Generation,
     meta: dict[str, Any],
-    outputs: list[ToolOutput],
+    outputs: list[ChoiceOutput],
     tokenizer: Any,
     logprobs: bool,
     include_usage: bool,
@@ -122,7 +134,7 @@ async def chat_stream(
                     {"index": index, "delta": {}, "logprobs": None, "finish_reason": reason}
                 )
     if include_usage:
-        yield writer.usage(finals, gen.count)
+        yield writer.usage(finals, gen.count, [o.reasoning_text for o in outputs], tokenizer)
     yield DONE
 
 

@@ -40,6 +40,7 @@ from .fields import (
 from .logprobs import chat_logprobs
 from .openai_api import (
     check_max_tokens,
+    choice_output,
     client_of,
     holds_tagged_calls,
     sampling_params,
@@ -58,7 +59,7 @@ from .responses_input import (
 )
 from .responses_store import ResponseStore, StoredResponse
 from .responses_stream import OutputItems, Payload, item_id, item_status, response_stream
-from .tool_parser import ToolOutput
+from .tool_parser import ChoiceOutput
 
 router = APIRouter()
 
@@ -89,10 +90,15 @@ async def create_response(body: ResponsesRequest, request: Request):
     tool_choice = chat_tool_choice(body.tool_choice, bool(tools))
     check_strict_tools(tools, "tools[{}].parameters")
     logprobs = _wants_logprobs(body.include)
-    params, constraint = _params(body, sent, tools, tool_choice, logprobs)
+    params, constraint = _params(body, sent, tools, tool_choice, logprobs, client)
     check_max_tokens(body.max_output_tokens, "max_output_tokens")
+    template_kwargs = _reasoning_kwargs(sent, client)
     prompt = await asyncio.to_thread(
-        client.renderer.render, _prompt_messages(body, conversation), tools, tool_choice
+        client.renderer.render,
+        _prompt_messages(body, conversation),
+        tools,
+        tool_choice,
+        template_kwargs,
     )
     job = Job(
         prompt,
@@ -102,12 +108,13 @@ async def create_response(body: ResponsesRequest, request: Request):
         prompt_param="input",
         max_tokens_param="max_output_tokens",
     )
-    gen = await submit(client, [job], constraint)
+    gen = await submit(client, [job], constraint, sent)
     started = _started(body, sent, client)
     kept = store if body.store is not False else None
     listed = tuple(input_item_list(body.input, item_id)) if kept is not None else ()
-    complete = partial(_complete, started, kept, conversation, listed)
-    output = ToolOutput(tools, tool_choice, bare_calls=not holds_tagged_calls(constraint))
+    complete = partial(_complete, started, kept, conversation, listed, client.engine.tokenizer)
+    bare = not holds_tagged_calls(constraint)
+    output = choice_output(client, sent, prompt, tools, tool_choice, bare=bare, stream=body.stream)
     tokenizer = client.engine.tokenizer
     if body.stream:
         stream = response_stream(gen, started, output, tokenizer, logprobs, complete)
@@ -119,7 +126,7 @@ async def create_response(body: ResponsesRequest, request: Request):
 
 
 def _whole_output(
-    result: RequestOutput, output: ToolOutput, tokenizer: Any, logprobs: bool
+    result: RequestOutput, output: ChoiceOutput, tokenizer: Any, logprobs: bool
 ) -> list[Payload]:
     """The output items of a finished request, made as a stream makes them."""
     items = OutputItems()
@@ -196,6 +203,44 @@ def _without_neutral_reasoning(sent: dict[str, Any]) -> dict[str, Any]:
     return {**sent, "reasoning": {k: v for k, v in reasoning.items() if v is not None}}
 
 
+# reasoning.effort values: "none" turns a thinking model's reasoning off; the others leave it on
+_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+
+
+def _reasoning_kwargs(sent: dict[str, Any], client: EngineClient) -> dict[str, Any]:
+    """The chat template kwargs of ``reasoning`` (``effort``; ``summary`` is refused: no
+    summaries are written). ``effort: "none"`` renders a thinking model's prompt with its
+    reasoning closed (``enable_thinking: false``); another effort needs a thinking model."""
+    reasoning = sent.get("reasoning") or {}
+    if not isinstance(reasoning, dict):
+        raise APIError(400, "reasoning: expected an object", param="reasoning")
+    for key, value in reasoning.items():
+        if value is None:
+            continue
+        if key != "effort":
+            raise APIError(400, f"reasoning.{key}: not supported", param=f"reasoning.{key}")
+        if value not in _EFFORTS:
+            message = f"reasoning.effort: expected one of {', '.join(_EFFORTS)}, got {value!r}"
+            raise APIError(400, message, param="reasoning.effort")
+    effort = reasoning.get("effort")
+    formats = client.renderer.formats
+    if effort is None or (effort == "none" and formats.reasoning is None):
+        return {}
+    if formats.reasoning is None:
+        raise APIError(
+            400, "reasoning.effort: this model does not reason", param="reasoning.effort"
+        )
+    if effort != "none":
+        return {}
+    if "enable_thinking" not in client.renderer.template_variables():
+        raise APIError(
+            400,
+            "reasoning.effort: none, but this model's chat template cannot turn reasoning off",
+            param="reasoning.effort",
+        )
+    return {"enable_thinking": False}
+
+
 def _history(store: ResponseStore, previous_response_id: str | None) -> list[ChatMessage]:
     if previous_response_id is None:
         return []
@@ -233,12 +278,21 @@ def _params(
     tools: list[Tool] | None,
     tool_choice: Any,
     logprobs: bool,
+    client: EngineClient,
 ) -> tuple[SamplingParams, Constraint | None]:
     """``(params, the constraint and the field it came from)``, as the chat route's: the text
     format, a required or named tool choice, or a chat extra; two of them are a 400."""
     found = constraints(sent) + (text_constraint(body.text) if body.text is not None else [])
     parallel = body.parallel_tool_calls is not False
-    constraint = tool_constraint(found, tools, tool_choice, parallel=parallel, field="tool_choice")
+    constraint = tool_constraint(
+        found,
+        tools,
+        tool_choice,
+        parallel=parallel,
+        field="tool_choice",
+        fmt=client.renderer.formats.tools,
+        level=client.settings.tool_strict_level,
+    )
     top = body.top_logprobs or 0
     params = sampling_params(
         sent, constraint, logprobs=logprobs, top_logprobs=top if logprobs else 0
@@ -268,7 +322,7 @@ def _started(body: ResponsesRequest, sent: dict[str, Any], client: EngineClient)
         "parallel_tool_calls": body.parallel_tool_calls is not False,
         "previous_response_id": body.previous_response_id,
         "prompt_cache_key": sent.get("prompt_cache_key"),
-        "reasoning": {"effort": None, "summary": None},
+        "reasoning": {"effort": (sent.get("reasoning") or {}).get("effort"), "summary": None},
         "safety_identifier": sent.get("safety_identifier"),
         "service_tier": "default",
         "store": body.store is not False,
@@ -290,6 +344,7 @@ def _complete(
     store: ResponseStore | None,
     conversation: list[ChatMessage],
     input_items: tuple[Payload, ...],
+    tokenizer: Any,
     result: RequestOutput | Any | None,
     items: list[Payload],
     error: str | None,
@@ -303,7 +358,9 @@ def _complete(
         **started,
         "status": "failed" if error else "incomplete" if reason == "length" else "completed",
         "output": items,
-        "usage": _usage(result) if result is not None else None,
+        "usage": _usage(result, _reasoning_tokens(items, tokenizer))
+        if result is not None
+        else None,
     }
     if error:
         response["error"] = {"code": "server_error", "message": error}
@@ -317,11 +374,16 @@ def _complete(
     return response
 
 
-def _usage(result: Any) -> Payload:
+def _reasoning_tokens(items: list[Payload], tokenizer: Any) -> int:
+    texts = [p["text"] for i in items if i["type"] == "reasoning" for p in i["content"]]
+    return sum(len(tokenizer.encode(t)) for t in texts if t)
+
+
+def _usage(result: Any, reasoning_tokens: int = 0) -> Payload:
     return {
         "input_tokens": result.prompt_tokens,
         "input_tokens_details": {"cached_tokens": result.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": result.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": result.prompt_tokens + result.completion_tokens,
     }

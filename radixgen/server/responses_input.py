@@ -93,7 +93,9 @@ def input_messages(items: str | list[Any], history: list[ChatMessage]) -> list[C
             raise _bad(where, f"expected an object, got {type(item).__name__}")
         kind = item.get("type", "message")
         if kind == "message":
-            messages.append(_message(item, where))
+            _add_message(messages, _message(item, where))
+        elif kind == "reasoning":
+            _add_reasoning(messages, item, where)
         elif kind == "function_call":
             _add_call(messages, item, where)
         elif kind == "function_call_output":
@@ -101,10 +103,45 @@ def input_messages(items: str | list[Any], history: list[ChatMessage]) -> list[C
         else:
             raise _bad(
                 f"{where}.type",
-                f"{kind!r} items are not supported (message, function_call and "
+                f"{kind!r} items are not supported (message, reasoning, function_call and "
                 "function_call_output are)",
             )
     return messages
+
+
+def _add_message(messages: list[ChatMessage], message: ChatMessage) -> None:
+    """An assistant message joins the reasoning item just before it."""
+    last = messages[-1] if messages else None
+    if message.role == "assistant" and last is not None and _reasoning_only(last):
+        messages[-1] = last.model_copy(update={"content": message.content})
+    else:
+        messages.append(message)
+
+
+def _reasoning_only(message: ChatMessage) -> bool:
+    return (
+        message.role == "assistant"
+        and not message.text
+        and not message.tool_calls
+        and bool((message.model_extra or {}).get("reasoning_content"))
+    )
+
+
+def _add_reasoning(messages: list[ChatMessage], item: dict[str, Any], where: str) -> None:
+    """A ``reasoning`` item starts the assistant turn it reasoned for (its ``reasoning_text``
+    parts become the message's ``reasoning_content``, which a thinking template renders)."""
+    parts = item.get("content") or []
+    if not isinstance(parts, list):
+        raise _bad(f"{where}.content", f"expected a list of reasoning_text parts, got {parts!r}")
+    texts = []
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict) or part.get("type") != "reasoning_text":
+            raise _bad(f"{where}.content[{j}]", "expected a reasoning_text part")
+        texts.append(_text(part, "text", f"{where}.content[{j}]"))
+    text = "".join(texts)
+    if text:
+        message = {"role": "assistant", "content": None, "reasoning_content": text}
+        messages.append(ChatMessage.model_validate(message))
 
 
 def _text(item: dict[str, Any], key: str, where: str) -> str:

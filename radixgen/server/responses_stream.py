@@ -1,9 +1,11 @@
 """A response's output items, built from generated text the same way streamed or not, and the
 Responses API's server-sent events.
 
-``OutputItems`` turns one choice's ``tool_parser.ToolOutput`` events into output items —
-``message`` items (one ``output_text`` part) and ``function_call`` items, in the order the
-model wrote them — and returns the stream events that build them::
+``OutputItems`` turns one choice's ``tool_parser.ChoiceOutput`` events into output items —
+a thinking model's ``reasoning`` item (its text as one ``reasoning_text`` part, streamed as
+``response.reasoning_text.delta`` / ``.done``), ``message`` items (one ``output_text`` part)
+and ``function_call`` items, in the order the model wrote them — and returns the stream events
+that build them::
 
     response.output_item.added      (message)         response.output_item.added (function_call)
     response.content_part.added                       response.function_call_arguments.delta *
@@ -31,7 +33,7 @@ import orjson
 from .engine_client import Generation
 from .errors import generation_error
 from .logprobs import chat_logprobs
-from .tool_parser import ToolOutput
+from .tool_parser import ChoiceOutput
 from .tools import ParsedCall
 
 Payload = dict[str, Any]
@@ -65,7 +67,9 @@ class OutputItems:
         self._logprobs += logprobs or []
         out: list[Payload] = []
         for kind, value in events:
-            if kind == "content":
+            if kind == "reasoning":
+                out += self._reasoning(value)
+            elif kind == "content":
                 out += self._text(value)
             elif kind in ("call", "call_start"):
                 out += self._close("completed") + self._call(value)
@@ -81,7 +85,8 @@ class OutputItems:
         """Close the open item with ``status`` ("completed" or "incomplete"); an output without
         items gets an empty message."""
         out: list[Payload] = []
-        if not self.items:
+        if not any(item["type"] != "reasoning" for item in self.items):
+            out += self._close("completed")
             out += self._open_message()
             out += self._delta(self._space) if self._space else []
         return out + self._close(status)
@@ -123,6 +128,26 @@ class OutputItems:
         part["logprobs"] += logprobs
         return [self._event(item, "response.output_text.delta", delta=text, logprobs=logprobs)]
 
+    # ----------------------------------------------------------------- reasoning
+
+    def _reasoning(self, text: str) -> list[Payload]:
+        out: list[Payload] = []
+        item = self._open
+        if item is None or item["type"] != "reasoning":
+            out += self._close("completed")
+            item = {
+                "id": item_id("rs"),
+                "type": "reasoning",
+                "status": "in_progress",
+                "summary": [],
+                "content": [],
+            }
+            self._add(item)
+            out.append(self._added(item))
+            item["content"].append({"type": "reasoning_text", "text": ""})
+        item["content"][0]["text"] += text
+        return out + [self._event(item, "response.reasoning_text.delta", delta=text)]
+
     # ----------------------------------------------------------------- function calls
 
     def _call(self, call: ParsedCall) -> list[Payload]:
@@ -154,7 +179,7 @@ class OutputItems:
         return {
             "type": "response.output_item.added",
             "output_index": len(self.items) - 1,
-            "item": {**item, "content": []} if item["type"] == "message" else dict(item),
+            "item": {**item, "content": []} if "content" in item else dict(item),
         }
 
     def _close(self, status: str) -> list[Payload]:
@@ -172,6 +197,9 @@ class OutputItems:
                 )
             )
             out.append(self._event(item, "response.content_part.done", part=part))
+        elif item["type"] == "reasoning":
+            text = item["content"][0]["text"]
+            out.append(self._event(item, "response.reasoning_text.done", text=text))
         else:
             kind = "response.function_call_arguments.done"
             out.append(self._event(item, kind, arguments=item["arguments"]))
@@ -186,7 +214,7 @@ class OutputItems:
 
     def _event(self, item: Payload, kind: str, **fields: Any) -> Payload:
         """An event about ``item`` (a message's events name its one part, ``content_index`` 0)."""
-        where = {"content_index": 0} if item["type"] == "message" else {}
+        where = {"content_index": 0} if item["type"] != "function_call" else {}
         index = self.items.index(item)
         return {"type": kind, "item_id": item["id"], "output_index": index, **where, **fields}
 
@@ -206,7 +234,7 @@ Complete = Callable[[Any, list[Payload], str | None], Payload]
 async def response_stream(
     gen: Generation,
     started: Payload,
-    output: ToolOutput,
+    output: ChoiceOutput,
     tokenizer: Any,
     logprobs: bool,
     complete: Complete,

@@ -63,6 +63,12 @@ class ServerSettings:
     max_connections: int = option(
         1024, "open connections above which requests get 503", metavar="N"
     )
+    tool_strict_level: int = option(
+        0,
+        "how tool calls under tool_choice auto are held by the grammar: 0 only when a tool is "
+        "strict; 1 every call's name and JSON shape; 2 every call to its tool's schema",
+        metavar="{0,1,2}",
+    )
 
     def __post_init__(self) -> None:
         """Raises ``ValueError`` naming the flag of a limit that cannot work."""
@@ -73,6 +79,10 @@ class ServerSettings:
         if not self.shutdown_timeout >= 0:
             raise ValueError(
                 f"--shutdown-timeout: expected seconds >= 0, got {self.shutdown_timeout}"
+            )
+        if self.tool_strict_level not in (0, 1, 2):
+            raise ValueError(
+                f"--tool-strict-level: expected 0, 1 or 2, got {self.tool_strict_level}"
             )
         if self.max_connections < 1:
             raise ValueError(f"--max-connections: expected at least 1, got {self.max_connections}")

@@ -1,141 +1,45 @@
-"""Reading tool calls out of generated text, the same way whether streamed or not.
+"""One choice's generated text as message events, the same way whether streamed or not.
 
-``ToolCallParser`` finds ``<tool_call>{"name", "arguments"}</tool_call>`` blocks (or one bare
-call object) in "auto" output while it streams; ``ToolOutput`` turns one choice's text into
-message events for any ``tool_choice`` (see ``tools`` for the prompt side and the constrained
-schemas of "required" and named choices).
+``ChoiceOutput`` first splits the reasoning off (``parsers.reasoning``, when the model has a
+reasoning format and the request wants it separate), then ``ToolOutput`` reads the answer's
+tool calls for the request's ``tool_choice``: under "auto" in the model family's format
+(``parsers.tools.CallParser``), for "required" and a named tool the constrained JSON (see
+``tools`` for the prompt side and those schemas).
+
+Events: ``("reasoning", text)``, ``("content", text)``, ``("call", ParsedCall)`` (a whole call),
+``("call_start", ParsedCall)`` (name and id; arguments follow) and ``("args", text)``.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from typing import Any
 
+from ..parsers.reasoning import Opening, ReasoningFormat
+from ..parsers.tools import HERMES, CallParser, ParsedCall, ToolFormat
 from .protocol import Tool
-from .tools import (
-    CLOSE,
-    OPEN,
-    ParsedCall,
-    arguments_obj,
-    chosen_tool,
-    constrained_calls,
-    new_call_id,
-)
+from .tools import chosen_tool, constrained_calls, new_call_id
 
-# --------------------------------------------------------------------------- parsing free text ("auto")
-
-
-def _call_from_json(text: str, names: set[str]) -> ParsedCall | None:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(value, dict) or value.get("name") not in names:
-        return None
-    arguments = value.get("arguments", value.get("parameters", {}))
-    if isinstance(arguments, str):
-        arguments = arguments_obj(arguments)
-    if not isinstance(arguments, dict):
-        return None
-    return ParsedCall(value["name"], json.dumps(arguments, ensure_ascii=False), new_call_id())
-
-
-class ToolCallParser:
-    """Splits model text into content and ``<tool_call>`` calls, incrementally.
-
-    ``feed(text)`` and ``finish()`` return events: ``("content", str)`` or ``("call", ParsedCall)``.
-    Text that might begin a ``<tool_call>`` tag is held back until it is decided. An output that
-    starts with ``{`` is held whole and read as one bare call at the end if it is one.
-    """
-
-    def __init__(self, tools: list[Tool], *, bare_calls: bool = True) -> None:
-        self.names = {t.function.name for t in tools}
-        self._buffer = ""
-        self._in_call = False
-        # decided at the first non-space character (never bare: only tagged calls count)
-        self._bare: bool | None = None if bare_calls else False
-
-    def feed(self, text: str) -> list[tuple[str, Any]]:
-        self._buffer += text
-        if self._bare is None and self._buffer.strip():
-            self._bare = self._buffer.lstrip().startswith("{")
-        if self._bare is not False:
-            return []
-        return [e for e in self._drain() if e[1]]
-
-    def finish(self) -> list[tuple[str, Any]]:
-        events: list[tuple[str, Any]]
-        if self._bare:
-            call = _call_from_json(self._buffer.strip(), self.names)
-            events = [("call", call)] if call else [("content", self._buffer)]
-        else:
-            events = self._drain()
-            if self._in_call:
-                call = _call_from_json(self._buffer.strip(), self.names)
-                events.append(("call", call) if call else ("content", OPEN + self._buffer))
-            elif self._buffer:
-                events.append(("content", self._buffer))
-        self._buffer = ""
-        return [e for e in events if e[1]]
-
-    def _drain(self) -> list[tuple[str, Any]]:
-        events: list[tuple[str, Any]] = []
-        while True:
-            if self._in_call:
-                end = self._buffer.find(CLOSE)
-                if end < 0:
-                    return [e for e in events if e[1]]
-                body, self._buffer = self._buffer[:end], self._buffer[end + len(CLOSE) :]
-                call = _call_from_json(body.strip(), self.names)
-                events.append(("call", call) if call else ("content", OPEN + body + CLOSE))
-                self._in_call = False
-                continue
-            start = self._buffer.find(OPEN)
-            if start >= 0:
-                events.append(("content", self._buffer[:start]))
-                self._buffer, self._in_call = self._buffer[start + len(OPEN) :], True
-                continue
-            keep = _partial_tag_len(self._buffer)
-            events.append(("content", self._buffer[: len(self._buffer) - keep]))
-            self._buffer = self._buffer[len(self._buffer) - keep :]
-            return [e for e in events if e[1]]
-
-
-def _partial_tag_len(text: str) -> int:
-    """Length of the longest suffix of ``text`` that is a proper prefix of ``<tool_call>``."""
-    for n in range(min(len(OPEN) - 1, len(text)), 0, -1):
-        if OPEN.startswith(text[-n:]):
-            return n
-    return 0
-
-
-def parse_tool_calls(text: str, tools: list[Tool]) -> tuple[str | None, list[ParsedCall]]:
-    """Non-streaming: ``(content or None, calls)`` from a whole "auto" output."""
-    parser = ToolCallParser(tools)
-    events = parser.feed(text) + parser.finish()
-    content = "".join(v for k, v in events if k == "content")
-    calls = [v for k, v in events if k == "call"]
-    if calls:
-        content = content.strip()
-    return content or None, calls
-
-
-# --------------------------------------------------------------------------- per-choice output
+Event = tuple[str, Any]
 
 
 class ToolOutput:
-    """Turns one choice's generated text into message events, the same way streamed or not.
-
-    Events: ``("content", text)``, ``("call", ParsedCall)`` (a whole call), ``("call_start",
-    ParsedCall)`` (name and id; arguments follow) and ``("args", text)`` (more argument text).
-    """
+    """The answer's events for one choice (see the module doc). ``bare_calls``: under "auto",
+    a call may begin the output without its opener (off when a grammar holds the calls);
+    ``stream``: a call starts as soon as its name is read, its arguments follow as written."""
 
     def __init__(
-        self, tools: list[Tool] | None, tool_choice: Any, *, bare_calls: bool = True
+        self,
+        tools: list[Tool] | None,
+        tool_choice: Any,
+        *,
+        bare_calls: bool = True,
+        fmt: ToolFormat = HERMES,
+        stream: bool = False,
     ) -> None:
         self._tool = None
         self._required = False
-        self._parser = None
+        self._parser: CallParser | None = None
         self._text = ""
         self._started = False
         self.num_calls = 0
@@ -144,10 +48,11 @@ class ToolOutput:
         self._tool = chosen_tool(tools, tool_choice)
         self._required = self._tool is None and tool_choice == "required"
         if self._tool is None and not self._required:
-            self._parser = ToolCallParser(tools, bare_calls=bare_calls)
+            schemas = {t.function.name: t.function.parameters or {} for t in tools}
+            self._parser = CallParser(fmt, schemas, stream=stream, bare=bare_calls)
         self._tools, self._tool_choice = tools, tool_choice
 
-    def feed(self, text: str) -> list[tuple[str, Any]]:
+    def feed(self, text: str) -> list[Event]:
         if self._tool is not None:
             return self._named(text)
         if self._required:
@@ -156,7 +61,7 @@ class ToolOutput:
         events = self._parser.feed(text) if self._parser else [("content", text)]
         return self._count([e for e in events if e[1]])
 
-    def finish(self) -> list[tuple[str, Any]]:
+    def finish(self) -> list[Event]:
         if self._tool is not None:
             return [] if self._started else self._named("", force=True)
         if self._required:
@@ -165,9 +70,9 @@ class ToolOutput:
             )
         return self._count(self._parser.finish()) if self._parser else []
 
-    def _named(self, text: str, force: bool = False) -> list[tuple[str, Any]]:
+    def _named(self, text: str, force: bool = False) -> list[Event]:
         assert self._tool is not None  # only a named tool_choice has a chosen tool
-        events: list[tuple[str, Any]] = []
+        events: list[Event] = []
         if not self._started and (text or force):
             self._started = True
             self.num_calls = 1
@@ -176,21 +81,80 @@ class ToolOutput:
             events.append(("args", text))
         return events
 
-    def _count(self, events: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-        self.num_calls += sum(kind == "call" for kind, _ in events)
+    def _count(self, events: list[Event]) -> list[Event]:
+        self.num_calls += sum(kind in ("call", "call_start") for kind, _ in events)
         return events
 
 
-def merge_events(events: list[tuple[str, Any]]) -> tuple[str | None, list[dict[str, Any]]]:
-    """Non-streaming: ``(content, tool_calls)`` of a whole choice from its events."""
-    content, calls = "", []
+class ChoiceOutput:
+    """A choice's reasoning, then its answer's ``ToolOutput`` events.
+
+    ``reasoning``: the model's reasoning format and where this prompt's output starts (None:
+    no reasoning is split off; the text is all answer). ``include``: reasoning events are
+    emitted (else dropped: vLLM's ``include_reasoning: false``). ``hold``: reasoning comes as
+    one event when it ends, not as it streams (SGLang's ``stream_reasoning: false``).
+    """
+
+    def __init__(
+        self,
+        answer: ToolOutput,
+        reasoning: tuple[ReasoningFormat, Opening] | None = None,
+        *,
+        include: bool = True,
+        hold: bool = False,
+    ) -> None:
+        self.answer = answer
+        self._splitter = reasoning[0].splitter(reasoning[1]) if reasoning else None
+        self._include, self._hold = include, hold
+        self._held = ""
+        self.reasoning_text = ""
+
+    @property
+    def num_calls(self) -> int:
+        return self.answer.num_calls
+
+    def feed(self, text: str) -> list[Event]:
+        if self._splitter is None:
+            return self.answer.feed(text)
+        return self._route(self._splitter.feed(text), final=False)
+
+    def finish(self) -> list[Event]:
+        if self._splitter is None:
+            return self.answer.finish()
+        return self._route(self._splitter.finish(), final=True) + self.answer.finish()
+
+    def _route(self, parts: Sequence[tuple[str, str]], final: bool) -> list[Event]:
+        events: list[Event] = []
+        for kind, text in parts:
+            if kind == "reasoning":
+                self.reasoning_text += text
+                if self._hold:
+                    self._held += text
+                elif self._include:
+                    events.append(("reasoning", text))
+                continue
+            events += self._release() + self.answer.feed(text)
+        if final:
+            events = self._release() + events
+        return events
+
+    def _release(self) -> list[Event]:
+        held, self._held = self._held, ""
+        return [("reasoning", held)] if held and self._include else []
+
+
+def merge_events(events: list[Event]) -> tuple[str | None, list[dict[str, Any]], str | None]:
+    """Non-streaming: ``(content, tool_calls, reasoning)`` of a whole choice from its events."""
+    content, reasoning, calls = "", "", []
     for kind, value in events:
         if kind == "content":
             content += value
+        elif kind == "reasoning":
+            reasoning += value
         elif kind in ("call", "call_start"):
             calls.append(value.as_openai())
         elif kind == "args":
             calls[-1]["function"]["arguments"] += value
     if calls:
         content = content.strip()
-    return content or None, calls
+    return content or None, calls, reasoning or None

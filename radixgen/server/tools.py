@@ -1,29 +1,22 @@
 """Tool calling: render tools and tool messages into the prompt, constrain or parse the calls.
 
-Prompt format. When the model's chat template renders ``tools`` itself (Qwen 2.5, Llama 3.1 ...)
-messages and tools go to the template unchanged. When it ignores them (SmolLM2's ChatML does),
-radixgen writes them into the system prompt, Hermes style::
+The model's formats (``parsers.choice.ModelFormats``, picked at start-up) decide both sides.
 
-    <tools>
-    {"type": "function", "function": {"name": ..., "description": ..., "parameters": ...}}
-    </tools>
-    ... a call is written as
-    <tool_call>
-    {"name": "get_weather", "arguments": {"city": "Paris"}}
-    </tool_call>
+Prompt. When the model's chat template renders ``tools`` itself (Qwen 2.5/3, Llama 3.1,
+Mistral, DeepSeek ...) messages and tools go to the template unchanged (an assistant turn's
+``reasoning_content`` too, and the request's ``chat_template_kwargs``). When it ignores them
+(SmolLM2's ChatML does), radixgen writes them into the system prompt in the tool format's own
+words (``ToolFormat.system_prompt``; Hermes unless ``--tool-call-parser`` names another) and
+maps the history into roles any template knows: an assistant message's ``tool_calls`` become
+calls written in that format, a ``tool`` message a user message holding the result.
 
-and maps the history into roles the template knows: an assistant message's ``tool_calls``
-become ``<tool_call>`` blocks in its content, a ``tool`` message becomes a user message
-``<tool_response>...</tool_response>``.
-
-Output. ``tool_choice`` "auto": the model writes text, ``<tool_call>`` blocks, or one bare
-``{"name", "arguments"}`` object; ``tool_parser.ToolCallParser`` extracts the calls (also while
-streaming).
-"auto" with a ``strict`` tool: the calls are grammar-constrained too (``strict_auto_tag``): a
-structural tag leaves the text free until ``<tool_call>``, then holds each call to its name and
-parameter schema (with another constraint, such as ``response_format``: the output is that
-constraint's, or tool calls). Bare call objects are then content, as only tagged calls are
-held to the schema.
+Output. ``tool_choice`` "auto": the model writes text and calls in its family's format
+(``parsers.tools``; ``tool_parser.ToolOutput`` extracts them, also while streaming).
+"auto" with a ``strict`` tool (or with ``--tool-strict-level`` 1 or 2): the calls are
+grammar-constrained too (``strict_auto_tag``): a structural tag leaves the text free until a
+call's opener, then holds each call to a tool's name and parameter schema, written in the
+family's format (with another constraint, such as ``response_format``: the output is that
+constraint's, or calls). Bare calls (no opener) are then content, as only tagged calls are held.
 "required" and a named function: the output is grammar-constrained (``constrained_schema``):
 the function's parameter schema for a named tool; for "required" a JSON array of one or more
 ``{"name": const, "arguments": schema}`` calls (at most one with ``parallel_tool_calls:
@@ -34,90 +27,93 @@ array that ``max_tokens`` cut short.
 from __future__ import annotations
 
 import json
-import uuid
-from dataclasses import dataclass
 from typing import Any
 
+from ..parsers.choice import ModelFormats
+from ..parsers.tools import HERMES, ParsedCall, ToolFormat, arguments_obj, new_call_id
 from .protocol import ChatMessage, NamedToolChoice, Tool
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
+__all__ = ["ChatRenderer", "ParsedCall", "arguments_obj", "new_call_id"]
 
-SYSTEM_TEMPLATE = """# Tools
-
-You can call the functions described below when they help answer the user. Their signatures, \
-one JSON object per line, are inside <tools></tools>:
-<tools>
-{tools}
-</tools>
-
-To call a function, answer with a JSON object holding its name and arguments inside \
-<tool_call></tool_call> tags, one pair of tags per call:
-<tool_call>
-{{"name": "<function name>", "arguments": {{<arguments as a JSON object>}}}}
-</tool_call>"""
-
-_PROBE = [{"role": "user", "content": "probe"}]
-_PROBE_TOOL = [
-    {"type": "function", "function": {"name": "probe_tool_name", "parameters": {"type": "object"}}}
-]
-
-
-@dataclass(frozen=True, slots=True)
-class ParsedCall:
-    name: str
-    arguments: str  # JSON text of the arguments object
-    id: str = ""
-
-    def as_openai(self, index: int | None = None) -> dict[str, Any]:
-        call = {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
-        return call if index is None else {"index": index, **call}
-
-
-def new_call_id() -> str:
-    return f"call_{uuid.uuid4().hex[:24]}"
+# names the renderer passes to the template itself: chat_template_kwargs may not set them
+RESERVED_TEMPLATE_NAMES = frozenset(
+    {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"}
+)
 
 
 # --------------------------------------------------------------------------- prompt rendering
 
 
 class ChatRenderer:
-    """Renders chat requests into prompt text for one tokenizer (probes its template once)."""
+    """Renders chat requests into prompt text for one tokenizer, in the model's ``formats``
+    (default: Hermes calls, the template's own rendering when it renders tools)."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, formats: ModelFormats | None = None) -> None:
         self.tokenizer = tokenizer
-        self._renders_tools: bool | None = None
+        self._formats = formats
+
+    @property
+    def formats(self) -> ModelFormats:
+        if self._formats is None:
+            from ..parsers.choice import renders_tools
+
+            self._formats = ModelFormats(None, HERMES, renders_tools(self.tokenizer))
+        return self._formats
 
     @property
     def renders_tools(self) -> bool:
-        """Whether the chat template uses its ``tools`` argument."""
-        if self._renders_tools is None:
-            probe = self.tokenizer.apply_chat_template(
-                _PROBE, add_generation_prompt=True, tools=_PROBE_TOOL
-            )
-            self._renders_tools = "probe_tool_name" in probe
-        return self._renders_tools
+        """Whether the chat template renders tools (and tool calls) itself."""
+        return self.formats.native_tools
+
+    def template_variables(self) -> frozenset[str]:
+        """The names the chat template reads (``chat_template_kwargs`` may set only these)."""
+        names = getattr(self.tokenizer, "template_variables", None)
+        return names() if names is not None else frozenset()
+
+    def check_template_kwargs(self, kwargs: Any, param: str = "chat_template_kwargs") -> None:
+        """``ValueError`` naming ``param.key`` for a key the template does not read (it would
+        be silently dropped) or that the renderer sets itself."""
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"{param}: expected an object")
+        known = self.template_variables()
+        for key in kwargs:
+            if key in RESERVED_TEMPLATE_NAMES:
+                raise ValueError(f"{param}.{key}: set by the request itself, not a template kwarg")
+            if key not in known:
+                raise ValueError(
+                    f"{param}.{key}: the model's chat template does not read it"
+                    + (f" (it reads: {', '.join(sorted(known))})" if known else "")
+                )
 
     def render(
-        self, messages: list[ChatMessage], tools: list[Tool] | None, tool_choice: Any
+        self,
+        messages: list[ChatMessage],
+        tools: list[Tool] | None,
+        tool_choice: Any,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> str:
         """The prompt text for ``messages`` (and ``tools`` unless ``tool_choice`` is "none")."""
         if not messages:
             raise ValueError("messages: expected at least one message")
         offered = tools if tools and tool_choice != "none" else None
+        kwargs = template_kwargs or {}
         if self.renders_tools:
             dicts = [_native_message(m) for m in messages]
             tool_dicts = [t.model_dump(exclude_none=True) for t in offered] if offered else None
             return self.tokenizer.apply_chat_template(
-                dicts, add_generation_prompt=True, tools=tool_dicts
+                dicts, add_generation_prompt=True, tools=tool_dicts, **kwargs
             )
-        dicts = [_plain_message(m) for m in messages]
+        fmt = self.formats.tools
+        dicts = [_plain_message(m, fmt) for m in messages]
         if offered:
-            dicts = _with_tool_system_prompt(dicts, offered)
-        return self.tokenizer.apply_chat_template(dicts, add_generation_prompt=True)
+            dicts = _with_tool_system_prompt(dicts, offered, fmt)
+        return self.tokenizer.apply_chat_template(dicts, add_generation_prompt=True, **kwargs)
+
+
+def _reasoning_of(m: ChatMessage) -> str | None:
+    extra = m.model_extra or {}
+    value = extra.get("reasoning_content", extra.get("reasoning"))
+    return value if isinstance(value, str) and value else None
 
 
 def _native_message(m: ChatMessage) -> dict[str, Any]:
@@ -138,39 +134,31 @@ def _native_message(m: ChatMessage) -> dict[str, Any]:
         out["tool_call_id"] = m.tool_call_id
     if m.name:
         out["name"] = m.name
+    reasoning = _reasoning_of(m) if m.role == "assistant" else None
+    if reasoning:
+        out["reasoning_content"] = reasoning
     return out
 
 
-def _plain_message(m: ChatMessage) -> dict[str, str]:
-    """A ``{role, content}`` any template renders (tool calls and results spelled out as text)."""
+def _plain_message(m: ChatMessage, fmt: ToolFormat) -> dict[str, str]:
+    """A ``{role, content}`` any template renders (tool calls and results spelled out as text
+    in ``fmt``'s words)."""
     if m.role == "tool":
-        return {"role": "user", "content": f"<tool_response>\n{m.text}\n</tool_response>"}
+        return {"role": "user", "content": fmt.render_result(m.text)}
     content = m.text
-    for call in m.tool_calls or []:
-        body = json.dumps(
-            {"name": call.function.name, "arguments": arguments_obj(call.function.arguments)},
-            ensure_ascii=False,
+    if m.tool_calls:
+        calls = fmt.render_calls(
+            [(c.function.name, arguments_obj(c.function.arguments)) for c in m.tool_calls]
         )
-        content += f"{chr(10) if content else ''}{OPEN}\n{body}\n{CLOSE}"
+        content += f"{chr(10) if content else ''}{calls}"
     return {"role": "system" if m.role == "developer" else m.role, "content": content}
 
 
-def arguments_obj(arguments: str | dict) -> Any:
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        return json.loads(arguments)
-    except json.JSONDecodeError:
-        return arguments
-
-
 def _with_tool_system_prompt(
-    messages: list[dict[str, str]], tools: list[Tool]
+    messages: list[dict[str, str]], tools: list[Tool], fmt: ToolFormat
 ) -> list[dict[str, str]]:
-    lines = "\n".join(
-        json.dumps(t.model_dump(exclude_none=True), ensure_ascii=False) for t in tools
-    )
-    block = SYSTEM_TEMPLATE.format(tools=lines)
+    lines = [json.dumps(t.model_dump(exclude_none=True), ensure_ascii=False) for t in tools]
+    block = fmt.system_prompt(lines)
     if messages[0]["role"] == "system":
         first = {"role": "system", "content": f"{messages[0]['content']}\n\n{block}".lstrip()}
         return [first, *messages[1:]]
@@ -267,28 +255,49 @@ def _array_items(text: str) -> list[Any]:
         items.append(item)
 
 
-def strict_auto_tag(
-    tools: list[Tool], other: tuple[str, Any] | None, *, parallel: bool = True
-) -> dict[str, Any] | None:
-    """The structural tag for "auto" when a tool is ``strict``: free text, and each
-    ``<tool_call>`` block's name and arguments held to a tool's schema; with ``other``
-    (``(kind, spec)`` of another constraint), that constraint's output or calls only.
-    None when no tool is strict."""
-    if not any(t.function.strict for t in tools):
-        return None
-    tags = [
-        {
-            "type": "tag",
-            "begin": f'{OPEN}\n{{"name": {json.dumps(t.function.name)}, "arguments": ',
-            "content": {"type": "json_schema", "json_schema": _parameters(t)},
-            "end": f"}}\n{CLOSE}",
-        }
+def held_tools(tools: list[Tool], level: int = 0) -> list[tuple[str, dict[str, Any]]]:
+    """The ``(name, schema)`` each call is held to under "auto" (empty: calls are free).
+
+    ``level`` is the server's ``--tool-strict-level``: 0 holds calls only when a tool is
+    ``strict`` (a strict tool to its schema, the others to any object); 1 holds every call
+    (to its schema when strict, else any object); 2 holds every call to its schema."""
+    if level == 0 and not any(t.function.strict for t in tools):
+        return []
+    return [
+        (t.function.name, _parameters(t) if t.function.strict or level >= 2 else {"type": "object"})
         for t in tools
     ]
+
+
+def strict_auto_tag(
+    tools: list[Tool],
+    other: tuple[str, Any] | None,
+    *,
+    parallel: bool = True,
+    fmt: ToolFormat = HERMES,
+    level: int = 0,
+) -> dict[str, Any] | None:
+    """The structural tag for "auto" when calls are held (``held_tools``): free text, and each
+    call ``fmt`` writes held to a tool's name and schema; with ``other`` (``(kind, spec)`` of
+    another constraint), that constraint's output or calls only. None when no call is held.
+    ``ValueError`` when ``fmt`` cannot hold a tool's calls (message starting ``tools``)."""
+    held = held_tools(tools, level)
+    if not held:
+        return None
+    if fmt.strict_note:
+        raise ValueError(
+            f"tools: strict tools cannot be held in {fmt.name} calls: {fmt.strict_note}"
+        )
+    tags = []
+    for name, schema in held:
+        try:
+            tags += fmt.call_tags(name, schema)
+        except ValueError as exc:
+            raise ValueError(f"tools: {name}: {exc}") from None
     if other is None:
-        fmt: dict[str, Any] = {
+        tag_format: dict[str, Any] = {
             "type": "triggered_tags",
-            "triggers": [OPEN],
+            "triggers": fmt.triggers(),
             "tags": tags,
             "stop_after_first": not parallel,
         }
@@ -296,12 +305,12 @@ def strict_auto_tag(
         calls = {
             "type": "tags_with_separator",
             "tags": tags,
-            "separator": "\n",
+            "separator": fmt.separator(),
             "at_least_one": True,
             "stop_after_first": not parallel,
         }
-        fmt = {"type": "or", "elements": [_as_format(*other), calls]}
-    return {"type": "structural_tag", "format": fmt}
+        tag_format = {"type": "or", "elements": [_as_format(*other), calls]}
+    return {"type": "structural_tag", "format": tag_format}
 
 
 def _as_format(kind: str, spec: Any) -> dict[str, Any]:

@@ -99,6 +99,8 @@ SAMPLES: dict[str, dict] = {
     "request_id": {"request_id": "r1"},
     "rid": {"rid": "r1"},
     "cache_salt": {"cache_salt": "salt"},
+    "max_thinking_tokens": {"max_thinking_tokens": 8},
+    "thinking_budget": {"thinking_budget": 8},
     # chat
     "messages": {},
     "max_completion_tokens": {"max_completion_tokens": 2},
@@ -147,6 +149,9 @@ ROUTES = {
     "chat": ("/v1/chat/completions", CHAT_FIELDS, SAMPLES),
     "completions": ("/v1/completions", COMPLETION_FIELDS, COMPLETION_SAMPLES),
 }
+# honored fields that need a thinking model: on this tiny one (no reasoning format) they are a
+# 400 naming the field (tests/test_thinking.py serves a thinking model)
+NEEDS_REASONING = {"max_thinking_tokens", "thinking_budget"}
 # how each honored constraint field's output must read (the samples above)
 CONSTRAINED = {
     "guided_json": r"true|false",
@@ -200,7 +205,7 @@ def test_every_field_is_honored_ignored_or_refused(tiny_server_url, route, name)
     if name in CONSTRAINED:
         fields = {**fields, "max_tokens": 16}
     r = post(tiny_server_url, route, body_for(route, **fields))
-    if rule.status is Status.REFUSED:
+    if rule.status is Status.REFUSED or name in NEEDS_REASONING:
         assert r.status_code == 400, r.text
         assert r.json()["error"]["param"] == name, r.text
         assert name in r.json()["error"]["message"]
@@ -890,6 +895,18 @@ EFFECT_ELSEWHERE = {
     "tools_and_parallel_false_calls_one",
     "response_format": "test_response_format_structural_tag, test_strict_schema.py",
     **dict.fromkeys(CONSTRAINED, "test_every_field_is_honored_ignored_or_refused (CONSTRAINED)"),
+    # a thinking model's fields: tests/server/test_reasoning_server.py serves one
+    **dict.fromkeys(
+        [
+            "chat_template_kwargs",
+            "include_reasoning",
+            "separate_reasoning",
+            "stream_reasoning",
+            "max_thinking_tokens",
+            "thinking_budget",
+        ],
+        "test_reasoning_server.py",
+    ),
 }
 HONORED = sorted(
     {

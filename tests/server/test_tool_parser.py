@@ -1,4 +1,4 @@
-"""Reading tool calls out of generated text (no model needed)."""
+"""Reading tool calls out of generated text, Hermes format and tool_choice (no model needed)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from radixgen.parsers.tools import HERMES, CallParser, parse_calls
 from radixgen.server.protocol import NamedToolChoice, Tool
-from radixgen.server.tool_parser import ToolCallParser, ToolOutput, merge_events, parse_tool_calls
+from radixgen.server.tool_parser import ToolOutput, merge_events
 
 TOOLS = [
     Tool.model_validate(
@@ -21,6 +22,7 @@ TOOLS = [
     ),
     Tool.model_validate({"type": "function", "function": {"name": "get_time"}}),
 ]
+SCHEMAS = {t.function.name: t.function.parameters or {} for t in TOOLS}
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 
 
@@ -48,7 +50,7 @@ CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</
     ],
 )
 def test_parse_tool_calls(text, content, calls):
-    got_content, got_calls = parse_tool_calls(text, TOOLS)
+    got_content, got_calls = parse_calls(HERMES, SCHEMAS, text)
     assert got_content == content
     assert [(c.name, json.loads(c.arguments)) for c in got_calls] == calls
     assert all(c.id.startswith("call_") for c in got_calls)
@@ -57,7 +59,7 @@ def test_parse_tool_calls(text, content, calls):
 @pytest.mark.parametrize("pieces", [[CALL], list(CALL), ["Hi <tool", "_call>", CALL[11:]]])
 def test_streaming_parser_matches_whole_text(pieces):
     text = "Hi " + CALL if pieces[0].startswith("Hi") else CALL
-    parser = ToolCallParser(TOOLS)
+    parser = CallParser(HERMES, SCHEMAS)
     events = [e for p in pieces for e in parser.feed(p)] + parser.finish()
     content = "".join(v for k, v in events if k == "content")
     calls = [v for k, v in events if k == "call"]
@@ -67,7 +69,7 @@ def test_streaming_parser_matches_whole_text(pieces):
 
 
 def test_streaming_parser_never_emits_a_partial_tag():
-    parser = ToolCallParser(TOOLS)
+    parser = CallParser(HERMES, SCHEMAS)
     assert parser.feed("Hello <tool_c") == [("content", "Hello ")]
     assert parser.feed("ar is not a tag") == [("content", "<tool_car is not a tag")]
 
@@ -76,7 +78,7 @@ def test_named_tool_output_streams_arguments():
     out = ToolOutput(TOOLS, NamedToolChoice.model_validate({"function": {"name": "get_weather"}}))
     events = out.feed('{"city":') + out.feed('"Paris"}') + out.finish()
     assert events[0][0] == "call_start" and events[0][1].name == "get_weather"
-    content, calls = merge_events(events)
+    content, calls, _ = merge_events(events)
     assert content is None and json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"}
     assert out.num_calls == 1
 
@@ -84,7 +86,7 @@ def test_named_tool_output_streams_arguments():
 def test_required_tool_output_reads_the_constrained_array():
     out = ToolOutput(TOOLS, "required")
     events = out.feed('[{"name":"get_time",') + out.feed('"arguments":{}}]') + out.finish()
-    _, calls = merge_events(events)
+    _, calls, _ = merge_events(events)
     assert [c["function"]["name"] for c in calls] == ["get_time"]
     assert json.loads(calls[0]["function"]["arguments"]) == {}
     assert out.num_calls == 1
