@@ -63,10 +63,18 @@ def choose(reasoning_parser: str, tool_call_parser: str, tokenizer: Any) -> Mode
         how = "the chat template renders" if native else "radixgen describes"
         notes.append(f"tool calls: {tool_fmt.name} (--tool-call-parser); {how} the tools")
         return ModelFormats(fmt, tool_fmt, native, notes)
-    detected = tools.detect(template) if native else None
-    if detected is not None:
+    detected = tools.detect(template)
+    if detected is not None and native:
         notes.append(f"tool calls: {detected.name} (from the chat template)")
         return ModelFormats(fmt, detected, True, notes)
+    if detected is not None and _describes_tools(detected):
+        # the template writes calls in a known format but leaves the tool list to the caller
+        # (DeepSeek's): radixgen describes the tools in that format's words
+        notes.append(
+            f"tool calls: {detected.name} (from the chat template; radixgen describes the "
+            "tools in the system prompt)"
+        )
+        return ModelFormats(fmt, detected, False, notes)
     if native:
         notes.append(
             "tool calls: the chat template renders tools in a format radixgen does not know; "
@@ -79,6 +87,10 @@ def choose(reasoning_parser: str, tool_call_parser: str, tokenizer: Any) -> Mode
             "them in the system prompt)"
         )
     return ModelFormats(fmt, tools.HERMES, False, notes)
+
+
+def _describes_tools(fmt: ToolFormat) -> bool:
+    return type(fmt).system_prompt is not ToolFormat.system_prompt
 
 
 def _reasoning(

@@ -13,12 +13,13 @@ Events: ``("reasoning", text)``, ``("content", text)``, ``("call", ParsedCall)``
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..parsers.reasoning import Opening, ReasoningFormat
 from ..parsers.tools import HERMES, CallParser, ParsedCall, ToolFormat
 from .protocol import Tool
-from .tools import chosen_tool, constrained_calls, new_call_id
+from .tools import chosen_tool, constrained_calls
 
 Event = tuple[str, Any]
 
@@ -43,6 +44,7 @@ class ToolOutput:
         self._text = ""
         self._started = False
         self.num_calls = 0
+        self._new_id = fmt.new_call_id  # ids the family's template takes back (Mistral: 9)
         if not tools or tool_choice == "none":
             return
         self._tool = chosen_tool(tools, tool_choice)
@@ -65,9 +67,8 @@ class ToolOutput:
         if self._tool is not None:
             return [] if self._started else self._named("", force=True)
         if self._required:
-            return self._count(
-                [("call", c) for c in constrained_calls(self._tools, self._tool_choice, self._text)]
-            )
+            calls = constrained_calls(self._tools, self._tool_choice, self._text)
+            return self._count([("call", replace(c, id=self._new_id())) for c in calls])
         return self._count(self._parser.finish()) if self._parser else []
 
     def _named(self, text: str, force: bool = False) -> list[Event]:
@@ -76,7 +77,7 @@ class ToolOutput:
         if not self._started and (text or force):
             self._started = True
             self.num_calls = 1
-            events.append(("call_start", ParsedCall(self._tool.function.name, "", new_call_id())))
+            events.append(("call_start", ParsedCall(self._tool.function.name, "", self._new_id())))
         if text:
             events.append(("args", text))
         return events

@@ -26,6 +26,7 @@ array that ``max_tokens`` cut short.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -65,6 +66,22 @@ class ChatRenderer:
         """Whether the chat template renders tools (and tool calls) itself."""
         return self.formats.native_tools
 
+    @functools.cached_property
+    def renders_calls(self) -> bool:
+        """Whether the chat template writes an assistant message's ``tool_calls`` (LFM2's
+        renders the tools but expects calls in the content: radixgen writes them there)."""
+        call = {"id": "probeid01", "type": "function"}  # Mistral wants 9 characters
+        call["function"] = {"name": "probe_tool_name", "arguments": {}}
+        messages = [
+            {"role": "user", "content": "probe"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+        ]
+        try:
+            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=False)
+        except Exception:  # a template that cannot render the probe: calls go in the content
+            return False
+        return "probe_tool_name" in text
+
     def template_variables(self) -> frozenset[str]:
         """The names the chat template reads (``chat_template_kwargs`` may set only these)."""
         names = getattr(self.tokenizer, "template_variables", None)
@@ -98,7 +115,8 @@ class ChatRenderer:
         offered = tools if tools and tool_choice != "none" else None
         kwargs = template_kwargs or {}
         if self.renders_tools:
-            dicts = [_native_message(m) for m in messages]
+            calls_as_text = None if self.renders_calls else self.formats.tools
+            dicts = [_native_message(m, calls_as_text) for m in messages]
             tool_dicts = [t.model_dump(exclude_none=True) for t in offered] if offered else None
             return self.tokenizer.apply_chat_template(
                 dicts, add_generation_prompt=True, tools=tool_dicts, **kwargs
@@ -116,9 +134,15 @@ def _reasoning_of(m: ChatMessage) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _native_message(m: ChatMessage) -> dict[str, Any]:
+def _native_message(m: ChatMessage, calls_as_text: ToolFormat | None = None) -> dict[str, Any]:
+    """``m`` as the template takes it; with ``calls_as_text`` its tool calls are written into
+    the content in that format (for templates that do not write them)."""
     out: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text}
-    if m.tool_calls:
+    if m.tool_calls and calls_as_text is not None:
+        calls = [(c.function.name, arguments_obj(c.function.arguments)) for c in m.tool_calls]
+        text = calls_as_text.render_calls(calls)
+        out["content"] = f"{m.text}\n{text}" if m.text else text
+    elif m.tool_calls:
         out["tool_calls"] = [
             {
                 "id": c.id,

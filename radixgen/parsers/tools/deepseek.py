@@ -30,7 +30,8 @@ from .base import (
 
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
-_V3_HEAD = re.compile(r"\s*function" + SEP + r"\s*([^\n<]+?)\s*\n\s*```(?:json)?\s*\n?")
+_V3_HEAD = re.compile(r"\s*function" + SEP + r"\s*([^\n<]+?)\s*\n\s*```(?:json)?[ \t]*\n")
+_V3_START = re.compile(r"\s*function" + SEP)
 _V31_HEAD = re.compile(r"\s*([^\n<]+?)\s*" + SEP)
 _FENCE = re.compile(r"\s*```")
 
@@ -58,7 +59,8 @@ class DeepSeekReader:
         out: list[Event] = []
         if self._call is None:
             at = begin + len(CALL_BEGIN)
-            head = _V3_HEAD.match(section, at) or _V31_HEAD.match(section, at)
+            v3 = _V3_START.match(section, at) is not None  # not V3.1's call of "function"
+            head = _V3_HEAD.match(section, at) if v3 else _V31_HEAD.match(section, at)
             if head is None:
                 if final or CALL_END in section or len(section) - at > 256:
                     return [], "bad", _past(section)
@@ -150,6 +152,29 @@ class DeepSeek(ToolFormat):
 
     def separator(self) -> str:
         return ""
+
+    def system_prompt(self, tools_json: list[str]) -> str:
+        """DeepSeek's templates do not render the tool list: it goes in the system prompt, one
+        section per tool, with the call format spelled out in the model's own markers."""
+        sections = []
+        for text in tools_json:
+            function = loads_object(text) or {}
+            function = function.get("function", function)
+            sections.append(
+                f"### {function.get('name', '')}\n"
+                f"Description: {function.get('description', '')}\n\n"
+                f"Parameters: {dumps(function.get('parameters', {'type': 'object'}))}"
+            )
+        example = self.render_calls([("<tool name>", "<arguments as a JSON object>")])
+        return (
+            "## Tools\n\nYou can call the following tools:\n\n"
+            + "\n\n".join(sections)
+            + "\n\nTo call tools, write exactly this (one call block per call):\n"
+            + example.replace('"<arguments as a JSON object>"', "<arguments as a JSON object>")
+        )
+
+    def render_result(self, content: str) -> str:
+        return f"<｜tool▁output▁begin｜>{content}<｜tool▁output▁end｜>"
 
     def render_calls(self, calls: list[tuple[str, Any]]) -> str:
         if self.style == "v3":

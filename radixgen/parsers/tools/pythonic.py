@@ -119,8 +119,15 @@ class Pythonic(ToolFormat):
         "exactly (use tool_choice required or a named tool)"
     )
 
+    def __init__(self, wrap: str = "") -> None:
+        self.wrap = wrap  # the marker replayed calls are wrapped in ("": none)
+
     def fits(self, template: str) -> bool:
         return "<|tool_list_start|>" in template or "[func_name1(" in template
+
+    def for_template(self, template: str) -> Pythonic:
+        """LFM2's templates list tools in ``<|tool_list_start|>``: its calls are wrapped."""
+        return Pythonic("<|tool_call_start|>" if "<|tool_list_start|>" in template else "")
 
     def reader(self, tools: dict[str, Any], stream: bool) -> ListReader:
         return ListReader(tools, self.new_call_id)
@@ -133,7 +140,8 @@ class Pythonic(ToolFormat):
             items = arguments.items() if isinstance(arguments, dict) else []
             return f"{name}({', '.join(f'{k}={_python(v)}' for k, v in items)})"
 
-        return "[" + ", ".join(call(n, a) for n, a in calls) + "]"
+        text = "[" + ", ".join(call(n, a) for n, a in calls) + "]"
+        return f"{self.wrap}{text}{_WRAPS[self.wrap]}" if self.wrap else text
 
 
 def _python(value: Any) -> str:
