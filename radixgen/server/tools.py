@@ -70,8 +70,11 @@ class ChatRenderer:
     def renders_calls(self) -> bool:
         """Whether the chat template writes an assistant message's ``tool_calls`` (LFM2's
         renders the tools but expects calls in the content: radixgen writes them there)."""
-        call = {"id": "probeid01", "type": "function"}  # Mistral wants 9 characters
-        call["function"] = {"name": "probe_tool_name", "arguments": {}}
+        call: dict[str, Any] = {  # Mistral wants a 9-character id
+            "id": "probeid01",
+            "type": "function",
+            "function": {"name": "probe_tool_name", "arguments": {}},
+        }
         messages = [
             {"role": "user", "content": "probe"},
             {"role": "assistant", "content": "", "tool_calls": [call]},
