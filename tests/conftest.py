@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -61,31 +60,15 @@ def engine(default_model_path):
 def tiny_model_folder(tmp_path_factory, tokenizer):
     """A 2-layer random-weight Llama (GQA 4/2) with the default model's tokenizer, as an HF folder:
     a real engine or server whose steps take milliseconds (kernel, fuzzing and property tests)."""
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=8192,  # long streams (shutdown tests) fit its context
-        tie_word_embeddings=True,
-    )
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    transformers.LlamaForCausalLM(config).save_pretrained(folder, safe_serialization=True)
-    tokenizer.backend.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "chat_template": tokenizer.chat_template,
-                "eos_token": "<|im_end|>",
-                "bos_token": "<|im_start|>",
-            }
-        )
-    )
-    return folder
+    pytest.importorskip("transformers")
+    from families import save_tiny_llama
+
+    config = {
+        "chat_template": tokenizer.chat_template,
+        "eos_token": "<|im_end|>",
+        "bos_token": "<|im_start|>",
+    }
+    return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"), tokenizer.backend, config)
 
 
 @pytest.fixture(scope="session")

@@ -193,12 +193,12 @@ def family_tokenizer(base: Tokenizer, family: Family) -> Tokenizer:
     )
 
 
-def family_model_folder(dest: Path, base: Tokenizer, family: Family) -> Path:
-    """A 2-layer random-weight Llama in ``dest`` with ``family``'s tokenizer and template."""
+def save_tiny_llama(dest: Path, backend: HFTokenizer, tokenizer_config: dict) -> Path:
+    """A 2-layer random-weight Llama (hidden size 64, GQA 4/2) with ``backend`` as an HF folder
+    in ``dest``: a real engine or server whose steps take milliseconds."""
     import torch
     import transformers
 
-    backend = family_backend(base, family)
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=backend.get_vocab_size(with_added_tokens=True),
@@ -207,15 +207,20 @@ def family_model_folder(dest: Path, base: Tokenizer, family: Family) -> Path:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=8192,
+        max_position_embeddings=8192,  # long streams (shutdown tests) fit its context
         tie_word_embeddings=True,
     )
     transformers.LlamaForCausalLM(config).save_pretrained(dest, safe_serialization=True)
     backend.save(str(dest / "tokenizer.json"))
-    tokenizer_config = {
+    (dest / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    return dest
+
+
+def family_model_folder(dest: Path, base: Tokenizer, family: Family) -> Path:
+    """A tiny random-weight Llama in ``dest`` with ``family``'s tokenizer and template."""
+    config = {
         "chat_template": family.template_text,
         "eos_token": family.eos,
         "bos_token": family.bos,
     }
-    (dest / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
-    return dest
+    return save_tiny_llama(dest, family_backend(base, family), config)
