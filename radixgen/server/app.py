@@ -35,7 +35,7 @@ from fastapi.responses import PlainTextResponse
 
 from ..config import EngineConfig
 from ..engine import Engine
-from . import native_api, openai_api, responses_api
+from . import anthropic_api, native_api, openai_api, responses_api
 from .asgi import PROBE_PATHS, ASGIApp, Message, Receive, Scope, Send, send_error
 from .connection import protocol_class
 from .engine_client import EngineClient
@@ -82,6 +82,7 @@ def create_app(
     app.include_router(openai_api.router)
     app.include_router(native_api.router)
     app.include_router(responses_api.router)
+    app.include_router(anthropic_api.router)
 
     @app.get("/health")
     async def health() -> OrjsonResponse:
@@ -110,7 +111,8 @@ def _log_ready(client: EngineClient, settings: ServerSettings) -> None:
         settings.max_queued_requests,
     )
     logger.info(
-        "listening: OpenAI API at http://%s:%d/v1, native API at http://%s:%d/generate%s",
+        "listening: OpenAI API at http://%s:%d/v1 (Anthropic's at /v1/messages), "
+        "native API at http://%s:%d/generate%s",
         settings.host,
         settings.port,
         settings.host,
@@ -123,22 +125,29 @@ def _log_ready(client: EngineClient, settings: ServerSettings) -> None:
 
 
 class _Auth:
-    """401 unless ``Authorization: Bearer <api_key>`` (paths in ``PROBE_PATHS`` stay open)."""
+    """401 unless ``Authorization: Bearer <api_key>`` or ``x-api-key: <api_key>`` (Anthropic's
+    header); paths in ``PROBE_PATHS`` stay open."""
 
     def __init__(self, app: ASGIApp, api_key: str | None) -> None:
-        self.app, self.expected = app, f"Bearer {api_key}".encode() if api_key else None
+        self.app, self.key = app, api_key.encode() if api_key else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.expected is None or scope["type"] != "http" or scope["path"] in PROBE_PATHS:
+        if self.key is None or scope["type"] != "http" or scope["path"] in PROBE_PATHS:
             return await self.app(scope, receive, send)
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        if not secrets.compare_digest(given, self.expected):
-            reason = "missing" if not given else "invalid"
+        headers = dict(scope["headers"])
+        bearer, header_key = headers.get(b"authorization"), headers.get(b"x-api-key")
+        if bearer is not None:
+            given = bearer[7:] if bearer.startswith(b"Bearer ") else None
+        else:
+            given = header_key
+        if given is None or not secrets.compare_digest(given, self.key):
+            reason = "missing" if bearer is None and header_key is None else "invalid"
             return await send_error(
                 send,
                 401,
-                f"{reason} API key: send 'Authorization: Bearer <key>'",
+                f"{reason} API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')",
                 code="invalid_api_key",
+                path=scope["path"],
             )
         return await self.app(scope, receive, send)
 
@@ -159,7 +168,8 @@ class _BodyLimit:
             return await self.app(scope, receive, send)
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
-            return await send_error(send, 413, self._message(int(length)), code="request_too_large")
+            text = self._message(int(length))
+            return await send_error(send, 413, text, code="request_too_large", path=scope["path"])
         chunks, size, more = [], 0, True
         while more:
             message = await receive()
@@ -168,8 +178,9 @@ class _BodyLimit:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.limit:
+                text = self._message(size, at_least=True)
                 return await send_error(
-                    send, 413, self._message(size, at_least=True), code="request_too_large"
+                    send, 413, text, code="request_too_large", path=scope["path"]
                 )
             more = message.get("more_body", False)
         replayed = False

@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from .errors import error_body
+from .errors import error_body, shaped
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -47,6 +47,9 @@ async def send_error(
     message: str,
     code: str | None = None,
     headers: list[tuple[bytes, bytes]] | None = None,
+    path: str = "",
 ) -> None:
-    """Answer ``status`` with an OpenAI-style error body."""
-    await send_json(send, status, error_body(status, message, code=code), headers)
+    """Answer ``status`` with an error body in the shape of the route at ``path`` (OpenAI's,
+    or Anthropic's on ``/v1/messages``)."""
+    body = shaped(path, error_body(status, message, code=code), status)
+    await send_json(send, status, body, headers)

@@ -195,6 +195,7 @@ class LimitedH11Protocol(H11Protocol):
             "(--max-connections); retry later",
             code="too_many_connections",
             headers=[_CLOSE, (b"retry-after", b"1")],
+            path=scope.get("path", ""),
         )
 
 

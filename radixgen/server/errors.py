@@ -1,5 +1,8 @@
 """OpenAI-style errors: ``{"error": {"message", "type", "param", "code"}}`` with the right status.
 
+On Anthropic's routes (``/v1/messages``) the same errors take Anthropic's shape,
+``{"type": "error", "error": {"type", "message"}}`` (``shaped``), as its SDK expects.
+
 Every user mistake becomes a 4xx naming the field at fault: ``APIError`` raised by handlers,
 ``ValueError`` from ``SamplingParams.validate`` / ``Engine.add_request`` / the grammar compiler
 (400), and FastAPI's request validation errors, which are 400 here (not FastAPI's 422).
@@ -60,6 +63,31 @@ def error_body(
     }
 
 
+ANTHROPIC_PATHS = ("/v1/messages",)  # the routes answered in Anthropic's error shape
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+
+
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def shaped(path: str, body: dict[str, Any], status: int) -> dict[str, Any]:
+    """``body`` (OpenAI's shape) in the shape of the route at ``path``."""
+    if path.startswith(ANTHROPIC_PATHS):
+        return anthropic_error_body(status, body["error"]["message"])
+    return body
+
+
 def error_response(
     status: int, message: str, param: str | None = None, code: str | None = None
 ) -> OrjsonResponse:
@@ -114,27 +142,31 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 
 
 def install_error_handlers(app: FastAPI) -> None:
+    def answer(request: Request, exc: APIError) -> OrjsonResponse:
+        body = shaped(request.url.path, exc.body(), exc.status)
+        return OrjsonResponse(body, status_code=exc.status)
+
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError) -> OrjsonResponse:
-        return OrjsonResponse(exc.body(), status_code=exc.status)
+        return answer(request, exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> OrjsonResponse:
         message, param = _validation_message(exc)
-        return error_response(400, message, param)
+        return answer(request, APIError(400, message, param))
 
     @app.exception_handler(ValueError)
     async def _value_error(request: Request, exc: ValueError) -> OrjsonResponse:
-        return OrjsonResponse(bad_request(exc).body(), status_code=400)
+        return answer(request, bad_request(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> OrjsonResponse:
         message = str(exc.detail) if exc.detail else "error"
         if exc.status_code == 404:
             message = f"no route {request.method} {request.url.path}"
-        return error_response(exc.status_code, message)
+        return answer(request, APIError(exc.status_code, message))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> OrjsonResponse:
         logger.exception("unhandled error in %s %s", request.method, request.url.path)
-        return error_response(500, f"internal error: {type(exc).__name__}")
+        return answer(request, APIError(500, f"internal error: {type(exc).__name__}"))

@@ -210,7 +210,8 @@ _EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 def _reasoning_kwargs(sent: dict[str, Any], client: EngineClient) -> dict[str, Any]:
     """The chat template kwargs of ``reasoning`` (``effort``; ``summary`` is refused: no
     summaries are written). ``effort: "none"`` renders a thinking model's prompt with its
-    reasoning closed (``enable_thinking: false``); another effort needs a thinking model."""
+    reasoning closed (``enable_thinking: false``); another effort needs a thinking model, whose
+    template then thinks (``enable_thinking: true``, where it reads it)."""
     reasoning = sent.get("reasoning") or {}
     if not isinstance(reasoning, dict):
         raise APIError(400, "reasoning: expected an object", param="reasoning")
@@ -230,9 +231,10 @@ def _reasoning_kwargs(sent: dict[str, Any], client: EngineClient) -> dict[str, A
         raise APIError(
             400, "reasoning.effort: this model does not reason", param="reasoning.effort"
         )
-    if effort != "none":
-        return {}
-    if "enable_thinking" not in client.renderer.template_variables():
+    reads = "enable_thinking" in client.renderer.template_variables()
+    if effort != "none":  # asked to reason: a template that can turn it off is told not to
+        return {"enable_thinking": True} if reads else {}
+    if not reads:
         raise APIError(
             400,
             "reasoning.effort: none, but this model's chat template cannot turn reasoning off",

@@ -98,6 +98,7 @@ class Drain:
                 503,
                 "server shutting down: the request did not finish within --shutdown-timeout",
                 code="server_shutting_down",
+                path=scope.get("path", ""),
                 headers=[_CLOSE],
             )
             return
@@ -140,6 +141,7 @@ class DrainGate:
                 "server shutting down: no new requests are accepted",
                 code="server_shutting_down",
                 headers=[_CLOSE],
+                path=path,
             )
         await self.drain.run(self.app, scope, receive, send)
 

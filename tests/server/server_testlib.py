@@ -9,6 +9,13 @@ import pytest
 API_KEY = "test-key"
 MODEL = "smollm2-135m-instruct"
 BODY_LIMIT = 262_144  # --max-body-bytes of the test server
+# a tool's parameters whose every valid value is one of two (noise models call it exactly)
+CITY = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
 
 
 def grammar_available() -> bool:

@@ -14,7 +14,7 @@ import json
 import httpx
 import jsonschema
 import pytest
-from server_testlib import API_KEY, needs_grammar
+from server_testlib import API_KEY, CITY, needs_grammar
 from server_testlib import MODEL as REAL_MODEL
 
 from radixgen.server.fields import RESPONSES_FIELDS, Status
@@ -23,12 +23,7 @@ NEEDS_REASONING = ("max_thinking_tokens", "thinking_budget")
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 MODEL = "tiny"
-WEATHER = {
-    "type": "object",
-    "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]}},
-    "required": ["city"],
-    "additionalProperties": False,
-}
+WEATHER = CITY
 TOOL = {
     "type": "function",
     "name": "get_weather",
