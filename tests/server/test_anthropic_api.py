@@ -93,17 +93,33 @@ def test_stop_sequences_say_which_one_stopped(client):
     assert stop not in _texts(message) and text.startswith(_texts(message))
 
 
-@pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_weather"}])
+@pytest.mark.parametrize(
+    "choice",
+    [
+        {"type": "any", "disable_parallel_tool_use": True},
+        {"type": "tool", "name": "get_weather"},
+    ],
+)
 def test_tool_use_by_tool_choice(client, choice):
     message = client.messages.create(
-        model=MODEL, max_tokens=40, messages=USER, tools=[TOOL], tool_choice=choice
+        model=MODEL,
+        max_tokens=60,
+        messages=USER,
+        tools=[TOOL],
+        tool_choice=choice,
+        extra_body=GREEDY,
     )
     assert message.stop_reason == "tool_use"
     uses = [b for b in message.content if b.type == "tool_use"]
     assert uses and uses[0].name == "get_weather" and uses[0].id
     jsonschema.validate(uses[0].input, WEATHER)
     with client.messages.stream(
-        model=MODEL, max_tokens=40, messages=USER, tools=[TOOL], tool_choice=choice
+        model=MODEL,
+        max_tokens=60,
+        messages=USER,
+        tools=[TOOL],
+        tool_choice=choice,
+        extra_body=GREEDY,
     ) as stream:
         final = stream.get_final_message()
     streamed = [b for b in final.content if b.type == "tool_use"]
