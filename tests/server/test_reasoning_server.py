@@ -42,12 +42,13 @@ NO_NEWLINE = {"198": -100}  # the default tokenizer's "\n"
 USER = [{"role": "user", "content": "Think, then answer."}]
 
 
-def _server(tmp_path_factory, tokenizer, family: str, **defaults):
-    """The family's tiny server; ``defaults``: fields every chat request of the tests sends."""
+def _server(tmp_path_factory, tokenizer, family: str, *flags: str, **defaults):
+    """The family's tiny server (``flags`` added); ``defaults``: fields every chat request of
+    the tests sends."""
     pytest.importorskip("transformers")
     folder = family_model_folder(tmp_path_factory.mktemp(family), tokenizer, FAMILIES[family])
     log = tmp_path_factory.mktemp(f"{family}-log") / "server.log"
-    server = TinyServer(folder, log, "--num-threads", "1")
+    server = TinyServer(folder, log, "--num-threads", "1", *flags)
     server.defaults = defaults  # type: ignore[attr-defined]
     yield server
     server.stop()
@@ -70,6 +71,11 @@ def qwen3(tmp_path_factory, tokenizer):
 @pytest.fixture(scope="module")
 def mistral(tmp_path_factory, tokenizer):
     yield from _server(tmp_path_factory, tokenizer, "mistral-v11")
+
+
+@pytest.fixture(scope="module")
+def mistral_level2(tmp_path_factory, tokenizer):
+    yield from _server(tmp_path_factory, tokenizer, "mistral-v11", "--tool-strict-level", "2")
 
 
 def chat(server: TinyServer, **fields) -> httpx.Response:
@@ -271,3 +277,17 @@ def test_langchain_tool_calls_in_mistral_format(mistral):
     reply = bound.invoke("What is the weather in Paris?")
     assert [c["name"] for c in reply.tool_calls] == ["get_weather"]
     assert reply.tool_calls[0]["args"]["city"] in ("Paris", "Rome")
+
+
+def test_tool_strict_level_holds_tools_that_are_not_strict(mistral, mistral_level2):
+    """``--tool-strict-level 2``: a tool without ``strict`` is held to its schema under "auto"
+    too; at level 0 the same biased noise writes markers that parse as no call."""
+    loose = {"type": "function", "function": {**TOOL["function"], "strict": False}}
+    fields = {"tools": [loose], "parallel_tool_calls": False, "max_tokens": 30}
+    held = chat(mistral_level2, logit_bias={str(_tool_calls_token(mistral_level2)): 100}, **fields)
+    calls = held.json()["choices"][0]["message"].get("tool_calls") or []
+    assert [c["function"]["name"] for c in calls] == ["get_weather"], held.text
+    jsonschema.validate(json.loads(calls[0]["function"]["arguments"]), WEATHER)
+    free = chat(mistral, logit_bias={str(_tool_calls_token(mistral)): 100}, **fields)
+    assert free.status_code == 200
+    assert not free.json()["choices"][0]["message"].get("tool_calls"), free.text
