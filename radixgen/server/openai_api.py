@@ -173,6 +173,8 @@ def _jobs(prompt: str | list[int], params: SamplingParams, n: int, **job: Any) -
 
 
 def _model_card(client: EngineClient, name: str) -> dict[str, Any]:
+    """OpenAI's model object, with the fields of Anthropic's (``type``, ``display_name``,
+    ``created_at``) so that both SDKs' model listings read it."""
     engine = client.engine
     return {
         "id": name,
@@ -181,6 +183,9 @@ def _model_card(client: EngineClient, name: str) -> dict[str, Any]:
         "owned_by": "radixgen",
         "root": engine.model_path,
         "max_model_len": engine.context_len,
+        "type": "model",
+        "display_name": name,
+        "created_at": "1970-01-01T00:00:00Z",
     }
 
 
@@ -188,7 +193,8 @@ def _model_card(client: EngineClient, name: str) -> dict[str, Any]:
 async def list_models(request: Request) -> OrjsonResponse:
     client = client_of(request)
     cards = [_model_card(client, name) for name in client.served_names]
-    return OrjsonResponse({"object": "list", "data": cards})
+    ends = {"has_more": False, "first_id": cards[0]["id"], "last_id": cards[-1]["id"]}
+    return OrjsonResponse({"object": "list", "data": cards, **ends})  # ends: Anthropic's page
 
 
 # not in the OpenAPI document: every string is a valid id there (an unknown one is a 404), so

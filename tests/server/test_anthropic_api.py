@@ -65,6 +65,12 @@ def test_a_text_message_and_its_usage(client, tiny_server_url):
     assert r.json()["count"] == counted.input_tokens
 
 
+def test_the_sdk_lists_and_retrieves_the_model(client):
+    models = list(client.models.list())
+    assert [m.id for m in models] == [MODEL] and models[0].type == "model"
+    assert client.models.retrieve(MODEL).display_name == MODEL
+
+
 def test_streamed_equals_whole(client):
     whole = client.messages.create(model=MODEL, max_tokens=12, messages=USER, extra_body=GREEDY)
     kinds = []
