@@ -41,7 +41,7 @@ from .mem_cache.chunk_cache import ChunkCache
 from .mem_cache.kv_manager import KVManager
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator, WarmAhead
 from .mem_cache.prefix_cache import PrefixCache
-from .mem_cache.radix_cache import RadixCache
+from .mem_cache.radix_cache import RadixCache, salt_offset
 from .model_runner import ModelRunner, as_decode_queries, kv_pool_for
 from .models.gguf_file import release_gguf
 from .models.hub import resolve_model
@@ -702,6 +702,7 @@ class Engine:
             sink=sink or (lambda d: None),
             detokenizer=IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens),
             stop_matcher=StopStringMatcher.for_params(params),
+            cache_offset=salt_offset(params.cache_salt),
         )
         if params.seed is not None:
             req.generator = torch.Generator(device=self.device)

@@ -19,6 +19,7 @@ import torch
 
 from .detokenizer import IncrementalDetokenizer, StopStringMatcher
 from .mem_cache.kv_manager import KVRow, OnKVRow
+from .mem_cache.radix_cache import salted_key
 from .sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -115,10 +116,16 @@ class Req:
     num_retractions: int = 0
     arrival_time: float = field(default_factory=time.monotonic)
     first_token_time: float | None = None
+    # the prefix cache namespace of params.cache_salt (radix_cache.salt_offset; 0: unsalted)
+    cache_offset: int = 0
 
     @property
     def fill_ids(self) -> list[int]:
         return self.prompt_ids + self.output_ids
+
+    def cache_key(self, token_ids: list[int]) -> list[int]:
+        """``token_ids`` (a prefix of ``fill_ids``) as the radix cache keys this request."""
+        return salted_key(token_ids, self.cache_offset)
 
     def token_ids(self, start: int, end: int) -> list[int]:
         """``fill_ids[start:end]`` without building ``fill_ids`` (called per request per step)."""

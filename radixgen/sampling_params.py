@@ -30,6 +30,7 @@ BOOL_FIELDS = (
 UNSET_WHEN_EMPTY = ("stop", "stop_regex", "stop_token_ids")
 MAX_STOPS = 16  # stop strings, and stop regexes, per request
 MAX_STOP_REGEX_LEN = 256  # characters of one stop_regex pattern
+MAX_SALT_LEN = 1024  # characters of a cache_salt
 INT64_RANGE = (-(2**63), 2**63 - 1)
 
 
@@ -61,6 +62,10 @@ class SamplingParams:
         "with a reasoning model: close the reasoning after this many tokens of it",
         group="sampling",
     )
+    # A namespace of the prefix cache (vLLM's cache_salt, SGLang's extra_key): requests with
+    # different salts never share a cached token; the same salt shares as before; None is the
+    # unsalted namespace (mem_cache.salted_key).
+    cache_salt: str | None = None
     ignore_eos: bool = False
     repetition_penalty: float = 1.0
     frequency_penalty: float = 0.0
@@ -162,6 +167,12 @@ class SamplingParams:
             self.max_thinking_tokens is None
             or (_is_int(self.max_thinking_tokens) and self.max_thinking_tokens >= 0),
             f"max_thinking_tokens: expected an integer >= 0, got {self.max_thinking_tokens!r}",
+        )
+        _check(
+            self.cache_salt is None
+            or (isinstance(self.cache_salt, str) and 0 < len(self.cache_salt) <= MAX_SALT_LEN),
+            f"cache_salt: expected a non-empty string of at most {MAX_SALT_LEN} characters, "
+            f"got {self.cache_salt!r}"[:200],
         )
         _check(
             self.spaces_between_special_tokens,

@@ -11,6 +11,11 @@ Ownership: the slots in tree nodes belong to the tree until ``evict``/``reset`` 
 into the ``SlotAllocator``. A request that matched a prefix borrows those slots and must
 ``lock`` the matched node while it runs, so that eviction cannot free them under it.
 
+Namespaces (``cache_salt``): a salted request's key is its token ids shifted past every
+vocabulary by a 64-bit hash of the salt (``salted_key``), so requests with different salts
+never match each other's nodes and requests with the same salt share as before; the shift
+changes nothing but the matching (the values are the slots, the model reads the real ids).
+
 Counts: every tree token is either *evictable* (its node has ``lock_ref == 0``) or
 *protected* (``lock_ref > 0``); ``evictable_size + protected_size == total_size()``.
 Only unlocked leaves are evicted, least recently used first; "time" is a per-cache
@@ -19,6 +24,7 @@ operation counter, not the wall clock, so behaviour is deterministic.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 from dataclasses import dataclass, field
@@ -28,6 +34,20 @@ import torch
 from radixgen.mem_cache.memory_pool import SlotAllocator
 
 _CHUNK = 32  # tokens compared per step when hunting the first mismatch inside an edge
+_SALT_SHIFT = 32  # token ids stay below 2**32: a salted key never equals an unsalted one
+
+
+def salt_offset(salt: str | None) -> int:
+    """What ``salted_key`` adds to each token id of a request with ``salt`` (0: unsalted)."""
+    if salt is None:
+        return 0
+    digest = hashlib.blake2b(salt.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return (int.from_bytes(digest, "little") | 1) << _SALT_SHIFT
+
+
+def salted_key(token_ids: list[int], offset: int) -> list[int]:
+    """The radix key of ``token_ids`` in the namespace of ``offset`` (``salt_offset``)."""
+    return token_ids if not offset else [t + offset for t in token_ids]
 
 
 @dataclass(slots=True, eq=False)  # eq=False: nodes hash and compare by identity

@@ -21,7 +21,7 @@ def order_waiting(waiting: list[Req], policy: str, cache: PrefixCache) -> list[R
         return sorted(waiting, key=lambda r: r.arrival_time)
     nodes: dict[int, TreeNode] = {}
     for req in waiting:
-        slots, node = cache.match_prefix(req.fill_ids[:-1])
+        slots, node = cache.match_prefix(req.cache_key(req.fill_ids[:-1]))
         req.prefix_hint = len(slots)
         nodes[id(req)] = node
     if policy == "lpm":

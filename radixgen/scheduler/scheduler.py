@@ -119,7 +119,7 @@ class Scheduler:
         for req in order:
             if self._defer_for_shared_prefix(req, computing):
                 continue
-            cached = len(self.kv.cache.match_prefix(req.fill_ids[:-1])[0])
+            cached = len(self.kv.cache.match_prefix(req.cache_key(req.fill_ids[:-1]))[0])
             return self._need(req, cached) <= self._room()
         return False
 
@@ -177,13 +177,14 @@ class Scheduler:
             return False
         ids = req.fill_ids
         return any(
-            common_prefix_len(other.fill_ids, ids, 0) >= req.prefix_hint + SHARED_PREFIX_DEFER
+            other.cache_offset == req.cache_offset  # another namespace is no prefix of it
+            and common_prefix_len(other.fill_ids, ids, 0) >= req.prefix_hint + SHARED_PREFIX_DEFER
             for other in computing
         )
 
     def _try_admit(self, req: Req, allowance: _Allowance) -> bool:
         """Admit ``req`` with its first chunk if memory allows (False: not admitted)."""
-        prefix = self.kv.lock_prefix(req.fill_ids[:-1])
+        prefix = self.kv.lock_prefix(req.cache_key(req.fill_ids[:-1]))
         remaining = req.seq_len - prefix.num_tokens
         extend_len = allowance.fit(self.budget, prefix.num_tokens, remaining)
         rows = self.kv.admit([prefix], [extend_len]) if self._fits(req, prefix.num_tokens) else None
@@ -226,7 +227,7 @@ class Scheduler:
         for running in batch:
             drafted = running.num_draft  # a verified row: the engine truncates it, then it goes on
             if running.kv.advance() > 1 and self.shares_prefixes and not drafted:
-                self.kv.publish(running.kv, running.req.fill_ids)
+                self.kv.publish(running.kv, running.req.cache_key(running.req.fill_ids))
 
     # ------------------------------------------------------------------ leaving
     def release(self, req: Req) -> None:
@@ -234,7 +235,7 @@ class Scheduler:
         (``KVManager.release``: the cache keeps it evictable or frees it)."""
         running = self.running.pop(req, None)
         if running is not None:
-            self.kv.release(running.kv, req.fill_ids)
+            self.kv.release(running.kv, req.cache_key(req.fill_ids))
         elif req in self.waiting:
             self.waiting.remove(req)
 

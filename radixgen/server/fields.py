@@ -86,6 +86,7 @@ SAMPLING_EXTRAS = (
     "no_stop_trim",  # SGLang
     "spaces_between_special_tokens",  # SGLang (true only)
     "max_thinking_tokens",  # a reasoning budget: the reasoning ends when it is spent
+    "cache_salt",  # vLLM: a prefix-cache namespace (radix_cache.salted_key)
 )
 
 _EXTRAS: dict[str, Rule] = {
@@ -130,7 +131,7 @@ _EXTRAS: dict[str, Rule] = {
     "kv_transfer_params": refused("disaggregated serving is not supported"),
     "request_id": ignored("an id; responses carry their own"),
     "rid": ignored("an id; responses carry their own"),
-    "cache_salt": ignored("the radix cache shares prefixes; the output is the same"),
+    "cache_salt": honored("a prefix-cache namespace: other salts never share cached tokens"),
 }
 
 CHAT_FIELDS: dict[str, Rule] = {

@@ -54,6 +54,20 @@ def _per_prompt(value: Any, count: int, name: str) -> list[Any]:
     return value
 
 
+def _salts(extras: dict[str, Any], count: int) -> list[str | None]:
+    """Each prompt's prefix-cache namespace: SGLang's ``extra_key`` or ``cache_salt`` (a string
+    for all prompts or one per prompt; both given must agree)."""
+    given = {k: extras[k] for k in ("extra_key", "cache_salt") if extras.get(k) is not None}
+    if len(given) == 2 and given["extra_key"] != given["cache_salt"]:
+        raise APIError(400, "extra_key: differs from cache_salt (give one)", param="extra_key")
+    name, value = next(iter(given.items()), ("cache_salt", None))
+    salts = _per_prompt(value, count, name)
+    for salt in salts:
+        if salt is not None and not isinstance(salt, str):
+            raise APIError(400, f"{name}: expected a string, got {salt!r}", param=name)
+    return salts
+
+
 def _prompts(body: GenerateRequest) -> tuple[list[str | list[int]], bool]:
     """``(prompts, is_batch)``."""
     if (body.text is None) == (body.input_ids is None):
@@ -197,6 +211,7 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[_Wan
     top_n = _per_prompt(body.top_logprobs_num, count, "top_logprobs_num")
     start = _per_prompt(body.logprob_start_len, count, "logprob_start_len")
     rids = _per_prompt(body.rid, count, "rid")
+    salts = _salts(body.model_extra or {}, count)
     prompt_param = "text" if body.text is not None else "input_ids"
     jobs: list[Job] = []
     inputs: list[_Wanted | None] = []
@@ -222,6 +237,8 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[_Wan
                 param="sampling_params.n",
             )
         params = native.params
+        if salts[i] is not None:
+            params = dataclasses.replace(params, cache_salt=salts[i])
         default = None if native.until_context else SamplingParams.max_new_tokens
         for j in range(native.n):
             seed = None if params.seed is None else params.seed + j

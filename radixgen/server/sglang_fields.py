@@ -31,6 +31,12 @@ BODY_HONORED = (
     "stream",
 )
 
+# body fields GenerateRequest does not declare, read by native_api
+BODY_EXTRA_HONORED = (
+    "extra_key",  # the prefix cache namespace (radix_cache.salted_key)
+    "cache_salt",  # the same, under vLLM's name
+)
+
 BODY_IGNORED = (
     "session_id",
     "log_metrics",
@@ -99,8 +105,6 @@ BODY_REFUSED: dict[str, str] = {
     "background": "background requests are not supported",
     "require_reasoning": "reasoning control is not supported",
     "max_thinking_tokens": "reasoning control is not supported",
-    "extra_key": "the prefix cache is shared by all requests (no cache namespaces)",
-    "cache_salt": "the prefix cache is shared by all requests (no cache namespaces)",
     "multi_item_delimiter_indices": "multi-item scoring is not supported",
     "token_indices_to_pool": "pooling readouts are not supported",
 }
@@ -132,7 +136,7 @@ def is_unset(value: Any) -> bool:
 def check_body_extras(extras: dict[str, Any]) -> None:
     """400 for a body field beyond ``GenerateRequest``'s that is unknown, or refused and set."""
     for name, value in extras.items():
-        if name in BODY_IGNORED:
+        if name in BODY_IGNORED or name in BODY_EXTRA_HONORED:
             continue
         if name in BODY_REFUSED:
             if not is_unset(value):

@@ -895,6 +895,7 @@ EFFECT_ELSEWHERE = {
     "tools_and_parallel_false_calls_one",
     "response_format": "test_response_format_structural_tag, test_strict_schema.py",
     **dict.fromkeys(CONSTRAINED, "test_every_field_is_honored_ignored_or_refused (CONSTRAINED)"),
+    "cache_salt": "test_cache_salt.py (isolation and sharing, cached_tokens)",
     # a thinking model's fields: tests/server/test_reasoning_server.py serves one
     **dict.fromkeys(
         [
