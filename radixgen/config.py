@@ -160,6 +160,17 @@ class EngineConfig:
         "waiting-queue order (auto: lpm with the radix cache, fcfs without)",
         choices=SCHEDULE_POLICIES,
     )
+    enable_priority_scheduling: bool = option(
+        False,
+        "honor a request's priority: higher values are admitted first (within a priority the "
+        "--schedule-policy order holds) and retracted last; without it a priority other than "
+        "0 is refused",
+    )
+    schedule_low_priority_values_first: bool = option(
+        False,
+        "with --enable-priority-scheduling: lower priority values go first (vLLM's reading of "
+        "priority; by default higher values go first, as SGLang's)",
+    )
     disable_radix_cache: bool = option(False, "no prefix sharing across requests")
     enable_deterministic_inference: bool = option(
         False,

@@ -23,6 +23,7 @@ import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -693,6 +694,11 @@ class Engine:
                 "max_thinking_tokens: this model has no reasoning format to bound "
                 "(--reasoning-parser: none is active)"
             )
+        if params.priority != 0 and not self.config.enable_priority_scheduling:
+            raise ValueError(
+                "priority: requests are served in the --schedule-policy order "
+                "(serve with --enable-priority-scheduling to honor priorities)"
+            )
         prompt_ids = self._prompt_ids(prompt)
         rid = rid or uuid.uuid4().hex
         req = Req(
@@ -729,6 +735,24 @@ class Engine:
                 self._emit_abort(req)
 
         self._inbox.put(command)
+
+    def abort_where(self, match: Callable[[str], bool]) -> Future[int]:
+        """Abort every unfinished request whose rid ``match`` accepts (``/abort_request``);
+        the future holds how many were aborted."""
+        done: Future[int] = Future()
+
+        def command() -> None:
+            hits = [
+                req
+                for rid, req in list(self._reqs.items())
+                if req.status is not ReqStatus.FINISHED and match(rid)
+            ]
+            for req in hits:
+                self._emit_abort(req)
+            done.set_result(len(hits))
+
+        self._inbox.put(command)
+        return done
 
     def abort_all(self) -> None:
         """Abort every request and score job; a model step in progress ends at its next layer

@@ -66,6 +66,9 @@ class SamplingParams:
     # different salts never share a cached token; the same salt shares as before; None is the
     # unsalted namespace (mem_cache.salted_key).
     cache_salt: str | None = None
+    # With --enable-priority-scheduling: waiting requests of a higher priority are admitted
+    # first, and a retraction takes the lowest priority first (SGLang's order; 0 otherwise).
+    priority: int = 0
     ignore_eos: bool = False
     repetition_penalty: float = 1.0
     frequency_penalty: float = 0.0
@@ -167,6 +170,10 @@ class SamplingParams:
             self.max_thinking_tokens is None
             or (_is_int(self.max_thinking_tokens) and self.max_thinking_tokens >= 0),
             f"max_thinking_tokens: expected an integer >= 0, got {self.max_thinking_tokens!r}",
+        )
+        _check(
+            _is_int(self.priority) and INT64_RANGE[0] <= self.priority <= INT64_RANGE[1],
+            f"priority: expected an integer, got {self.priority!r}",
         )
         _check(
             self.cache_salt is None

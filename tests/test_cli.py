@@ -54,6 +54,8 @@ ENGINE_FLAGS = {
     "--speculative-draft-model",
     "--reasoning-parser",  # issue #50
     "--tool-call-parser",
+    "--enable-priority-scheduling",  # issue #51
+    "--schedule-low-priority-values-first",
 }
 SAMPLING_FLAGS = {
     "--max-new-tokens",

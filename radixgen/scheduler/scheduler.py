@@ -80,7 +80,7 @@ class Scheduler:
         held_back = 0.0  # kept for admissions while running chunks take their share
         # the policy's order (lpm matches every waiting request) only when admission may run
         admitting = bool(self.waiting) and self._admission_open()
-        order = order_waiting(self.waiting, self.policy, self.kv.cache) if admitting else []
+        order = self._order() if admitting else []
         others_wait = scoring or self._head_ready(order)
         if self.budget.timed and others_wait:
             held_back = allowance.units * (1 - RUNNING_CHUNK_SHARE)
@@ -90,7 +90,7 @@ class Scheduler:
         allowance.units += held_back
         if allowance.open and self._admission_open():
             if self.num_retractions != retractions:  # retracted requests joined the queue
-                order = order_waiting(self.waiting, self.policy, self.kv.cache)
+                order = self._order()
             self._admit(allowance, order)
         self.new_token_ratio = max(
             MIN_NEW_TOKEN_RATIO, self.new_token_ratio - NEW_TOKEN_RATIO_DECAY
@@ -148,8 +148,26 @@ class Scheduler:
                 continue
             self.retract(self._retract_victim())
 
+    def _order(self) -> list[Req]:
+        """The waiting queue in admission order: the policy's, then (with priority scheduling)
+        higher priorities first, the policy's order kept within each (a stable sort)."""
+        order = order_waiting(self.waiting, self.policy, self.kv.cache)
+        if self.config.enable_priority_scheduling:
+            order.sort(key=lambda r: -self._rank(r))
+        return order
+
+    def _rank(self, req: Req) -> int:
+        """``req``'s priority, larger first (``schedule_low_priority_values_first`` flips it)."""
+        priority = req.params.priority
+        return -priority if self.config.schedule_low_priority_values_first else priority
+
     def _retract_victim(self) -> Req:
         # least progress: fewest generated tokens, then the longest prompt (frees the most)
+        if self.config.enable_priority_scheduling:  # the lowest priority goes first
+            return min(
+                self.running,
+                key=lambda r: (self._rank(r), len(r.output_ids), -len(r.prompt_ids)),
+            )
         return min(self.running, key=lambda r: (len(r.output_ids), -len(r.prompt_ids)))
 
     # ------------------------------------------------------------------ admission

@@ -87,6 +87,7 @@ SAMPLING_EXTRAS = (
     "spaces_between_special_tokens",  # SGLang (true only)
     "max_thinking_tokens",  # a reasoning budget: the reasoning ends when it is spent
     "cache_salt",  # vLLM: a prefix-cache namespace (radix_cache.salted_key)
+    "priority",  # with --enable-priority-scheduling (scheduler.Scheduler._order)
 )
 
 _EXTRAS: dict[str, Rule] = {
@@ -124,7 +125,7 @@ _EXTRAS: dict[str, Rule] = {
     "return_tokens_as_token_ids": refused("not supported", False),
     "return_token_ids": refused("not supported", False),
     "return_hidden_states": refused("not supported", False),
-    "priority": refused("requests are served in arrival order", 0),
+    "priority": honored("with --enable-priority-scheduling (else only 0)"),
     "lora_path": refused("adapters are not supported"),
     "session_params": refused("sessions are not supported"),
     "vllm_xargs": refused("no extensions read them", {}),

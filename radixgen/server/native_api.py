@@ -36,7 +36,7 @@ from .engine_client import DisconnectWatch, EngineClient, Generation, Job
 from .errors import APIError, error_body, generation_error
 from .logprobs import native_logprobs
 from .openai_stream import DONE, sse
-from .protocol import GenerateRequest, OrjsonResponse
+from .protocol import AbortRequest, GenerateRequest, OrjsonResponse
 from .sglang_fields import check_body_extras, sampling_fields
 
 router = APIRouter()
@@ -133,6 +133,31 @@ def native_params(raw: dict[str, Any] | None, logprob: bool, top_n: int) -> Nati
     return NativeParams(params, n, max_new, until_context)
 
 
+@router.post("/abort_request")
+async def abort_request(body: AbortRequest, request: Request) -> OrjsonResponse:
+    """Abort running or waiting requests (SGLang's route): the one of ``rid`` (and its ``n``
+    choices, ``rid-0`` ...), or every one with ``abort_all``. Their streams end with
+    ``finish_reason`` abort; ``{"aborted": N}`` says how many there were."""
+    if body.abort_all == bool(body.rid):
+        raise APIError(400, "rid: give a rid or abort_all: true (one of them)", param="rid")
+    rid = body.rid or ""
+
+    def match(other: str) -> bool:
+        if body.abort_all:
+            return True
+        tail = other[len(rid) + 1 :] if other.startswith(f"{rid}-") else ""
+        return other == rid or tail.isdigit()
+
+    engine = _client(request).engine
+    if engine.dead is not None:
+        raise APIError(503, f"the engine stopped: {engine.dead}")
+    try:
+        aborted = await asyncio.wait_for(asyncio.wrap_future(engine.abort_where(match)), 30)
+    except TimeoutError:
+        raise APIError(503, "the engine did not answer the abort within 30 s") from None
+    return OrjsonResponse({"aborted": aborted})
+
+
 @router.post("/generate")
 async def generate(body: GenerateRequest, request: Request):
     check_body_extras(body.model_extra or {})
@@ -212,6 +237,7 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[_Wan
     start = _per_prompt(body.logprob_start_len, count, "logprob_start_len")
     rids = _per_prompt(body.rid, count, "rid")
     salts = _salts(body.model_extra or {}, count)
+    priorities = _per_prompt((body.model_extra or {}).get("priority"), count, "priority")
     prompt_param = "text" if body.text is not None else "input_ids"
     jobs: list[Job] = []
     inputs: list[_Wanted | None] = []
@@ -239,6 +265,8 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[_Wan
         params = native.params
         if salts[i] is not None:
             params = dataclasses.replace(params, cache_salt=salts[i])
+        if priorities[i] is not None:
+            params = dataclasses.replace(params, priority=priorities[i])
         default = None if native.until_context else SamplingParams.max_new_tokens
         for j in range(native.n):
             seed = None if params.seed is None else params.seed + j

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from starlette.responses import Response
 
 
@@ -172,6 +172,15 @@ class CompletionRequest(_OpenAISampling):
 
 
 # --------------------------------------------------------------------------- native (SGLang) request
+
+
+class AbortRequest(BaseModel):
+    """SGLang's ``AbortReq``: a request's ``rid`` (its ``rid-j`` choices too), or all."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rid: StrictStr | None = None
+    abort_all: StrictBool = False
 
 
 class GenerateRequest(_Body):

@@ -35,6 +35,7 @@ BODY_HONORED = (
 BODY_EXTRA_HONORED = (
     "extra_key",  # the prefix cache namespace (radix_cache.salted_key)
     "cache_salt",  # the same, under vLLM's name
+    "priority",  # with --enable-priority-scheduling (one, or one per prompt)
 )
 
 BODY_IGNORED = (
@@ -46,7 +47,6 @@ BODY_IGNORED = (
     "routing_key",
     "conversation_id",
     "http_worker_ipc",
-    "priority",  # radixgen schedules first come, first served; the output is the same
     "no_logs",  # radixgen logs no request content
     "custom_labels",
     "external_trace_header",

@@ -152,6 +152,8 @@ ROUTES = {
 # honored fields that need a thinking model: on this tiny one (no reasoning format) they are a
 # 400 naming the field (tests/test_thinking.py serves a thinking model)
 NEEDS_REASONING = {"max_thinking_tokens", "thinking_budget"}
+# honored with a flag the test server does not set: a 400 naming them there
+NEEDS_A_FLAG = {"priority"}  # --enable-priority-scheduling (test_control.py)
 # how each honored constraint field's output must read (the samples above)
 CONSTRAINED = {
     "guided_json": r"true|false",
@@ -205,7 +207,7 @@ def test_every_field_is_honored_ignored_or_refused(tiny_server_url, route, name)
     if name in CONSTRAINED:
         fields = {**fields, "max_tokens": 16}
     r = post(tiny_server_url, route, body_for(route, **fields))
-    if rule.status is Status.REFUSED or name in NEEDS_REASONING:
+    if rule.status is Status.REFUSED or name in NEEDS_REASONING or name in NEEDS_A_FLAG:
         assert r.status_code == 400, r.text
         assert r.json()["error"]["param"] == name, r.text
         assert name in r.json()["error"]["message"]
@@ -237,7 +239,7 @@ def test_refused_fields_at_their_neutral_value_are_accepted(tiny_server_url, rou
         for name, rule in table.items()
         if rule.status is Status.REFUSED and rule.neutral
     }
-    assert {"use_beam_search", "priority"} <= set(neutral)
+    assert {"use_beam_search"} <= set(neutral)
     r = post(tiny_server_url, route, body_for(route, **neutral, regex=None, structural_tag=None))
     assert r.status_code == 200, r.text
 
@@ -896,6 +898,7 @@ EFFECT_ELSEWHERE = {
     "response_format": "test_response_format_structural_tag, test_strict_schema.py",
     **dict.fromkeys(CONSTRAINED, "test_every_field_is_honored_ignored_or_refused (CONSTRAINED)"),
     "cache_salt": "test_cache_salt.py (isolation and sharing, cached_tokens)",
+    "priority": "test_control.py (admission order; refused without the flag)",
     # a thinking model's fields: tests/server/test_reasoning_server.py serves one
     **dict.fromkeys(
         [
