@@ -61,7 +61,8 @@ def _chat(url: str, salt: str | None, text: str) -> int:
 
 def test_chat_cache_salt(tiny_server_url):
     text = LONG + "chat, a prompt no other test sends"
-    assert _chat(tiny_server_url, None, text) == 0
+    # unsalted: other tests on this shared server cached the template's opening tokens
+    assert _chat(tiny_server_url, None, text) < 50
     assert _chat(tiny_server_url, "a", text) == 0
     assert _chat(tiny_server_url, "a", text) > 100
     assert _chat(tiny_server_url, None, text) > 100
