@@ -66,9 +66,6 @@ from .tool_parser import ChoiceOutput, Event
 router = APIRouter()
 
 ROUTE = "/v1/messages"
-# top-level fields that cannot change the output: accepted and not acted on (the radix cache
-# reuses every prefix by itself, so cache_control breakpoints are met without being read)
-_NO_EFFECT = ("metadata", "service_tier", "cache_control")
 # content blocks that are not text (this server's models take text only)
 _MEDIA_BLOCKS = ("image", "document", "search_result", "container_upload")
 # radixgen's fields, as on /v1/chat/completions: sampling extras and the constraints by name
@@ -103,6 +100,8 @@ class MessagesRequest(_Conversation):
     top_p: float | None = None
     top_k: int | None = None
     output_config: dict[str, Any] | None = None
+    # accepted, no effect on the output (the radix cache reuses every prefix by itself, so
+    # cache_control breakpoints are met without being read)
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
     cache_control: dict[str, Any] | None = None

@@ -107,26 +107,20 @@ def test_stop_sequences_say_which_one_stopped(client):
     ],
 )
 def test_tool_use_by_tool_choice(client, choice):
-    message = client.messages.create(
-        model=MODEL,
-        max_tokens=60,
-        messages=USER,
-        tools=[TOOL],
-        tool_choice=choice,
-        extra_body=GREEDY,
-    )
+    request = {
+        "model": MODEL,
+        "max_tokens": 60,
+        "messages": USER,
+        "tools": [TOOL],
+        "tool_choice": choice,
+        "extra_body": GREEDY,
+    }
+    message = client.messages.create(**request)
     assert message.stop_reason == "tool_use"
     uses = [b for b in message.content if b.type == "tool_use"]
     assert uses and uses[0].name == "get_weather" and uses[0].id
     jsonschema.validate(uses[0].input, WEATHER)
-    with client.messages.stream(
-        model=MODEL,
-        max_tokens=60,
-        messages=USER,
-        tools=[TOOL],
-        tool_choice=choice,
-        extra_body=GREEDY,
-    ) as stream:
+    with client.messages.stream(**request) as stream:
         final = stream.get_final_message()
     streamed = [b for b in final.content if b.type == "tool_use"]
     assert streamed and streamed[0].name == "get_weather"
