@@ -172,6 +172,29 @@ class EngineConfig:
         "priority; by default higher values go first, as SGLang's)",
     )
     disable_radix_cache: bool = option(False, "no prefix sharing across requests")
+    hicache_ratio: float = option(
+        0.0,
+        "hierarchical cache: KV evicted from the pool goes to a host-RAM tier holding this "
+        "many times the pool's tokens and is loaded back on a prefix hit instead of "
+        "recomputed (0: off; e.g. 2)",
+    )
+    hicache_dtype: str = option(
+        "auto",
+        "storage of the host and disk tiers: auto keeps the KV pool's (reads back exactly); "
+        "int8 or fp8_e4m3 store a float pool's KV in 8 bits with a scale per token and head "
+        "(3.8x the tokens per byte at float32, the accuracy of --kv-cache-dtype int8)",
+        choices=KV_CACHE_DTYPES,
+    )
+    hicache_dir: str | None = option(
+        None,
+        "hierarchical cache: also keep evicted KV blocks as files in this folder (written "
+        "behind the host tier by a background thread, checked by crc32 on reading), found "
+        "again after a restart with the same model (needs --hicache-ratio; one server per "
+        "folder)",
+    )
+    hicache_disk_gb: float = option(
+        16.0, "most GiB the --hicache-dir tier keeps (least recently used blocks go first)"
+    )
     enable_deterministic_inference: bool = option(
         False,
         "batch-invariant decode (CPU, weights in blocks): a request's logits never depend on the "
@@ -241,6 +264,39 @@ class EngineConfig:
         "HOST:PORT where the ranks meet (needed with --nnodes > 1; default: a free local port)",
     )
 
+    def _validate_hicache(self) -> None:
+        if not 0 <= self.hicache_ratio <= 1000:
+            raise ValueError(f"hicache_ratio: expected 0 to 1000, got {self.hicache_ratio}")
+        if self.hicache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(
+                f"hicache_dtype: expected {_one_of(KV_CACHE_DTYPES)}, got {self.hicache_dtype!r}"
+            )
+        if not self.hicache_disk_gb > 0:
+            raise ValueError(f"hicache_disk_gb: expected > 0, got {self.hicache_disk_gb}")
+        if self.hicache_dir is not None and not self.hicache_ratio:
+            raise ValueError(
+                "hicache_dir: the disk tier sits below the host tier; give --hicache-ratio too"
+            )
+        if not self.hicache_ratio:
+            return
+        if self.kv_cache_dtype != "auto" and self.hicache_dtype not in (
+            "auto",
+            self.kv_cache_dtype,
+        ):
+            raise ValueError(
+                f"hicache_dtype: the KV pool is {self.kv_cache_dtype} already; expected auto or "
+                f"{self.kv_cache_dtype}, got {self.hicache_dtype!r}"
+            )
+        if self.disable_radix_cache:
+            raise ValueError("hicache_ratio: tiers hold the radix cache's prefixes; it is disabled")
+        if self.tp_size > 1:
+            raise ValueError("hicache_ratio: not with tp_size > 1 yet (one pool per process)")
+        if self.speculative_algorithm == "draft":
+            raise ValueError(
+                "hicache_ratio: not with speculative_algorithm draft (the draft model's KV "
+                "pool has no tiers)"
+            )
+
     def validate(self) -> EngineConfig:
         """Raise ``ValueError`` naming the field for a bad value; returns self for chaining."""
         if self.max_total_tokens is not None and self.max_total_tokens < 16:
@@ -280,6 +336,7 @@ class EngineConfig:
                 "cpu_amx: on multiplies float activations; quant_activations q8 rounds them "
                 "(one or the other)"
             )
+        self._validate_hicache()
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(
                 f"kv_cache_dtype: expected {_one_of(KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}"

@@ -39,6 +39,7 @@ from .draft_model import DraftModel
 from .heap import release_free_memory
 from .kernels import wake_threads
 from .mem_cache.chunk_cache import ChunkCache
+from .mem_cache.hicache import HiCache, build_hicache
 from .mem_cache.kv_manager import KVManager
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator, WarmAhead
 from .mem_cache.prefix_cache import PrefixCache
@@ -300,8 +301,11 @@ class Engine:
         req_to_token_pool = ReqToTokenPool(
             self.config.max_running_requests, self.context_len + 1, self.device
         )
+        tier = self._build_tiers() if self.config.hicache_ratio else None
         cache: PrefixCache = (
-            ChunkCache(allocator) if self.config.disable_radix_cache else RadixCache(allocator)
+            ChunkCache(allocator)
+            if self.config.disable_radix_cache
+            else RadixCache(allocator, tier)
         )
         self.kv = KVManager(cache, allocator, req_to_token_pool)
         self.max_step_ms = _pick_max_step_ms(self.config.max_step_ms, self.device)
@@ -324,6 +328,20 @@ class Engine:
             max_len=self.max_sequence_len - 1,
             share_prompt=not self.config.disable_radix_cache,
             budget=self.scheduler.budget,
+        )
+
+    def _build_tiers(self) -> HiCache:
+        """The host/disk tiers under the pool (``--hicache-*``)."""
+        c = self.config
+        return build_hicache(
+            self.kv_pool,
+            self.max_total_tokens,
+            ratio=c.hicache_ratio,
+            dtype=c.hicache_dtype,
+            disk_dir=c.hicache_dir,
+            disk_gb=c.hicache_disk_gb,
+            model_path=self.model_path,
+            available_ram=_available_ram(),
         )
 
     # ================================================================== the main loop
@@ -904,6 +922,7 @@ class Engine:
             "speculative_algorithm": self.config.speculative_algorithm,
             **(self.speculator.stats if self.speculator else SpecStats()).as_dict(),
             **self.scheduler.budget.as_dict(),
+            **(cache.tier.as_dict() if cache.tier is not None else {}),
         }
 
     def call(self, fn: Callable[[], T], timeout: float = 60.0) -> T:
@@ -917,12 +936,15 @@ class Engine:
         return result
 
     def flush_cache(self) -> bool:
-        """Drop every cached prefix; refused (False) while requests run."""
+        """Drop every cached prefix, in the pool and the host tier (a ``hicache_dir`` tier is
+        kept: outliving the process is what it is for); refused (False) while requests run."""
 
         def flush() -> bool:
             if self.scheduler.running or self.scheduler.waiting:
                 return False
             self.kv.cache.reset()
+            if self.kv.cache.tier is not None:
+                self.kv.cache.tier.clear_host()
             return True
 
         return self.call(flush)
@@ -954,6 +976,11 @@ class Engine:
         self._thread.join(timeout=30)
         if self.tp is not None:
             self.tp.close(send_stop=not self._thread.is_alive())
+        tier = self.kv.cache.tier
+        if tier is not None:
+            if tier.disk is not None and not self._thread.is_alive():
+                self.kv.cache.spill_all()  # the disk tier keeps what the pool held
+            tier.close()
         self.constraints.shutdown()
         atexit.unregister(self._at_exit)
 

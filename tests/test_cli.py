@@ -37,6 +37,10 @@ ENGINE_FLAGS = {
     "--disable-cuda-graph",
     "--schedule-policy",
     "--disable-radix-cache",
+    "--hicache-ratio",
+    "--hicache-dtype",
+    "--hicache-dir",
+    "--hicache-disk-gb",
     "--enable-deterministic-inference",  # SGLang's name
     "--context-length",
     "--disable-jump-forward",

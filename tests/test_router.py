@@ -117,6 +117,18 @@ def test_options_pass_on_as_flags():
     assert from_args(ServerSettings, args) == settings
 
 
+def test_each_replica_gets_its_own_disk_tier_folder(tmp_path):
+    from radixgen.router.replicas import Replicas
+
+    config = EngineConfig(model="m", dp_size=2, hicache_ratio=2, hicache_dir=str(tmp_path))
+    replicas = Replicas(config, ServerSettings(), "info")
+    folders = []
+    for i in range(2):
+        argv = replicas.argv(i)
+        folders.append(argv[argv.index("--hicache-dir") + 1])
+    assert folders == [str(tmp_path / "dp0"), str(tmp_path / "dp1")]
+
+
 # ------------------------------------------------------------------ live: radixgen serve --dp 2
 @pytest.fixture(scope="module")
 def dp_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_folder: Path):

@@ -6,10 +6,15 @@ given. The scheduler drives both caches with the same code.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from radixgen.mem_cache.memory_pool import SlotAllocator
 from radixgen.mem_cache.radix_cache import TreeNode, check_slot_ownership
+
+if TYPE_CHECKING:
+    from radixgen.mem_cache.hicache import HiCache
 
 
 class ChunkCache:
@@ -17,6 +22,7 @@ class ChunkCache:
 
     def __init__(self, allocator: SlotAllocator) -> None:
         self.allocator = allocator
+        self.tier: HiCache | None = None  # no lower tiers: nothing is cached
         self.root = TreeNode(
             key=[], value=torch.empty(0, dtype=torch.int64), parent=None, node_id=0
         )
@@ -58,6 +64,9 @@ class ChunkCache:
     def evict(self, num_tokens: int) -> int:
         """Nothing to evict: returns 0."""
         return 0
+
+    def spill_all(self) -> None:
+        """Nothing is cached, nothing to hand on."""
 
     def reset(self) -> None:
         """Nothing to free."""

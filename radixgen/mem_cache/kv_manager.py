@@ -112,6 +112,30 @@ class KVManager:
         lock: it passes the prefix to ``admit`` (which takes the lock over) or to ``unlock``."""
         slots, node = self.cache.match_prefix(token_ids)
         self.cache.lock(node)
+        prefix = CachedPrefix(slots, node)
+        if self.cache.tier is not None and len(slots) < len(token_ids):
+            prefix = self._load_back(token_ids, prefix)
+        return prefix
+
+    def _load_back(self, token_ids: list[int], prefix: CachedPrefix) -> CachedPrefix:
+        """Extend a locked pool match with what the host/disk tiers hold after it: fresh
+        slots get the tiers' KV, the tree takes them over (as if computed) and the longer
+        prefix is locked in place of ``prefix``. ``prefix`` itself when the tiers hold
+        nothing there or the pool has no room (evicting unlocked entries first)."""
+        assert self.cache.tier is not None
+        hit = self.cache.tier.fetch(token_ids, prefix.num_tokens)
+        if hit is None:
+            return prefix
+        fresh = self._alloc(hit.end - hit.start)  # prefix is locked: eviction spares it
+        if fresh is None:
+            return prefix
+        self.cache.tier.load(hit, fresh)
+        ids = token_ids[: hit.end]
+        num_cached = self.cache.insert(ids, torch.cat([prefix.slots, fresh]))
+        self.allocator.free(fresh[: num_cached - hit.start])  # none unless the tree had them
+        slots, node = self.cache.match_prefix(ids)
+        self.cache.lock(node)
+        self.cache.unlock(prefix.node)
         return CachedPrefix(slots, node)
 
     def unlock(self, prefix: CachedPrefix) -> None:

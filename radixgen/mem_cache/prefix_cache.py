@@ -9,12 +9,15 @@ frees what it is given), so the same bookkeeping code serves both.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from .memory_pool import SlotAllocator
 from .radix_cache import TreeNode
+
+if TYPE_CHECKING:
+    from .hicache import HiCache
 
 
 class PrefixCache(Protocol):
@@ -25,6 +28,7 @@ class PrefixCache(Protocol):
     evictable_size: int  # cached tokens whose node is unlocked
     protected_size: int  # cached tokens under a locked node
     num_evictions: int  # tokens evicted in total
+    tier: HiCache | None  # the host/disk tiers evicted KV goes to (``hicache``), if any
 
     def total_size(self) -> int:
         """Tokens (= slots) the cache owns: ``evictable_size + protected_size``."""
@@ -50,6 +54,10 @@ class PrefixCache(Protocol):
 
     def evict(self, num_tokens: int) -> int:
         """Free at least ``num_tokens`` unlocked cached slots if possible; return how many."""
+        ...
+
+    def spill_all(self) -> None:
+        """Hand every cached prefix to ``tier`` (if any) without freeing anything."""
         ...
 
     def reset(self) -> None:

@@ -16,6 +16,10 @@ vocabulary by a 64-bit hash of the salt (``salted_key``), so requests with diffe
 never match each other's nodes and requests with the same salt share as before; the shift
 changes nothing but the matching (the values are the slots, the model reads the real ids).
 
+Tiers (``hicache``): with a ``tier``, a leaf is handed to it (``HiCache.spill``) just
+before eviction frees its slots, and ``KVManager.lock_prefix`` asks it for what follows a
+match; without one, evicted KV is gone and recomputed on the next hit.
+
 Counts: every tree token is either *evictable* (its node has ``lock_ref == 0``) or
 *protected* (``lock_ref > 0``); ``evictable_size + protected_size == total_size()``.
 Only unlocked leaves are evicted, least recently used first; "time" is a per-cache
@@ -28,10 +32,14 @@ import hashlib
 import heapq
 import itertools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from radixgen.mem_cache.memory_pool import SlotAllocator
+
+if TYPE_CHECKING:
+    from radixgen.mem_cache.hicache import HiCache
 
 _CHUNK = 32  # tokens compared per step when hunting the first mismatch inside an edge
 _SALT_SHIFT = 32  # token ids stay below 2**32: a salted key never equals an unsalted one
@@ -94,8 +102,9 @@ class RadixCache:
     always denotes the same prefix until it is evicted. Lock it before anything can evict.
     """
 
-    def __init__(self, allocator: SlotAllocator) -> None:
+    def __init__(self, allocator: SlotAllocator, tier: HiCache | None = None) -> None:
         self.allocator = allocator
+        self.tier = tier  # where evicted leaves' KV goes (None: nowhere, it is recomputed)
         self.num_evictions = 0  # tokens evicted in total (reset() does not count)
         self._next_id = itertools.count()
         self._clear()
@@ -277,6 +286,8 @@ class RadixCache:
         num_freed = 0
         while num_freed < num_tokens and heap:
             _, _, leaf = heapq.heappop(heap)
+            if self.tier is not None:
+                self._spill(leaf)
             parent = self._remove_leaf(leaf)
             num_freed += len(leaf.key)
             if parent is not self.root and parent.lock_ref == 0 and parent.is_leaf:
@@ -284,6 +295,25 @@ class RadixCache:
                 heapq.heappush(heap, (parent.last_access, parent.node_id, parent))
         self.num_evictions += num_freed
         return num_freed
+
+    def spill_all(self) -> None:
+        """Hand every cached prefix to the tier (at shutdown: the disk tier keeps what the
+        pool held). Reads the pool only; the tree is unchanged."""
+        if self.tier is not None:
+            for node in self._nodes():
+                self._spill(node)
+
+    def _spill(self, leaf: TreeNode) -> None:
+        """Hand the node's KV, with the path above it, to the tier (before eviction frees it)."""
+        keys, values, node = [], [], leaf
+        while node is not self.root:
+            keys.append(node.key)
+            values.append(node.value)
+            assert node.parent is not None
+            node = node.parent
+        key = list(itertools.chain.from_iterable(reversed(keys)))
+        assert self.tier is not None
+        self.tier.spill(key, torch.cat(values[::-1]), len(key) - len(leaf.key))
 
     def _remove_leaf(self, leaf: TreeNode) -> TreeNode:
         parent = leaf.parent

@@ -15,6 +15,7 @@ shut down gracefully.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -25,6 +26,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import uvicorn
@@ -60,7 +62,12 @@ class Replicas:
         self._stopping = False
 
     def argv(self, i: int) -> list[str]:
-        engine = to_argv(self.config, skip=("dp_size",))
+        config = self.config
+        if config.hicache_dir is not None:  # a disk tier serves one process: one folder each
+            config = dataclasses.replace(
+                config, hicache_dir=str(Path(config.hicache_dir, f"dp{i}"))
+            )
+        engine = to_argv(config, skip=("dp_size",))
         if not self.config.num_threads and not _uses_cuda(self.config):
             engine += ["--num-threads", str(max(1, (os.cpu_count() or 1) // self.size))]
         server = to_argv(self.settings, skip=("host", "port", "router_policy"))

@@ -161,7 +161,39 @@ def render_metrics(engine: Any, server: ServerMetrics, in_flight: int) -> str:
         "tokens a verifying row emitted per target pass",
         stats["spec_tokens_per_step"],
     )
+    if "hicache_host_hit_tokens" in stats:
+        _tier_metrics(w, stats)
     w.histogram("time_to_first_token_seconds", "arrival to first generated token", counters.ttft)
     w.histogram("time_per_output_token_seconds", "mean time between output tokens", counters.tpot)
     w.histogram("e2e_request_latency_seconds", "arrival to finish", counters.e2e)
     return "\n".join(w.lines) + "\n"
+
+
+def _tier_metrics(w: _Writer, stats: dict[str, Any]) -> None:
+    """The host/disk tiers' counters (``--hicache-ratio``)."""
+    w.metric(
+        "hicache_spilled_tokens_total",
+        "counter",
+        "tokens evicted from the KV pool into the host tier",
+        stats["hicache_spilled_tokens"],
+    )
+    w.metric(
+        "hicache_host_hit_tokens_total",
+        "counter",
+        "prompt tokens loaded back from the host tier instead of computed",
+        stats["hicache_host_hit_tokens"],
+    )
+    w.metric(
+        "hicache_disk_hit_tokens_total",
+        "counter",
+        "prompt tokens loaded back from the disk tier instead of computed",
+        stats["hicache_disk_hit_tokens"],
+    )
+    w.metric("hicache_host_bytes", "gauge", "bytes in the host tier", stats["hicache_host_bytes"])
+    w.metric("hicache_disk_bytes", "gauge", "bytes in the disk tier", stats["hicache_disk_bytes"])
+    w.metric(
+        "hicache_disk_write_errors_total",
+        "counter",
+        "blocks the disk tier could not write (dropped, recomputed when needed)",
+        stats["hicache_disk_write_errors"],
+    )
