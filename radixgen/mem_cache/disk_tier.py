@@ -37,6 +37,8 @@ from typing import Any
 
 import torch
 
+from .kv_blocks import payload_bytes
+
 logger = logging.getLogger("radixgen.hicache")
 
 FORMAT = 1
@@ -180,6 +182,10 @@ class DiskTier:
 
     # ------------------------------------------------------------------ writer thread
     def _write_loop(self) -> None:
+        try:  # the lowest priority: the engine's threads go first on a busy CPU (Linux)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except (AttributeError, OSError):
+            pass
         while (name := self._queue.get()) is not None:
             with self._mutex:
                 payload = self._pending[name]
@@ -195,7 +201,7 @@ class DiskTier:
     def _write(self, name: bytes, payload: torch.Tensor) -> bool:
         path = self._path(name)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        body = payload.numpy().data
+        body = payload_bytes(payload).numpy().data
         header = _HEADER.pack(MAGIC, name, len(body), zlib.crc32(body))
         try:
             path.parent.mkdir(exist_ok=True)

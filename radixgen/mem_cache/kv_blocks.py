@@ -7,11 +7,14 @@ equal prefixes (and equal KV)::
     h_0 = H(seed(namespace))            namespace: the cache_salt shift of the radix key
     h_i = H(h_{i-1} || token ids of block i-1)      name of block i-1 is h_i
 
-A block's payload is one flat uint8 tensor, every layer's K then V rows of its tokens in the
-tier's storage, then (8-bit storage) their float32 scales::
+A block's payload is uint8 ``[2 * num_layers, BLOCK_TOKENS, row_bytes]``: for each buffer
+(K of every layer, then V of every layer) and token, one row of its heads in the tier's
+storage, followed in 8-bit storage by their float32 scales::
 
-    values  [2 * num_layers, BLOCK_TOKENS, num_kv_heads, head_dim]   K layers, then V layers
-    scales  [2 * num_layers, BLOCK_TOKENS, num_kv_heads]             8-bit storage only
+    row  [num_kv_heads * head_dim values][num_kv_heads float32 scales]   (scales: 8 bits only)
+
+In the host tier a payload is a view of the buffer its eviction gathered (one copy out of the
+pool per eviction); the disk tier writes it flat (``payload_bytes``) and reads it back flat.
 
 ``BlockCodec`` moves blocks between a ``KVPool`` and payloads: ``encode`` gathers slots into
 payloads, ``decode_into`` writes payloads back into (other) slots. A float pool may keep its
@@ -76,35 +79,47 @@ class BlockCodec:
         buffer = pool.k_buffers[0]
         self.num_buffers = 2 * len(pool.k_buffers)
         self.num_kv_heads, self.head_dim = buffer.shape[1], buffer.shape[2]
-        rows = self.num_buffers * BLOCK_TOKENS * self.num_kv_heads
-        self.value_bytes = rows * self.head_dim * self.storage.itemsize
-        self.block_bytes = self.value_bytes + (rows * 4 if self.quantized else 0)
+        # one row: a token's heads in one buffer (then their float32 scales in 8 bits)
+        self.row_bytes = self.num_kv_heads * (
+            self.head_dim * self.storage.itemsize + (4 if self.quantized else 0)
+        )
+        self.block_bytes = self.num_buffers * BLOCK_TOKENS * self.row_bytes
 
     @property
     def storage_name(self) -> str:
         return str(self.storage).removeprefix("torch.")
 
     def encode(self, slots: torch.Tensor) -> list[torch.Tensor]:
-        """Payloads (CPU uint8 ``[block_bytes]``) of the blocks whose slots are ``slots``
-        (int64, ``num_blocks * BLOCK_TOKENS``, in token order). Reads the pool only; the
-        payloads are views of one buffer per call."""
+        """Payloads of the blocks whose slots are ``slots`` (int64, ``num_blocks *
+        BLOCK_TOKENS``, in token order): CPU uint8 ``[2L, BLOCK_TOKENS, row_bytes]`` views of
+        one buffer per call (not contiguous: ``payload_bytes`` flattens one). Reads the pool."""
         num_blocks = len(slots) // BLOCK_TOKENS
         assert len(slots) == num_blocks * BLOCK_TOKENS
-        pool = self.pool
-        index = slots.to(pool.k_buffers[0].device)
+        rows = self._gather(slots.to(self.pool.k_buffers[0].device)).cpu()  # [2L, n, row]
+        per_block = rows.view(self.num_buffers, num_blocks, BLOCK_TOKENS, -1)
+        return list(per_block.unbind(1))
+
+    def _gather(self, index: torch.Tensor) -> torch.Tensor:
+        """``[2L, n, row_bytes]`` uint8: each buffer's rows at ``index`` (then their scales)."""
+        pool, n = self.pool, len(index)
         buffers = pool.k_buffers + pool.v_buffers
+        if not self.quantized:  # the common case: one copy, straight into the result
+            out = torch.empty(
+                (self.num_buffers, n, self.row_bytes), dtype=torch.uint8, device=index.device
+            )
+            for i, buffer in enumerate(buffers):
+                into = out[i].view(raw(buffer).dtype).view(n, *buffer.shape[1:])
+                torch.index_select(raw(buffer), 0, index, out=into)
+            return out
         values = torch.stack([raw(b).index_select(0, index) for b in buffers])  # [2L, n, H, D]
-        scales = None
         if is_quantized(pool.dtype):
             scale_buffers = [s for s in pool.k_scales + pool.v_scales if s is not None]
             scales = torch.stack([s.index_select(0, index) for s in scale_buffers])  # [2L, n, H]
-        elif self.quantized:
+        else:
             q, scales = quantize_kv(values, self.storage)
             values = raw(q)
-        parts = [_per_block(values, num_blocks)]
-        if scales is not None:
-            parts.append(_per_block(scales, num_blocks))
-        return list(torch.cat(parts, dim=1).cpu().unbind(0))
+        parts = [t.reshape(self.num_buffers, n, -1).view(torch.uint8) for t in (values, scales)]
+        return torch.cat(parts, dim=2)
 
     def decode_into(self, payloads: list[torch.Tensor], skip: int, slots: torch.Tensor) -> None:
         """Write tokens ``[skip, skip + len(slots))`` of the concatenated ``payloads`` into the
@@ -112,47 +127,34 @@ class BlockCodec:
         owns ``slots``; nothing else changes."""
         pool, n = self.pool, len(slots)
         device = pool.k_buffers[0].device
-        blocks = torch.stack(payloads).to(device)  # [nb, block_bytes] uint8
-        values = _per_buffer(blocks[:, : self.value_bytes], self._value_shape, skip, n)
+        shaped = [p.view(self.num_buffers, BLOCK_TOKENS, self.row_bytes) for p in payloads]
+        rows = torch.stack(shaped, dim=1).view(self.num_buffers, -1, self.row_bytes)
+        rows = rows[:, skip : skip + n].to(device)  # [2L, n, row]
         index = slots.to(device)
         buffers = pool.k_buffers + pool.v_buffers
-        if not self.quantized:
-            for i, buffer in enumerate(buffers):
-                raw(buffer).index_copy_(0, index, values[i].view(raw(buffer).dtype))
-            return
-        scales = _per_buffer(blocks[:, self.value_bytes :], self._scale_shape, skip, n)
-        scales = scales.view(torch.float32)
-        if is_quantized(pool.dtype):
-            scale_buffers = [s for s in pool.k_scales + pool.v_scales if s is not None]
-            for i, (buffer, scale) in enumerate(zip(buffers, scale_buffers)):
-                raw(buffer).index_copy_(0, index, values[i].view(raw(buffer).dtype))
-                scale.index_copy_(0, index, scales[i].reshape(n, -1))
-            return
+        value_bytes = self.row_bytes - (self.num_kv_heads * 4 if self.quantized else 0)
         for i, buffer in enumerate(buffers):
-            q = values[i].view(self.storage)
-            buffer.index_copy_(0, index, dequantize_kv(q, scales[i].reshape(n, -1), buffer.dtype))
-
-    @property
-    def _value_shape(self) -> tuple[int, ...]:
-        itemsize = self.storage.itemsize
-        return (self.num_buffers, BLOCK_TOKENS, self.num_kv_heads, self.head_dim * itemsize)
-
-    @property
-    def _scale_shape(self) -> tuple[int, ...]:
-        return (self.num_buffers, BLOCK_TOKENS, self.num_kv_heads * 4)
-
-
-def _per_block(rows: torch.Tensor, num_blocks: int) -> torch.Tensor:
-    """``[2L, nb * B, ...]`` rows of any dtype -> ``[nb, bytes]`` uint8, block after block."""
-    shaped = rows.reshape(rows.shape[0], num_blocks, BLOCK_TOKENS, *rows.shape[2:])
-    per_block = shaped.transpose(0, 1).contiguous()  # [nb, 2L, B, ...]
-    return per_block.view(torch.uint8).reshape(num_blocks, -1)
+            values = rows[i, :, :value_bytes].view(raw_of(self.storage))
+            values = values.view(n, self.num_kv_heads, self.head_dim)
+            if not self.quantized:
+                raw(buffer).index_copy_(0, index, values)
+                continue
+            scales = rows[i, :, value_bytes:].view(torch.float32)  # [n, H]
+            if is_quantized(pool.dtype):
+                raw(buffer).index_copy_(0, index, values)
+                scale = (pool.k_scales + pool.v_scales)[i]
+                assert scale is not None
+                scale.index_copy_(0, index, scales)
+            else:
+                q = values.view(self.storage)
+                buffer.index_copy_(0, index, dequantize_kv(q, scales, buffer.dtype))
 
 
-def _per_buffer(blocks: torch.Tensor, shape: tuple[int, ...], skip: int, n: int) -> torch.Tensor:
-    """``[nb, bytes]`` uint8 block payload parts -> ``[2L, n, ...]`` uint8 rows of tokens
-    ``[skip, skip + n)``, buffer by buffer (the inverse of ``_per_block``, then a slice)."""
-    num_blocks = blocks.shape[0]
-    shaped = blocks.contiguous().view(num_blocks, *shape).transpose(0, 1)  # [2L, nb, B, ...]
-    rows = shaped.reshape(shape[0], num_blocks * BLOCK_TOKENS, *shape[2:])
-    return rows[:, skip : skip + n].contiguous()
+def payload_bytes(payload: torch.Tensor) -> torch.Tensor:
+    """A payload as the flat uint8 ``[block_bytes]`` the disk tier writes (a copy if needed)."""
+    return payload.contiguous().view(-1)
+
+
+def raw_of(dtype: torch.dtype) -> torch.dtype:
+    """The dtype ``kv_quant.raw`` shows a buffer of ``dtype`` as."""
+    return torch.uint8 if dtype == torch.float8_e4m3fn else dtype
