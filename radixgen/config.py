@@ -172,6 +172,24 @@ class EngineConfig:
         "priority; by default higher values go first, as SGLang's)",
     )
     disable_radix_cache: bool = option(False, "no prefix sharing across requests")
+    lora_paths: list[str] | None = option(
+        None,
+        "LoRA adapters to serve, as NAME=PATH or PATH (the folder's name): PEFT folders "
+        "(adapter_config.json, adapter_model.safetensors) of this base model; a request picks "
+        "one by lora_path, or model NAME or BASE:NAME",
+        metavar="NAME=PATH",
+        nargs="+",
+    )
+    enable_lora: bool = option(
+        False,
+        "serve LoRA adapters, loaded at run time by POST /load_lora_adapter (implied by "
+        "--lora-paths)",
+    )
+    max_loras_per_batch: int = option(
+        8, "most different adapters running at once (requests of others wait)"
+    )
+    max_loaded_loras: int = option(16, "most adapters loaded at once")
+    max_lora_rank: int = option(64, "largest adapter rank accepted")
     hicache_ratio: float = option(
         0.0,
         "hierarchical cache: KV evicted from the pool goes to a host-RAM tier holding this "
@@ -264,6 +282,26 @@ class EngineConfig:
         "HOST:PORT where the ranks meet (needed with --nnodes > 1; default: a free local port)",
     )
 
+    @property
+    def lora(self) -> bool:
+        """Whether adapters are served (``--enable-lora`` or ``--lora-paths``)."""
+        return self.enable_lora or bool(self.lora_paths)
+
+    def _validate_lora(self) -> None:
+        for name in ("max_loras_per_batch", "max_loaded_loras", "max_lora_rank"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        if not self.lora:
+            return
+        if self.tp_size > 1:
+            raise ValueError("lora_paths: not with tp_size > 1 yet (adapters are not sharded)")
+        if self.speculative_algorithm is not None:
+            raise ValueError("lora_paths: not with speculative decoding yet")
+        for entry in self.lora_paths or ():
+            name, sep, path = entry.partition("=")
+            if (sep and (not name or not path)) or not entry:
+                raise ValueError(f"lora_paths: expected NAME=PATH or PATH, got {entry!r}")
+
     def _validate_hicache(self) -> None:
         if not 0 <= self.hicache_ratio <= 1000:
             raise ValueError(f"hicache_ratio: expected 0 to 1000, got {self.hicache_ratio}")
@@ -337,6 +375,7 @@ class EngineConfig:
                 "(one or the other)"
             )
         self._validate_hicache()
+        self._validate_lora()
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(
                 f"kv_cache_dtype: expected {_one_of(KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}"

@@ -38,6 +38,7 @@ from .distributed import TensorParallel, TensorParallelError, check_tp_size, thr
 from .draft_model import DraftModel
 from .heap import release_free_memory
 from .kernels import wake_threads
+from .lora import LoadedAdapter, LoraRegistry, load_adapter, parse_lora_path
 from .mem_cache.chunk_cache import ChunkCache
 from .mem_cache.hicache import HiCache, build_hicache
 from .mem_cache.kv_manager import KVManager
@@ -163,6 +164,7 @@ class Engine:
                     "(a GGUF, or --quantization q8_0|q4_0|q4_1, with --dtype float32)"
                 )
             self.model.batch_invariant = True
+        self.lora = self._load_loras() if self.config.lora else None
         self._build_memory()
         if self.tp is not None:
             self.tp.watch(self._rank_exited)
@@ -313,7 +315,7 @@ class Engine:
             cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         )
         self.scheduler = Scheduler(self.config, self.kv, self.max_step_ms, horizon)
-        self.model_runner = ModelRunner(self.model, self.kv_pool, req_to_token_pool)
+        self.model_runner = ModelRunner(self.model, self.kv_pool, req_to_token_pool, self.lora)
         if not self.config.disable_cuda_graph:
             self.model_runner.graphs = decode_graphs_for(
                 self.model,
@@ -329,6 +331,79 @@ class Engine:
             share_prompt=not self.config.disable_radix_cache,
             budget=self.scheduler.budget,
         )
+
+    def _load_loras(self) -> LoraRegistry:
+        """The adapter slots, with the ``--lora-paths`` adapters loaded."""
+        registry = LoraRegistry(
+            self.model.config, self.device, self.dtype, self.config.max_loaded_loras
+        )
+        for entry in self.config.lora_paths or ():
+            name, path = parse_lora_path(entry)
+            try:
+                adapter = load_adapter(name, path, self.model.config, self.config.max_lora_rank)
+                registry.add(adapter)
+            except ValueError as exc:
+                raise ValueError(f"lora_paths: {str(exc).partition(': ')[2]}") from None
+            logger.info("LoRA adapter %s: rank %d from %s", name, adapter.rank, adapter.path)
+        return registry
+
+    def load_lora_adapter(self, name: str, path: str) -> LoadedAdapter:
+        """Serve the PEFT adapter at ``path`` as ``name`` (``/load_lora_adapter``): read and
+        checked on the calling thread, installed between steps. ValueError naming the field
+        (``lora_name``, ``lora_path``) for what cannot be served; the engine serves on."""
+        if self.lora is None:
+            raise ValueError(
+                "lora_path: this engine serves no adapters (start it with --enable-lora)"
+            )
+        if not name or not isinstance(name, str):
+            raise ValueError(f"lora_name: expected a name, got {name!r}")
+        adapter = load_adapter(name, path, self.model.config, self.config.max_lora_rank)
+        registry = self.lora
+        loaded = self.call(lambda: registry.add(adapter))
+        logger.info("LoRA adapter %s loaded: rank %d from %s", name, adapter.rank, adapter.path)
+        return loaded
+
+    def unload_lora_adapter(self, name: str) -> None:
+        """Stop serving adapter ``name`` (``/unload_lora_adapter``); refused while requests
+        run or wait on it. Its cached prefixes are never matched again (the next adapter gets
+        another namespace) and leave the cache as it evicts."""
+        registry = self.lora
+        if registry is None or registry.get(name) is None:
+            raise ValueError(f"lora_name: no adapter named {name!r} is loaded")
+
+        def unload() -> None:
+            users = sum(
+                1 for r in self._reqs.values() if r.lora is not None and r.lora.name == name
+            )
+            if users:
+                raise ValueError(
+                    f"lora_name: adapter {name!r} is in use by {users} request(s); unload it "
+                    "once they finish"
+                )
+            registry.remove(name)
+
+        self.call(unload)
+        logger.info("LoRA adapter %s unloaded", name)
+
+    def _adapter_of(self, params: SamplingParams) -> LoadedAdapter | None:
+        """The loaded adapter ``params.lora_path`` names (ValueError naming lora_path)."""
+        if params.lora_path is None:
+            return None
+        if self.lora is None:
+            raise ValueError(
+                "lora_path: this server serves no adapters (start it with --lora-paths or "
+                "--enable-lora)"
+            )
+        loaded = self.lora.get(params.lora_path)
+        if loaded is None:
+            by_path = [a for a in self.lora.loaded() if a.path == params.lora_path]
+            if not by_path:
+                names = ", ".join(a.name for a in self.lora.loaded()) or "none"
+                raise ValueError(
+                    f"lora_path: no adapter named {params.lora_path!r} is loaded (loaded: {names})"
+                )
+            loaded = by_path[0]
+        return loaded
 
     def _build_tiers(self) -> HiCache:
         """The host/disk tiers under the pool (``--hicache-*``)."""
@@ -718,6 +793,7 @@ class Engine:
                 "(serve with --enable-priority-scheduling to honor priorities)"
             )
         prompt_ids = self._prompt_ids(prompt)
+        adapter = self._adapter_of(params)
         rid = rid or uuid.uuid4().hex
         req = Req(
             rid=rid,
@@ -726,7 +802,8 @@ class Engine:
             sink=sink or (lambda d: None),
             detokenizer=IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens),
             stop_matcher=StopStringMatcher.for_params(params),
-            cache_offset=salt_offset(params.cache_salt),
+            cache_offset=salt_offset(params.cache_salt, adapter.uid if adapter else 0),
+            lora=adapter,
         )
         if params.seed is not None:
             req.generator = torch.Generator(device=self.device)
@@ -738,6 +815,10 @@ class Engine:
 
     def _admit(self, req: Req) -> None:
         self._reqs[req.rid] = req
+        lora = req.lora
+        if lora is not None and (self.lora is None or self.lora.get(lora.name) != lora):
+            self._fail(req, f"lora_path: adapter {lora.name!r} was unloaded")
+            return
         self.scheduler.add(req)
 
     def _prompt_ids(self, prompt: str | list[int]) -> list[int]:
@@ -923,6 +1004,7 @@ class Engine:
             **(self.speculator.stats if self.speculator else SpecStats()).as_dict(),
             **self.scheduler.budget.as_dict(),
             **(cache.tier.as_dict() if cache.tier is not None else {}),
+            "lora_adapters": [a.name for a in self.lora.loaded()] if self.lora else [],
         }
 
     def call(self, fn: Callable[[], T], timeout: float = 60.0) -> T:

@@ -13,11 +13,15 @@ their K/V are written to ``out_slots`` before attention reads the pool.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from .kernels import DecodePlan
 from .mem_cache.memory_pool import KVPool
+
+if TYPE_CHECKING:
+    from .lora.registry import LoraBatch
 
 
 @dataclass
@@ -36,6 +40,9 @@ class ForwardBatch:
     # How the decode rows' attention runs, decided once for the step (``kernels.plan_decode``);
     # None: each layer's ``decode_attention`` decides.
     decode_plan: DecodePlan | None = None
+    # The step's LoRA adapters (which rows run on which, and their stacked weights); None when
+    # every row runs on the base model.
+    lora: LoraBatch | None = None
 
     @property
     def num_tokens(self) -> int:

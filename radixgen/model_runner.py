@@ -10,12 +10,14 @@ import torch
 
 from .forward_batch import ForwardBatch
 from .kernels import DecodePlan, plan_decode
+from .kernels.lora import LoraSegments
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool
 from .models.llama import LlamaModel, StepInterrupted
 from .request import ExtendRow
 
 if TYPE_CHECKING:
     from .cuda_graph import DecodeGraphs
+    from .lora.registry import LoraBatch, LoraRegistry
 
 # A row of at most this many generated tokens (a decode row, a draft to verify, jump-forward
 # text) runs as that many decode queries (the decode attention kernels over its keys) rather
@@ -43,6 +45,12 @@ class TokensRow:
         return self.ids[start:end]
 
 
+def _lora_slot(row: ExtendRow) -> int:
+    """The row's LoRA slot: a request's adapter (``RunningReq.lora_slot``); rows of other
+    kinds (scoring, benchmarks) run on the base model."""
+    return getattr(row, "lora_slot", -1)
+
+
 def as_decode_queries(row: ExtendRow) -> bool:
     """Whether ``row``'s new tokens run as decode queries (else as one extend)."""
     return row.extend_len <= MAX_DECODE_QUERIES and not row.prefill
@@ -54,8 +62,10 @@ class ModelRunner:
         model: LlamaModel,
         kv_pool: KVPool,
         req_to_token_pool: ReqToTokenPool,
+        lora: LoraRegistry | None = None,
     ) -> None:
         self.model = model
+        self.lora = lora  # the adapters rows may run on (``--lora-paths``)
         self.kv_pool = kv_pool
         self.req_to_token_pool = req_to_token_pool
         self.device = model.device
@@ -73,7 +83,11 @@ class ModelRunner:
         its new tokens): ``[sum(len), V]`` in row order. Under tensor parallelism the batch
         goes to every rank first (an interruption asked for ends the step before it starts).
         A whole decode step replays a captured graph where the engine captured them."""
-        self.replayed = self.graphs is not None and self.graphs.fits(reqs, positions)
+        self.replayed = (
+            self.graphs is not None
+            and self.graphs.fits(reqs, positions)
+            and not any(_lora_slot(r) >= 0 for r in reqs)  # graphs hold the base model only
+        )
         if self.graphs is not None and self.replayed:
             return self.graphs.run(reqs)
         batch = self.prepare(reqs, positions)
@@ -97,6 +111,7 @@ class ModelRunner:
         rows: list[int] = []
         prefix_lens: list[int] = []
         extend_lens: list[int] = []
+        row_slots: list[int] = []  # each token's LoRA slot (-1: the base model)
         queries = [as_decode_queries(r) for r in reqs]
         short = [i for i, q in enumerate(queries) if q]
         long = [i for i, q in enumerate(queries) if not q]
@@ -105,6 +120,7 @@ class ModelRunner:
             start, n = req.computed_len, req.extend_len
             offsets[i] = len(input_ids) - start
             input_ids.extend(req.token_ids(start, start + n))
+            row_slots.extend([_lora_slot(req)] * n)
             token_positions.extend(range(start, start + n))
             if queries[i]:
                 rows.extend([req.pool_row] * n)
@@ -139,7 +155,14 @@ class ModelRunner:
             kv_pool=self.kv_pool,
             req_to_token=table,
             decode_plan=decode_plan,
+            lora=self._lora_batch(row_slots),
         )
+
+    def _lora_batch(self, row_slots: list[int]) -> LoraBatch | None:
+        """The step's adapters, when a row runs on one."""
+        if self.lora is None or all(slot < 0 for slot in row_slots):
+            return None
+        return self.lora.batch(LoraSegments.from_row_slots(row_slots, self.device))
 
     def _plan_decode(
         self, table: torch.Tensor, rows: torch.Tensor, seq_lens: torch.Tensor

@@ -25,6 +25,7 @@ from .sampling_params import SamplingParams
 if TYPE_CHECKING:
     from .grammar.matcher import TokenMatcher
     from .grammar.remote import RemoteMatcher
+    from .lora.registry import LoadedAdapter
     from .thinking import ThinkingMatcher
 
 
@@ -118,6 +119,8 @@ class Req:
     first_token_time: float | None = None
     # the prefix cache namespace of params.cache_salt (radix_cache.salt_offset; 0: unsalted)
     cache_offset: int = 0
+    # the LoRA adapter it runs on (None: the base model); its KV namespace is in cache_offset
+    lora: LoadedAdapter | None = None
 
     @property
     def fill_ids(self) -> list[int]:
@@ -186,6 +189,12 @@ class RunningReq(OnKVRow):
     @property
     def prefill(self) -> bool:
         return self.kv.computed_len < len(self.req.prompt_ids)
+
+    @property
+    def lora_slot(self) -> int:
+        """Its adapter's slot in the LoRA stacks (-1: the base model)."""
+        lora = self.req.lora
+        return -1 if lora is None else lora.slot
 
     def token_ids(self, start: int, end: int) -> list[int]:
         """Tokens ``start .. end`` of ``fill_ids`` followed by the step's draft."""

@@ -66,6 +66,9 @@ class SamplingParams:
     # different salts never share a cached token; the same salt shares as before; None is the
     # unsalted namespace (mem_cache.salted_key).
     cache_salt: str | None = None
+    # The LoRA adapter to run on, by its served name (SGLang's lora_path; None: the base model).
+    # Its KV is its own prefix-cache namespace, as a salt's.
+    lora_path: str | None = None
     # With --enable-priority-scheduling: waiting requests of a higher priority are admitted
     # first, and a retraction takes the lowest priority first (SGLang's order; 0 otherwise).
     priority: int = 0
@@ -180,6 +183,11 @@ class SamplingParams:
             or (isinstance(self.cache_salt, str) and 0 < len(self.cache_salt) <= MAX_SALT_LEN),
             f"cache_salt: expected a non-empty string of at most {MAX_SALT_LEN} characters, "
             f"got {self.cache_salt!r}"[:200],
+        )
+        _check(
+            self.lora_path is None
+            or (isinstance(self.lora_path, str) and 0 < len(self.lora_path) <= MAX_SALT_LEN),
+            f"lora_path: expected an adapter name, got {self.lora_path!r}"[:200],
         )
         _check(
             self.spaces_between_special_tokens,

@@ -11,7 +11,7 @@ Ownership: the slots in tree nodes belong to the tree until ``evict``/``reset`` 
 into the ``SlotAllocator``. A request that matched a prefix borrows those slots and must
 ``lock`` the matched node while it runs, so that eviction cannot free them under it.
 
-Namespaces (``cache_salt``): a salted request's key is its token ids shifted past every
+Namespaces (``cache_salt``, LoRA adapters): a salted request's key is its token ids shifted past every
 vocabulary by a 64-bit hash of the salt (``salted_key``), so requests with different salts
 never match each other's nodes and requests with the same salt share as before; the shift
 changes nothing but the matching (the values are the slots, the model reads the real ids).
@@ -45,11 +45,15 @@ _CHUNK = 32  # tokens compared per step when hunting the first mismatch inside a
 _SALT_SHIFT = 32  # token ids stay below 2**32: a salted key never equals an unsalted one
 
 
-def salt_offset(salt: str | None) -> int:
-    """What ``salted_key`` adds to each token id of a request with ``salt`` (0: unsalted)."""
-    if salt is None:
+def salt_offset(salt: str | None, adapter: int = 0) -> int:
+    """What ``salted_key`` adds to each token id of a request with ``salt`` on LoRA adapter
+    ``adapter`` (its uid; 0: the base model). 0: unsalted on the base model."""
+    if salt is None and not adapter:
         return 0
-    digest = hashlib.blake2b(salt.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    data = (salt or "").encode("utf-8", "surrogatepass")
+    if adapter:  # 0xff never occurs in UTF-8: no salt's bytes read as another's with an adapter
+        data += b"\xff" + adapter.to_bytes(8, "little")
+    digest = hashlib.blake2b(data, digest_size=8).digest()
     return (int.from_bytes(digest, "little") | 1) << _SALT_SHIFT
 
 

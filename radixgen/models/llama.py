@@ -211,13 +211,14 @@ class LlamaModel:
         """The one-call driver of every layer (``kernels/decode_layers.py``) when this step
         can use it: all rows decode (at most ``MAX_TOKENS``), the native float32 CPU
         ops, C decode attention without shared prefixes, weights in blocks on the C kernels,
-        no tensor parallelism, ``RADIXGEN_FUSED_DECODE`` not off. Its output equals the
+        no tensor parallelism, no LoRA rows, ``RADIXGEN_FUSED_DECODE`` not off. Its output equals the
         per-layer path's exactly; only the Python between the kernels is gone (a step is then
         not interrupted between layers: decode steps are short)."""
         plan = batch.decode_plan
         tokens = batch.input_ids.shape[0]
         if (
             self.tp is not None
+            or batch.lora is not None
             or not isinstance(ops, NativeLayerOps)
             or batch.num_decode != tokens
             or not 0 < tokens <= fused.MAX_TOKENS
@@ -277,8 +278,12 @@ class LlamaModel:
         pool = batch.kv_pool
         k_buffer, v_buffer = pool.k_buffers[layer_id], pool.v_buffers[layer_id]
         scales = pool.k_scales[layer_id], pool.v_scales[layer_id]  # None, None unless 8-bit
+        lora = batch.lora
+        qkv = layer.qkv(hidden)
+        if lora is not None:
+            qkv = lora.add_delta(layer_id, "qkv", hidden, qkv)
         q = ops.qkv_to_pool(
-            layer.qkv(hidden),
+            qkv,
             self.heads,
             layer.q_norm,
             layer.k_norm,
@@ -291,11 +296,19 @@ class LlamaModel:
             *scales,
         )  # [N, Hq, D]; the new k/v are in the pool
         out = self._attend(q, k_buffer, v_buffer, scales, batch)  # [N, Hq, D]
-        hidden = layer.o_proj(out.reshape(q.shape[0], self.heads.num_q_heads * self.heads.head_dim))
+        attended = out.reshape(q.shape[0], self.heads.num_q_heads * self.heads.head_dim)
+        hidden = layer.o_proj(attended)
+        if lora is not None:
+            hidden = lora.add_delta(layer_id, "o_proj", attended, hidden)
         if self.tp is not None:  # row-parallel: the ranks' partial sums
             hidden = self.tp.all_reduce(hidden)
         hidden, residual = ops.add_rms_norm(hidden, layer.post_norm, eps, residual)
-        hidden = layer.down(ops.silu_mul(layer.gate_up(hidden)))  # [N, 2I] -> [N, I] -> [N, H]
+        if lora is None:
+            hidden = layer.down(ops.silu_mul(layer.gate_up(hidden)))  # [N, 2I] -> [N, I] -> [N, H]
+        else:
+            gate_up = lora.add_delta(layer_id, "gate_up", hidden, layer.gate_up(hidden))
+            act = ops.silu_mul(gate_up)
+            hidden = lora.add_delta(layer_id, "down", act, layer.down(act))
         if self.tp is not None:
             hidden = self.tp.all_reduce(hidden)
         return hidden, residual

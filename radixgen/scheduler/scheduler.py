@@ -176,15 +176,25 @@ class Scheduler:
         admitted: list[Req] = []
         # prompts computed this step (running chunks and this round's admissions) reach the tree after it
         computing = [r.req for r in self.running.values() if r.extend_len > 1 and not r.num_draft]
+        adapters = {r.req.lora.uid for r in self.running.values() if r.req.lora is not None}
         for req in order:
             if not allowance.open or not self._admission_open():
                 break
             if self._defer_for_shared_prefix(req, computing):
                 continue
+            lora = req.lora
+            if (
+                lora is not None
+                and lora.uid not in adapters
+                and len(adapters) >= self.config.max_loras_per_batch
+            ):
+                continue  # another adapter would exceed --max-loras-per-batch: wait for one to end
             if not self._try_admit(req, allowance):
                 break  # out of memory: keep the order, wait for memory to come back
             admitted.append(req)
             computing.append(req)
+            if lora is not None:
+                adapters.add(lora.uid)
         for req in admitted:
             self.waiting.remove(req)
 
