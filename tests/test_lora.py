@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from lora_adapters import make_adapter, tiny_adapters
 
 from radixgen import Engine, SamplingParams
 
@@ -18,20 +19,6 @@ transformers = pytest.importorskip("transformers")
 
 PROMPTS = [[1, 450, 2000, 31, 777, 9, 12000, 5], [3, 88, 4096, 250, 11, 6], [7, 7, 900, 1234, 42]]
 NEW = 10
-
-
-def make_adapter(base, dest: Path, seed: int, **config) -> Path:
-    """A peft LoRA of ``base`` with random A and B (init_lora_weights=False), saved in ``dest``."""
-    torch.manual_seed(seed)
-    lora = peft.LoraConfig(init_lora_weights=False, **config)
-    model = peft.get_peft_model(base, lora)
-    with torch.no_grad():  # large enough to change greedy outputs of a random model
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.mul_(4.0)
-    model.save_pretrained(dest)
-    model.unload()  # the base model without the adapter's layers, for the next one
-    return dest
 
 
 def peft_greedy(
@@ -49,22 +36,7 @@ def peft_greedy(
 
 @pytest.fixture(scope="module")
 def adapters(tiny_model_folder, tmp_path_factory):
-    root = tmp_path_factory.mktemp("loras")
-    base = transformers.AutoModelForCausalLM.from_pretrained(
-        tiny_model_folder, torch_dtype=torch.float32
-    )
-    every = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    a = make_adapter(base, root / "a", 1, r=8, lora_alpha=16, target_modules=every)
-    b = make_adapter(
-        base,
-        root / "b",
-        2,
-        r=4,
-        lora_alpha=8,
-        use_rslora=True,
-        target_modules=["q_proj", "v_proj", "down_proj"],
-    )
-    return {"a": a, "b": b}
+    return tiny_adapters(tiny_model_folder, tmp_path_factory.mktemp("loras"))
 
 
 @pytest.fixture(scope="module")

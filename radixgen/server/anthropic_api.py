@@ -374,8 +374,11 @@ class _Prepared:
         return rendered + self.prefill
 
 
-def _params(body: MessagesRequest, prepared: _Prepared) -> SamplingParams:
+def _params(body: MessagesRequest, prepared: _Prepared, client: EngineClient) -> SamplingParams:
     sent = {k: v for k, v in prepared.extras.items() if k in EXTRA_SAMPLING}
+    sent["model"] = body.model
+    client.model_adapter(sent)
+    del sent["model"]
     for name in ("temperature", "top_p", "top_k"):
         if getattr(body, name) is not None:
             sent[name] = getattr(body, name)
@@ -566,7 +569,7 @@ async def create_message(body: MessagesRequest, request: Request):
     tokenizer = client.engine.tokenizer
     check_max_tokens(body.max_tokens, "max_tokens")
     prepared = _Prepared(body, client, body.max_tokens)
-    params = _params(body, prepared)
+    params = _params(body, prepared, client)
     prompt = await prepared.prompt(client)
     job = Job(
         prompt,

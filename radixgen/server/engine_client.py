@@ -140,10 +140,58 @@ class EngineClient:
                 code="model_not_found",
             )
 
+    def model_adapter(self, sent: dict[str, Any]) -> None:
+        """Run the request on the LoRA adapter its ``model`` names, if any: an adapter's own
+        name (vLLM's way) or ``BASE:ADAPTER`` (SGLang's), put in ``sent["lora_path"]``. Any
+        other name is the base model (as before adapters). APIError 400 naming the field for
+        ``BASE:ADAPTER`` of an adapter not loaded, or a ``lora_path`` the model contradicts."""
+        adapter = self._adapter_named(sent.get("model"))
+        if adapter is None:
+            return
+        given = sent.get("lora_path")
+        if given is not None and given != adapter:
+            raise APIError(
+                400,
+                f"lora_path: {given!r} differs from the adapter model names ({adapter!r})",
+                param="lora_path",
+            )
+        sent["lora_path"] = adapter
+
+    def _adapter_named(self, model: Any) -> str | None:
+        if not isinstance(model, str) or not model:
+            return None
+        lora = getattr(self.engine, "lora", None)
+        if lora is not None and lora.get(model) is not None:
+            return model
+        base, sep, name = model.partition(":")
+        if not sep or not self.knows_model(base):
+            return None
+        if lora is None or lora.get(name) is None:
+            loaded = ", ".join(a.name for a in lora.loaded()) if lora is not None else ""
+            raise APIError(
+                400,
+                f"model: no LoRA adapter named {name!r} is loaded"
+                + (f" (loaded: {loaded})" if loaded else " (this server serves no adapters)"),
+                param="model",
+            )
+        return name
+
+    def adapter_cards(self) -> list[Any]:
+        """The loaded LoRA adapters (for ``/v1/models``)."""
+        lora = getattr(self.engine, "lora", None)
+        return [] if lora is None else lora.loaded()
+
     def reported_name(self, requested: str | None) -> str:
         """The model name a response reports: the served name the request named (any case),
-        else the first served name (generation routes serve any name)."""
+        a LoRA adapter's as named, else the first served name (generation routes serve any
+        name)."""
         if requested:
+            lora = getattr(self.engine, "lora", None)
+            if lora is not None and (
+                lora.get(requested) is not None
+                or (":" in requested and lora.get(requested.partition(":")[2]) is not None)
+            ):
+                return requested
             for name in self.served_names:
                 if name.lower() == requested.lower():
                     return name

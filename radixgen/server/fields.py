@@ -59,7 +59,9 @@ RENAMED = {
 
 # ------------------------------------------------------------------------- shared by both routes
 _OPENAI_COMMON: dict[str, Rule] = {
-    "model": honored("any name; the response reports the served one"),
+    "model": honored(
+        "any name; a LoRA adapter's name (or BASE:ADAPTER) runs on it; the response reports it"
+    ),
     "max_tokens": honored(),
     "temperature": honored(),
     "top_p": honored(),
@@ -88,6 +90,7 @@ SAMPLING_EXTRAS = (
     "max_thinking_tokens",  # a reasoning budget: the reasoning ends when it is spent
     "cache_salt",  # vLLM: a prefix-cache namespace (radix_cache.salted_key)
     "priority",  # with --enable-priority-scheduling (scheduler.Scheduler._order)
+    "lora_path",  # SGLang: a loaded LoRA adapter by name (model "ADAPTER" or "BASE:ADAPTER" too)
 )
 
 _EXTRAS: dict[str, Rule] = {
@@ -126,7 +129,7 @@ _EXTRAS: dict[str, Rule] = {
     "return_token_ids": refused("not supported", False),
     "return_hidden_states": refused("not supported", False),
     "priority": honored("with --enable-priority-scheduling (else only 0)"),
-    "lora_path": refused("adapters are not supported"),
+    "lora_path": honored("a loaded LoRA adapter, by name (see --lora-paths)"),
     "session_params": refused("sessions are not supported"),
     "vllm_xargs": refused("no extensions read them", {}),
     "kv_transfer_params": refused("disaggregated serving is not supported"),
@@ -378,7 +381,9 @@ _NOT_RESPONSES = ("max_new_tokens", "best_of", "response_format")
 # The Responses API's own fields, then the chat route's sampling and constraint extras (what
 # the openai client's ``extra_body`` sends); ``responses_api`` applies it with ``check_table``.
 RESPONSES_FIELDS: dict[str, Rule] = {
-    "model": honored("any name; the response reports the served one"),
+    "model": honored(
+        "any name; a LoRA adapter's name (or BASE:ADAPTER) runs on it; the response reports it"
+    ),
     "input": honored(
         "text, or message / reasoning / function_call / function_call_output items (text only)"
     ),

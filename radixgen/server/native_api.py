@@ -36,7 +36,13 @@ from .engine_client import DisconnectWatch, EngineClient, Generation, Job
 from .errors import APIError, error_body, generation_error
 from .logprobs import native_logprobs
 from .openai_stream import DONE, sse
-from .protocol import AbortRequest, GenerateRequest, OrjsonResponse
+from .protocol import (
+    AbortRequest,
+    GenerateRequest,
+    LoadLoraAdapterRequest,
+    OrjsonResponse,
+    UnloadLoraAdapterRequest,
+)
 from .sglang_fields import check_body_extras, sampling_fields
 
 router = APIRouter()
@@ -158,6 +164,44 @@ async def abort_request(body: AbortRequest, request: Request) -> OrjsonResponse:
     return OrjsonResponse({"aborted": aborted})
 
 
+@router.post("/load_lora_adapter")
+async def load_lora_adapter(body: LoadLoraAdapterRequest, request: Request) -> OrjsonResponse:
+    """Serve a PEFT LoRA folder under a name (vLLM's and SGLang's route); a bad adapter is a
+    400 naming the field, and the server serves on."""
+    if body.load_inplace:
+        raise APIError(
+            400, "load_inplace: unload the adapter, then load the new one", param="load_inplace"
+        )
+    engine = _client(request).engine
+    loaded = await asyncio.to_thread(
+        _lora_call, engine.load_lora_adapter, body.lora_name, body.lora_path
+    )
+    return _lora_answer(engine, f"LoRA adapter {loaded.name!r} loaded (rank {loaded.rank})")
+
+
+@router.post("/unload_lora_adapter")
+async def unload_lora_adapter(body: UnloadLoraAdapterRequest, request: Request) -> OrjsonResponse:
+    """Stop serving an adapter (refused while requests use it)."""
+    engine = _client(request).engine
+    await asyncio.to_thread(_lora_call, engine.unload_lora_adapter, body.lora_name)
+    return _lora_answer(engine, f"LoRA adapter {body.lora_name!r} unloaded")
+
+
+def _lora_call(fn: Any, *args: str) -> Any:
+    try:
+        return fn(*args)
+    except ValueError as exc:
+        field = str(exc).partition(":")[0]
+        raise APIError(
+            400, str(exc), param=field if field in ("lora_name", "lora_path") else None
+        ) from None
+
+
+def _lora_answer(engine: Any, message: str) -> OrjsonResponse:
+    loaded = {a.name: a.path for a in engine.lora.loaded()} if engine.lora is not None else {}
+    return OrjsonResponse({"success": True, "message": message, "loaded_adapters": loaded})
+
+
 @router.post("/generate")
 async def generate(body: GenerateRequest, request: Request):
     check_body_extras(body.model_extra or {})
@@ -238,6 +282,7 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[_Wan
     rids = _per_prompt(body.rid, count, "rid")
     salts = _salts(body.model_extra or {}, count)
     priorities = _per_prompt((body.model_extra or {}).get("priority"), count, "priority")
+    loras = _per_prompt((body.model_extra or {}).get("lora_path"), count, "lora_path")
     prompt_param = "text" if body.text is not None else "input_ids"
     jobs: list[Job] = []
     inputs: list[_Wanted | None] = []
@@ -267,6 +312,8 @@ def _jobs(body: GenerateRequest, max_n: int) -> tuple[list[Job], bool, list[_Wan
             params = dataclasses.replace(params, cache_salt=salts[i])
         if priorities[i] is not None:
             params = dataclasses.replace(params, priority=priorities[i])
+        if loras[i] is not None:
+            params = dataclasses.replace(params, lora_path=loras[i])
         default = None if native.until_context else SamplingParams.max_new_tokens
         for j in range(native.n):
             seed = None if params.seed is None else params.seed + j

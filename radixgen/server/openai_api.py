@@ -193,6 +193,9 @@ def _model_card(client: EngineClient, name: str) -> dict[str, Any]:
 async def list_models(request: Request) -> OrjsonResponse:
     client = client_of(request)
     cards = [_model_card(client, name) for name in client.served_names]
+    for adapter in client.adapter_cards():  # vLLM lists each adapter as a model of its own
+        card = _model_card(client, adapter.name)
+        cards.append({**card, "root": adapter.path, "parent": client.model_name})
     ends = {"has_more": False, "first_id": cards[0]["id"], "last_id": cards[-1]["id"]}
     return OrjsonResponse({"object": "list", "data": cards, **ends})  # ends: Anthropic's page
 
@@ -203,6 +206,10 @@ async def list_models(request: Request) -> OrjsonResponse:
 async def retrieve_model(model_id: str, request: Request) -> OrjsonResponse:
     """The served model's card; an id that is not one of its names is a 404."""
     client = client_of(request)
+    for adapter in client.adapter_cards():
+        if adapter.name == model_id:
+            card = _model_card(client, adapter.name)
+            return OrjsonResponse({**card, "root": adapter.path, "parent": client.model_name})
     client.check_model(model_id)
     return OrjsonResponse(_model_card(client, client.reported_name(model_id)))
 
@@ -250,6 +257,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     engine = client.engine
     sent = sent_fields(body)
     check_fields(sent, "chat")
+    client.model_adapter(sent)
     _check_text_only(body.messages)
     _check_message_fields(body.messages)
     _check_stream_options(body)
@@ -503,6 +511,7 @@ async def completions(body: CompletionRequest, request: Request):
     engine = client.engine
     sent = sent_fields(body)
     check_fields(sent, "completions")
+    client.model_adapter(sent)
     _check_choices(body, client)
     _check_completion(body)
     _check_stream_options(body)

@@ -183,6 +183,27 @@ class AbortRequest(BaseModel):
     abort_all: StrictBool = False
 
 
+class LoadLoraAdapterRequest(BaseModel):
+    """vLLM's and SGLang's ``/load_lora_adapter`` body: serve the PEFT folder at ``lora_path``
+    as ``lora_name``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lora_name: StrictStr
+    lora_path: StrictStr
+    pinned: StrictBool = False  # SGLang: kept loaded (every adapter here is, until unloaded)
+    load_inplace: StrictBool = False  # vLLM: replace a loaded one of that name (refused)
+
+
+class UnloadLoraAdapterRequest(BaseModel):
+    """``/unload_lora_adapter``: stop serving ``lora_name``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lora_name: StrictStr
+    lora_int_id: int | None = None  # vLLM's; adapters are named here
+
+
 class GenerateRequest(_Body):
     """SGLang's ``GenerateReqInput``: the fields radixgen reads. Its other fields arrive as
     extras, which ``sglang_fields.check_body_extras`` accepts (ignored: they cannot change the

@@ -85,6 +85,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     client, store = client_of(request), store_of(request)
     sent = sent_fields(body)
     check_table(_without_neutral_reasoning(sent), RESPONSES_FIELDS, "/v1/responses")
+    client.model_adapter(sent)
     conversation = input_messages(body.input, _history(store, body.previous_response_id))
     tools = chat_tools(body.tools)
     tool_choice = chat_tool_choice(body.tool_choice, bool(tools))

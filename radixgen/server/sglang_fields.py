@@ -36,6 +36,7 @@ BODY_EXTRA_HONORED = (
     "extra_key",  # the prefix cache namespace (radix_cache.salted_key)
     "cache_salt",  # the same, under vLLM's name
     "priority",  # with --enable-priority-scheduling (one, or one per prompt)
+    "lora_path",  # a loaded adapter's name (one, or one per prompt; null: the base model)
 )
 
 BODY_IGNORED = (
@@ -61,7 +62,7 @@ BODY_IGNORED = (
 )
 
 _TEXT_ONLY = "this model takes text only"
-_NO_LORA = "radixgen serves one model without adapters"
+_NO_LORA = "adapters are picked by name with lora_path"
 _NO_EXTRA_OUTPUT = "radixgen does not return it"
 
 BODY_REFUSED: dict[str, str] = {
@@ -83,7 +84,6 @@ BODY_REFUSED: dict[str, str] = {
     "need_wait_for_mm_inputs": _TEXT_ONLY,
     "num_items_assigned": _TEXT_ONLY,
     "encoder_urls": _TEXT_ONLY,
-    "lora_path": _NO_LORA,
     "lora_id": _NO_LORA,
     "session_params": "sessions are not supported (send the whole prompt; the radix cache reuses it)",
     "custom_logit_processor": "custom logit processors are not supported",

@@ -153,7 +153,10 @@ ROUTES = {
 # 400 naming the field (tests/test_thinking.py serves a thinking model)
 NEEDS_REASONING = {"max_thinking_tokens", "thinking_budget"}
 # honored with a flag the test server does not set: a 400 naming them there
-NEEDS_A_FLAG = {"priority"}  # --enable-priority-scheduling (test_control.py)
+NEEDS_A_FLAG = {
+    "priority",
+    "lora_path",
+}  # --enable-priority-scheduling (test_control.py), --lora-paths
 # how each honored constraint field's output must read (the samples above)
 CONSTRAINED = {
     "guided_json": r"true|false",
@@ -899,6 +902,7 @@ EFFECT_ELSEWHERE = {
     **dict.fromkeys(CONSTRAINED, "test_every_field_is_honored_ignored_or_refused (CONSTRAINED)"),
     "cache_salt": "test_cache_salt.py (isolation and sharing, cached_tokens)",
     "priority": "test_control.py (admission order; refused without the flag)",
+    "lora_path": "test_lora_server.py (the adapter's outputs; model names it too)",
     # a thinking model's fields: tests/server/test_reasoning_server.py serves one
     **dict.fromkeys(
         [
