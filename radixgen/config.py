@@ -172,6 +172,11 @@ class EngineConfig:
         "priority; by default higher values go first, as SGLang's)",
     )
     disable_radix_cache: bool = option(False, "no prefix sharing across requests")
+    enable_kv_events: bool = option(
+        False,
+        "publish the radix cache's stored and removed 32-token blocks at GET /kv_events, for "
+        "cache-aware routers (on by itself for the replicas of --dp N)",
+    )
     lora_paths: list[str] | None = option(
         None,
         "LoRA adapters to serve, as NAME=PATH or PATH (the folder's name): PEFT folders "

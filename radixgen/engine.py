@@ -41,6 +41,7 @@ from .kernels import wake_threads
 from .lora import LoadedAdapter, LoraRegistry, load_adapter, parse_lora_path
 from .mem_cache.chunk_cache import ChunkCache
 from .mem_cache.hicache import HiCache, build_hicache
+from .mem_cache.kv_events import KVEventLog
 from .mem_cache.kv_manager import KVManager
 from .mem_cache.memory_pool import KVPool, ReqToTokenPool, SlotAllocator, WarmAhead
 from .mem_cache.prefix_cache import PrefixCache
@@ -309,6 +310,10 @@ class Engine:
             if self.config.disable_radix_cache
             else RadixCache(allocator, tier)
         )
+        self.kv_events = (
+            KVEventLog() if self.config.enable_kv_events and isinstance(cache, RadixCache) else None
+        )
+        cache.events = self.kv_events
         self.kv = KVManager(cache, allocator, req_to_token_pool)
         self.max_step_ms = _pick_max_step_ms(self.config.max_step_ms, self.device)
         horizon = attention_horizon(

@@ -42,6 +42,7 @@ ENGINE_FLAGS = {
     "--max-loras-per-batch",
     "--max-loaded-loras",
     "--max-lora-rank",
+    "--enable-kv-events",
     "--hicache-ratio",
     "--hicache-dtype",
     "--hicache-dir",

@@ -197,6 +197,14 @@ def test_dp_routes_a_shared_prefix_to_one_replica(dp_server):
     assert last > 20  # the shared system prompt came from that replica's cache
     view = httpx.get(f"{url}/workers").json()
     assert [w["healthy"] for w in view["workers"]] == [True, True]
+    # the replicas report their KV blocks, and the one that served holds the system prompt's
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        blocks = {w["url"]: w["kv_blocks"] for w in httpx.get(f"{url}/workers").json()["workers"]}
+        if all(n is not None for n in blocks.values()) and max(blocks.values()) > 0:
+            break
+        time.sleep(0.25)
+    assert all(n is not None for n in blocks.values()) and max(blocks.values()) > 0, blocks
     metrics = httpx.get(f"{url}/metrics").text
     assert "radixgen:router_healthy_workers 2" in metrics
 

@@ -15,6 +15,7 @@ from radixgen.mem_cache.radix_cache import TreeNode, check_slot_ownership
 
 if TYPE_CHECKING:
     from radixgen.mem_cache.hicache import HiCache
+    from radixgen.mem_cache.kv_events import KVEventLog
 
 
 class ChunkCache:
@@ -23,6 +24,7 @@ class ChunkCache:
     def __init__(self, allocator: SlotAllocator) -> None:
         self.allocator = allocator
         self.tier: HiCache | None = None  # no lower tiers: nothing is cached
+        self.events: KVEventLog | None = None  # nothing is stored, nothing to tell
         self.root = TreeNode(
             key=[], value=torch.empty(0, dtype=torch.int64), parent=None, node_id=0
         )

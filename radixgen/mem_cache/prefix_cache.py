@@ -18,6 +18,7 @@ from .radix_cache import TreeNode
 
 if TYPE_CHECKING:
     from .hicache import HiCache
+    from .kv_events import KVEventLog
 
 
 class PrefixCache(Protocol):
@@ -29,6 +30,7 @@ class PrefixCache(Protocol):
     protected_size: int  # cached tokens under a locked node
     num_evictions: int  # tokens evicted in total
     tier: HiCache | None  # the host/disk tiers evicted KV goes to (``hicache``), if any
+    events: KVEventLog | None  # where stored and removed blocks are told (``kv_events``)
 
     def total_size(self) -> int:
         """Tokens (= slots) the cache owns: ``evictable_size + protected_size``."""

@@ -18,7 +18,8 @@ changes nothing but the matching (the values are the slots, the model reads the 
 
 Tiers (``hicache``): with a ``tier``, a leaf is handed to it (``HiCache.spill``) just
 before eviction frees its slots, and ``KVManager.lock_prefix`` asks it for what follows a
-match; without one, evicted KV is gone and recomputed on the next hit.
+match; without one, evicted KV is gone and recomputed on the next hit. With ``events``
+(``kv_events``), inserts and evictions are told as the blocks they store and remove.
 
 Counts: every tree token is either *evictable* (its node has ``lock_ref == 0``) or
 *protected* (``lock_ref > 0``); ``evictable_size + protected_size == total_size()``.
@@ -40,6 +41,7 @@ from radixgen.mem_cache.memory_pool import SlotAllocator
 
 if TYPE_CHECKING:
     from radixgen.mem_cache.hicache import HiCache
+    from radixgen.mem_cache.kv_events import KVEventLog
 
 _CHUNK = 32  # tokens compared per step when hunting the first mismatch inside an edge
 _SALT_SHIFT = 32  # token ids stay below 2**32: a salted key never equals an unsalted one
@@ -109,6 +111,7 @@ class RadixCache:
     def __init__(self, allocator: SlotAllocator, tier: HiCache | None = None) -> None:
         self.allocator = allocator
         self.tier = tier  # where evicted leaves' KV goes (None: nowhere, it is recomputed)
+        self.events: KVEventLog | None = None  # blocks stored and removed, for routers
         self.num_evictions = 0  # tokens evicted in total (reset() does not count)
         self._next_id = itertools.count()
         self._clear()
@@ -194,6 +197,8 @@ class RadixCache:
         if pos < len(ids):
             value = slots[pos:].to(device="cpu", dtype=torch.int64, copy=True)
             self._add_leaf(node, ids[pos:], value, now)
+            if self.events is not None:
+                self.events.stored(ids, pos)
         return pos
 
     def _tick(self) -> int:
@@ -290,8 +295,13 @@ class RadixCache:
         num_freed = 0
         while num_freed < num_tokens and heap:
             _, _, leaf = heapq.heappop(heap)
-            if self.tier is not None:
-                self._spill(leaf)
+            if self.tier is not None or self.events is not None:
+                key, slots = self._path(leaf)
+                start = len(key) - len(leaf.key)
+                if self.tier is not None:
+                    self.tier.spill(key, slots, start)
+                if self.events is not None:
+                    self.events.removed(key, start)
             parent = self._remove_leaf(leaf)
             num_freed += len(leaf.key)
             if parent is not self.root and parent.lock_ref == 0 and parent.is_leaf:
@@ -305,19 +315,18 @@ class RadixCache:
         pool held). Reads the pool only; the tree is unchanged."""
         if self.tier is not None:
             for node in self._nodes():
-                self._spill(node)
+                key, slots = self._path(node)
+                self.tier.spill(key, slots, len(key) - len(node.key))
 
-    def _spill(self, leaf: TreeNode) -> None:
-        """Hand the node's KV, with the path above it, to the tier (before eviction frees it)."""
-        keys, values, node = [], [], leaf
+    def _path(self, node: TreeNode) -> tuple[list[int], torch.Tensor]:
+        """The whole radix key ending at ``node`` and its slots, from the root."""
+        keys, values = [], []
         while node is not self.root:
             keys.append(node.key)
             values.append(node.value)
             assert node.parent is not None
             node = node.parent
-        key = list(itertools.chain.from_iterable(reversed(keys)))
-        assert self.tier is not None
-        self.tier.spill(key, torch.cat(values[::-1]), len(key) - len(leaf.key))
+        return list(itertools.chain.from_iterable(reversed(keys))), torch.cat(values[::-1])
 
     def _remove_leaf(self, leaf: TreeNode) -> TreeNode:
         parent = leaf.parent
@@ -343,6 +352,8 @@ class RadixCache:
             self.allocator.free(node.value)
             node.parent = None
         self._clear()
+        if self.events is not None:
+            self.events.cleared()
 
     # ------------------------------------------------------------------ debugging
 

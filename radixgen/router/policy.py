@@ -10,17 +10,25 @@ worker, updated as requests are routed:
    the most takes it (ties: the less loaded).
 3. Else the least loaded takes it (ties: the smaller tree, which has the most room).
 
-The chosen worker's tree then records the text.
+The chosen worker's tree then records the text. Where the router can name a request's KV
+blocks (``prompt_keys.PromptKeys``, with the model's tokenizer: ``--dp N``) and every live
+worker reports its blocks (``/kv_events``), rule 2 matches the blocks a worker holds, not
+the text it was sent: what the worker evicted no longer counts, and what it computed for
+requests routed elsewhere does.
 """
 
 from __future__ import annotations
 
 import itertools
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from .tree import PrefixTree
 
 POLICIES = ("cache_aware", "round_robin", "shortest_queue")
+EXPECT_S = 30.0  # how long a routed request's blocks count before its worker reports them
+EXPECT_MAX = 1 << 18  # expected block names kept per worker
 
 
 @dataclass
@@ -33,6 +41,50 @@ class Worker:
     requests: int = 0  # requests routed to it, ever
     failures: int = 0  # requests that failed on it (connection lost)
     tree: PrefixTree = field(default_factory=PrefixTree)
+    # the blocks it reported holding (/kv_events), once it reports them (None: not known)
+    kv_blocks: set[str] | None = None
+    kv_seq: int = 0  # the last event applied
+    # blocks of requests just routed to it, counted as held until its events catch up (or
+    # EXPECT_S pass): a burst of requests sharing a prefix follows the first one
+    kv_expected: OrderedDict[str, float] = field(default_factory=OrderedDict)
+
+    def expect(self, names: list[str], now: float) -> None:
+        expected = self.kv_expected
+        for name in names:
+            expected[name] = now + EXPECT_S
+            expected.move_to_end(name)
+        while len(expected) > EXPECT_MAX:
+            expected.popitem(last=False)
+
+    def apply_kv_events(self, answer: dict) -> None:
+        """Bring ``kv_blocks`` up to a ``/kv_events`` answer."""
+        if answer.get("reset") or self.kv_blocks is None:
+            self.kv_blocks = set()
+        blocks = self.kv_blocks
+        for event in answer.get("events", ()):
+            kind = event.get("type")
+            if kind == "stored":
+                blocks.update(event["blocks"])
+            elif kind == "removed":
+                blocks.difference_update(event["blocks"])
+                for name in event["blocks"]:
+                    self.kv_expected.pop(name, None)
+            elif kind == "cleared":
+                blocks.clear()
+                self.kv_expected.clear()
+        self.kv_seq = int(answer.get("last", self.kv_seq))
+
+    def held_blocks(self, names: list[str], now: float | None = None) -> int:
+        """How many of ``names`` (a prompt's blocks, in order) it holds in a row, the
+        blocks it was just sent (``expect``) included."""
+        blocks, expected = self.kv_blocks or set(), self.kv_expected
+        now = time.monotonic() if now is None else now
+        count = 0
+        for name in names:
+            if name not in blocks and expected.get(name, 0.0) < now:
+                break
+            count += 1
+        return count
 
 
 class Policy:
@@ -55,8 +107,12 @@ class Policy:
         self.balance_rel = balance_rel
         self._turn = itertools.count()
 
-    def choose(self, text: str, exclude: frozenset[str] = frozenset()) -> Worker | None:
-        """The worker for ``text``, or None when no healthy worker is left."""
+    def choose(
+        self, text: str, exclude: frozenset[str] = frozenset(), blocks: list[str] | None = None
+    ) -> Worker | None:
+        """The worker for ``text``, or None when no healthy worker is left. ``blocks``: the
+        prompt's block names (``PromptKeys``); with them, and every live worker reporting its
+        blocks, cache-aware matches those instead of the text."""
         live = [w for w in self.workers if w.healthy and w.url not in exclude]
         if not live:
             return None
@@ -64,18 +120,25 @@ class Policy:
             chosen = live[next(self._turn) % len(live)]
         elif self.name == "shortest_queue":
             chosen = min(live, key=lambda w: w.load)
+        elif blocks is not None and all(w.kv_blocks is not None for w in live):
+            now = time.monotonic()
+            matched = [(w.held_blocks(blocks, now), w) for w in live]
+            chosen = self._cache_aware(live, matched, len(blocks))
+            chosen.expect(blocks, now)
         else:
-            chosen = self._cache_aware(live, text)
+            chosen = self._cache_aware(live, [(w.tree.match(text), w) for w in live], len(text))
         chosen.tree.insert(text)
         return chosen
 
-    def _cache_aware(self, live: list[Worker], text: str) -> Worker:
+    def _cache_aware(
+        self, live: list[Worker], matched: list[tuple[int, Worker]], total: int
+    ) -> Worker:
+        """``matched``: how much of the request (of ``total``) each live worker holds."""
         least = min(live, key=lambda w: (w.load, w.tree.size))
         most = max(w.load for w in live)
         if most - least.load > self.balance_abs and most > least.load * self.balance_rel:
             return least
-        matched = [(w.tree.match(text), -w.load, w) for w in live]
-        best, _, worker = max(matched, key=lambda m: (m[0], m[1]))
-        if text and best / len(text) > self.cache_threshold:
+        best, _, worker = max(((m, -w.load, w) for m, w in matched), key=lambda m: (m[0], m[1]))
+        if total and best / total > self.cache_threshold:
             return worker
         return least

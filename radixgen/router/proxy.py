@@ -24,7 +24,7 @@ import logging
 import re
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import orjson
@@ -34,6 +34,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from .policy import Policy, Worker
+
+if TYPE_CHECKING:
+    from .prompt_keys import PromptKeys
 
 logger = logging.getLogger("radixgen.router")
 
@@ -93,8 +96,14 @@ class Router:
         *,
         health_interval: float = 2.0,
         healthy: bool = True,
+        prompt_keys: PromptKeys | None = None,
+        kv_events_interval: float = 0.5,
+        worker_headers: dict[str, str] | None = None,
         **policy_options: Any,
     ) -> None:
+        self.prompt_keys = prompt_keys  # names requests' KV blocks (None: text only)
+        self.kv_events_interval = kv_events_interval
+        self.worker_headers = worker_headers or {}  # the router's own calls (the workers' key)
         self.workers = [Worker(u.rstrip("/"), healthy=healthy) for u in urls]
         self.policy = Policy(self.workers, policy, **policy_options)
         self.health_interval = health_interval
@@ -136,6 +145,27 @@ class Router:
             await asyncio.gather(*(self.probe(w) for w in list(self.workers)))
             await asyncio.sleep(self.health_interval)
 
+    async def poll_kv_events(self, worker: Worker) -> None:
+        """Bring the worker's reported blocks up to date (a worker without events: unknown)."""
+        try:
+            response = await self.client.get(
+                f"{worker.url}/kv_events",
+                params={"after": worker.kv_seq},
+                headers=self.worker_headers,
+                timeout=5.0,
+            )
+        except httpx.HTTPError:
+            return
+        if response.status_code == 200:
+            worker.apply_kv_events(response.json())
+        else:
+            worker.kv_blocks = None
+
+    async def kv_events_loop(self) -> None:
+        while True:
+            await asyncio.gather(*(self.poll_kv_events(w) for w in list(self.workers) if w.healthy))
+            await asyncio.sleep(self.kv_events_interval)
+
     # ------------------------------------------------------------------ forwarding
     def choose(self, path: str, body: bytes, exclude: frozenset[str]) -> Worker | None:
         text, previous = routing_text(path, body)
@@ -143,7 +173,13 @@ class Router:
         if sticky is not None and sticky.healthy and sticky.url not in exclude:
             sticky.tree.insert(text)
             return sticky
-        return self.policy.choose(text, exclude)
+        keys = self.prompt_keys
+        blocks = (
+            keys.names(path, body)
+            if keys is not None and self.policy.name == "cache_aware"
+            else None
+        )
+        return self.policy.choose(text, exclude, blocks)
 
     def remember(self, response_id: str, worker: Worker) -> None:
         self._sticky[response_id] = worker
@@ -254,6 +290,7 @@ def create_router_app(router: Router) -> Starlette:
                         "requests": w.requests,
                         "failures": w.failures,
                         "tree_chars": w.tree.size,
+                        "kv_blocks": None if w.kv_blocks is None else len(w.kv_blocks),
                     }
                     for w in router.workers
                 ],
@@ -318,11 +355,14 @@ def create_router_app(router: Router) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        task = asyncio.create_task(router.health_loop())
+        tasks = [asyncio.create_task(router.health_loop())]
+        if router.prompt_keys is not None:
+            tasks.append(asyncio.create_task(router.kv_events_loop()))
         try:
             yield
         finally:
-            task.cancel()
+            for task in tasks:
+                task.cancel()
             await router.client.aclose()
 
     methods = ["GET", "POST", "PUT", "DELETE"]

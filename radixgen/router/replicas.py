@@ -27,6 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
@@ -62,7 +63,7 @@ class Replicas:
         self._stopping = False
 
     def argv(self, i: int) -> list[str]:
-        config = self.config
+        config = dataclasses.replace(self.config, enable_kv_events=True)  # the router reads them
         if config.hicache_dir is not None:  # a disk tier serves one process: one folder each
             config = dataclasses.replace(
                 config, hicache_dir=str(Path(config.hicache_dir, f"dp{i}"))
@@ -154,7 +155,11 @@ def serve_replicas(config: EngineConfig, settings: ServerSettings, log_level: st
     signal."""
     replicas = Replicas(config, settings, log_level)
     replicas.start()
-    router = Router(replicas.urls, settings.router_policy)
+    from .prompt_keys import PromptKeys
+
+    keys = PromptKeys.for_model(config.model, config.reasoning_parser, config.tool_call_parser)
+    auth = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else None
+    router = Router(replicas.urls, settings.router_policy, prompt_keys=keys, worker_headers=auth)
 
     def exited(i: int) -> None:
         router.mark(router.workers[i], False, "its process exited")
@@ -170,12 +175,13 @@ def serve_router(settings: RouterSettings, log_level: str = "info") -> None:
     """``radixgen router``: route to ``settings.worker_urls`` until a signal."""
     if not settings.worker_urls:
         raise ValueError("--worker-urls: expected at least one radixgen serve URL")
+    options: dict[str, Any] = settings.policy_options()
     router = Router(
         list(settings.worker_urls),
         settings.policy,
         health_interval=settings.health_interval,
         healthy=False,  # until their first probe
-        **settings.policy_options(),
+        **options,
     )
     logger.info(
         "routing (%s) to %s on %s:%d",

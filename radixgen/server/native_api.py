@@ -30,6 +30,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from ..detokenizer import StopStringMatcher
+from ..mem_cache.kv_blocks import BLOCK_TOKENS
 from ..request import Delta, TokenLogprob
 from ..sampling_params import SamplingParams
 from .engine_client import DisconnectWatch, EngineClient, Generation, Job
@@ -162,6 +163,26 @@ async def abort_request(body: AbortRequest, request: Request) -> OrjsonResponse:
     except TimeoutError:
         raise APIError(503, "the engine did not answer the abort within 30 s") from None
     return OrjsonResponse({"aborted": aborted})
+
+
+@router.get("/kv_events")
+async def kv_events(request: Request, after: int = 0) -> OrjsonResponse:
+    """The radix cache's block events after sequence number ``after`` (``--enable-kv-events``):
+    ``{"events": [{"seq", "type": stored|removed|cleared, "blocks": [hex names]}], "last": N,
+    "reset": bool, "block_tokens": 32}``. ``reset``: events were dropped since ``after`` (or
+    the worker restarted); drop what you know and apply these."""
+    log = _client(request).engine.kv_events
+    if log is None:
+        raise APIError(404, "kv_events: this server runs without --enable-kv-events")
+    events, last, reset = log.since(after)
+    return OrjsonResponse(
+        {
+            "events": [e.as_dict() for e in events],
+            "last": last,
+            "reset": reset,
+            "block_tokens": BLOCK_TOKENS,
+        }
+    )
 
 
 @router.post("/load_lora_adapter")
