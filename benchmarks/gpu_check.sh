@@ -9,7 +9,8 @@
 # 2. radixgen installed editable without dependencies (or, where that fails offline, a tree of
 #    symlinks on PYTHONPATH); if the full package cannot import (its tokenizer/server
 #    dependencies missing), kernel tests and benchmarks use a shim holding only radixgen.kernels;
-# 3. pytest tests/kernels with TRITON_INTERPRET unset: the Triton kernels compile for the GPU;
+# 3. pytest tests/kernels with TRITON_INTERPRET unset: the Triton kernels compile for the GPU
+#    (the LoRA segment matmul of kernels/lora.py among them);
 # 4. the CUDA graph test: the real capture and replay against the eager step (float32, and
 #    bfloat16 with Q4_1 blocks);
 # 5. python -m radixgen generate "..." end to end on the default model (its Q4_1/Q8_0 blocks on

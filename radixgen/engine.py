@@ -724,12 +724,17 @@ class Engine:
 
     def _drain_inbox(self, wait_s: float) -> None:
         """Run the inbox's commands, waiting up to ``wait_s`` for the first one (an idle
-        engine). While it waits it warms the KV pool a piece at a time, so an idle engine still
-        steps at the same pace."""
+        engine). While it waits it warms the KV pool a piece at a time, then backs cached
+        prefixes up to the host tier one node at a time (``--hicache-ratio``: their eviction
+        later copies nothing), so an idle engine still steps at the same pace."""
         try:
             if wait_s > 0:
                 end = time.monotonic() + wait_s
-                while self._inbox.empty() and time.monotonic() < end and self._warm_kv_pool():
+                while (
+                    self._inbox.empty()
+                    and time.monotonic() < end
+                    and (self._warm_kv_pool() or self.kv.cache.back_up())
+                ):
                     pass
                 wait_s = max(end - time.monotonic(), 0.0)
             command = self._inbox.get(timeout=wait_s) if wait_s > 0 else self._inbox.get_nowait()

@@ -67,6 +67,10 @@ class ChunkCache:
         """Nothing to evict: returns 0."""
         return 0
 
+    def back_up(self) -> bool:
+        """Nothing to back up."""
+        return False
+
     def spill_all(self) -> None:
         """Nothing is cached, nothing to hand on."""
 

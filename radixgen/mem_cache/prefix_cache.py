@@ -58,6 +58,10 @@ class PrefixCache(Protocol):
         """Free at least ``num_tokens`` unlocked cached slots if possible; return how many."""
         ...
 
+    def back_up(self) -> bool:
+        """Hand one more cached prefix to ``tier`` ahead of its eviction; False when done."""
+        ...
+
     def spill_all(self) -> None:
         """Hand every cached prefix to ``tier`` (if any) without freeing anything."""
         ...

@@ -73,6 +73,7 @@ class TreeNode:
     children: dict[int, TreeNode] = field(default_factory=dict)  # first token id -> child
     lock_ref: int = 0  # number of active locks on this node or any descendant
     last_access: int = 0
+    backed: bool = False  # its blocks were handed to the tier (``back_up``) since it was made
 
     @property
     def is_leaf(self) -> bool:
@@ -123,6 +124,7 @@ class RadixCache:
         self._clock = 0
         self._num_locks = 0  # lock() calls on non-root nodes not yet unlocked
         self._evictable_leaves: set[TreeNode] = set()  # leaves with lock_ref == 0, not root
+        self._unbacked: dict[TreeNode, None] = {}  # with a tier: nodes not backed up, oldest first
 
     def total_size(self) -> int:
         """Tokens (= slots) held by the tree."""
@@ -220,7 +222,10 @@ class RadixCache:
             node_id=next(self._next_id),
             lock_ref=child.lock_ref,
             last_access=child.last_access,
+            backed=child.backed,  # the child's blocks ending in the upper half went with it
         )
+        if not upper.backed and self.tier is not None:
+            self._unbacked[upper] = None
         upper.children[child.key[n]] = child
         parent.children[child.key[0]] = upper
         child.key = child.key[n:]
@@ -236,6 +241,8 @@ class RadixCache:
         self._evictable_leaves.discard(parent)
         self._evictable_leaves.add(leaf)
         self.evictable_size += len(key)
+        if self.tier is not None:
+            self._unbacked[leaf] = None
 
     # ------------------------------------------------------------------ locking
 
@@ -298,7 +305,7 @@ class RadixCache:
             if self.tier is not None or self.events is not None:
                 key, slots = self._path(leaf)
                 start = len(key) - len(leaf.key)
-                if self.tier is not None:
+                if self.tier is not None:  # backed up: its blocks are only touched (no copy)
                     self.tier.spill(key, slots, start)
                 if self.events is not None:
                     self.events.removed(key, start)
@@ -309,6 +316,19 @@ class RadixCache:
                 heapq.heappush(heap, (parent.last_access, parent.node_id, parent))
         self.num_evictions += num_freed
         return num_freed
+
+    def back_up(self) -> bool:
+        """Hand the oldest node not yet backed up to the tier (write-through while the
+        engine idles: its eviction later only touches the blocks). False when none is left.
+        Reads the pool only."""
+        if self.tier is None or not self._unbacked:
+            return False
+        node = next(iter(self._unbacked))
+        del self._unbacked[node]
+        key, slots = self._path(node)
+        self.tier.spill(key, slots, len(key) - len(node.key))
+        node.backed = True
+        return True
 
     def spill_all(self) -> None:
         """Hand every cached prefix to the tier (at shutdown: the disk tier keeps what the
@@ -334,6 +354,7 @@ class RadixCache:
         self.allocator.free(leaf.value)
         del parent.children[leaf.key[0]]
         self._evictable_leaves.discard(leaf)
+        self._unbacked.pop(leaf, None)
         self.evictable_size -= len(leaf.key)
         leaf.parent = None  # marks the handle as dead (lock() refuses it)
         return parent

@@ -326,3 +326,19 @@ def test_no_room_for_a_load_back_keeps_the_pool_match():
     assert prefix.num_tokens == 0
     kv.unlock(prefix)
     kv.allocator.free(hold)
+
+
+def test_backed_up_prefixes_are_evicted_without_a_copy():
+    kv, pool = tiered_kv(num_slots=200, host_blocks=64)
+    ids = list(range(1, 161))
+    run(kv, pool, ids)
+    tier = kv.cache.tier
+    assert tier is not None
+    while kv.cache.back_up():  # what an idle engine does
+        pass
+    copied = tier.stats.spilled_tokens
+    assert copied == 160 // B * B and len(tier.host) == 5
+    run(kv, pool, [4000 + i for i in range(190)])  # evicts ids: its blocks are only touched
+    assert tier.stats.spilled_tokens == copied
+    fresh = run(kv, pool, ids)  # and they come back
+    assert fresh == 128
