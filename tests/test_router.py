@@ -138,6 +138,7 @@ def dp_server(tmp_path_factory: pytest.TempPathFactory, tiny_model_folder: Path)
         *(sys.executable, "-m", "radixgen", "serve", "--model", str(tiny_model_folder)),
         *("--dp", "2", "--served-model-name", "tiny", "--port", str(port)),
         *("--api-key", SERVER_API_KEY, "--max-total-tokens", "4096", "--log-level", "info"),
+        "--enable-lora",
     ]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
@@ -292,3 +293,28 @@ def test_dp_a_killed_replica_loses_no_later_request_and_comes_back(dp_server):
         time.sleep(0.5)
     text = log.read_text()
     assert f"exited with code -{signal.SIGKILL}" in text and "restarting replica" in text
+
+
+def test_dp_loads_an_adapter_on_every_replica(dp_server, tiny_model_folder, tmp_path):
+    pytest.importorskip("peft")
+    from lora_adapters import tiny_adapters
+
+    url, _, _ = dp_server
+    adapter = tiny_adapters(tiny_model_folder, tmp_path)["b"]
+    body = {"lora_name": "b", "lora_path": str(adapter)}
+    r = httpx.post(f"{url}/load_lora_adapter", json=body, headers=AUTH, timeout=60)
+    assert r.status_code == 200, r.text
+    replicas = [w["url"] for w in httpx.get(f"{url}/workers").json()["workers"]]
+    for replica in replicas:
+        models = httpx.get(f"{replica}/v1/models", headers=AUTH, timeout=10).json()["data"]
+        assert "b" in {m["id"] for m in models}, replica
+    assert _chat(url, "Be brief.", "Hi", model="b").json()["model"] == "b"
+    bad = httpx.post(
+        f"{url}/load_lora_adapter",
+        json={**body, "lora_name": "c", "lora_path": "/nowhere"},
+        headers=AUTH,
+        timeout=60,
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "lora_path"
+    r = httpx.post(f"{url}/unload_lora_adapter", json={"lora_name": "b"}, headers=AUTH, timeout=60)
+    assert r.status_code == 200, r.text

@@ -6,7 +6,8 @@ chosen by the policy, and its response streamed back unchanged.
   ``previous_response_id`` (and ``/v1/responses/{id}``) goes to the worker that made that
   response. Other ``GET`` routes go round robin.
 - The router's own: ``/health`` (200 while a worker is healthy), ``/metrics`` (its gauges),
-  ``/flush_cache`` (every worker), ``/workers`` (its view), ``/add_worker`` and
+  ``/flush_cache``, ``/load_lora_adapter`` and ``/unload_lora_adapter`` (every worker),
+  ``/workers`` (its view), ``/add_worker`` and
   ``/remove_worker`` (``?url=``).
 - A worker that refuses the connection is marked unhealthy and the request goes to another one:
   a request is never lost before it started on a worker. A worker lost mid-request fails that
@@ -331,6 +332,35 @@ def create_router_app(router: Router) -> Starlette:
             return PlainTextResponse(f"not flushed on {', '.join(failed)}\n", status_code=400)
         return PlainTextResponse(f"Cache flushed on {len(live)} workers.\n")
 
+    async def every_worker(request: Request) -> Response:
+        """``/load_lora_adapter`` and ``/unload_lora_adapter``: every healthy worker serves its
+        own adapters, so each gets the call; the answer is theirs when they agree (a bad
+        adapter is the same 400 everywhere), else a 502 naming the workers that failed."""
+        body = await request.body()
+        keep = ("authorization", "x-api-key", "content-type")
+        headers = {k: v for k, v in request.headers.items() if k.lower() in keep}
+        live = [w for w in router.workers if w.healthy]
+        if not live:
+            return _error(503, "no healthy worker")
+        results = await asyncio.gather(
+            *(
+                router.client.post(w.url + request.url.path, content=body, headers=headers)
+                for w in live
+            ),
+            return_exceptions=True,
+        )
+        answers = [r for r in results if not isinstance(r, BaseException)]
+        codes = {r.status_code for r in answers}
+        if len(answers) == len(live) and len(codes) == 1:
+            first = answers[0]
+            return Response(first.content, first.status_code, media_type="application/json")
+        failed = [
+            w.url
+            for w, r in zip(live, results)
+            if isinstance(r, BaseException) or r.status_code != 200
+        ]
+        return _error(502, f"{request.url.path}: not done on {', '.join(failed)}")
+
     async def metrics(request: Request) -> Response:
         lines = [
             "# HELP radixgen:num_requests_running Requests in flight through the router.",
@@ -373,6 +403,8 @@ def create_router_app(router: Router) -> Starlette:
         Route("/add_worker", add_worker, methods=["POST"]),
         Route("/remove_worker", remove_worker, methods=["POST"]),
         Route("/flush_cache", flush_cache, methods=["GET", "POST"]),
+        Route("/load_lora_adapter", every_worker, methods=["POST"]),
+        Route("/unload_lora_adapter", every_worker, methods=["POST"]),
         Route("/{path:path}", router.forward, methods=methods),
     ]
     return Starlette(routes=routes, lifespan=lifespan)

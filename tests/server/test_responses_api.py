@@ -533,9 +533,15 @@ def test_every_field_is_honored_ignored_or_refused(tiny_server_url, name):
     r = post(tiny_server_url, **fields)
     rule = RESPONSES_FIELDS[name]
     # refused, or a thinking model's (this tiny model has no reasoning format: a 400 naming it;
-    # test_reasoning_server.py serves a thinking model), or priority (the server has no
-    # --enable-priority-scheduling: test_control.py)
-    if rule.status is Status.REFUSED or name in ("reasoning", "priority", *NEEDS_REASONING):
+    # test_reasoning_server.py serves a thinking model), priority (the server has no
+    # --enable-priority-scheduling: test_control.py) or lora_path (no --lora-paths:
+    # test_lora_server.py)
+    if rule.status is Status.REFUSED or name in (
+        "reasoning",
+        "priority",
+        "lora_path",
+        *NEEDS_REASONING,
+    ):
         assert r.status_code == 400, r.text
         assert r.json()["error"]["param"].split(".")[0] == name, r.text
         return
