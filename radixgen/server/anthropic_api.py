@@ -594,7 +594,7 @@ async def create_message(body: MessagesRequest, request: Request):
         stream=body.stream,
     )
     msg_id = f"msg_{secrets.token_hex(12)}"
-    model = client.model_name
+    model = client.reported_name(body.model)
     stops = body.stop_sequences or []
     if body.stream:
         stream = _stream(gen, msg_id, model, output, tokenizer, stops)
