@@ -300,8 +300,11 @@ class EngineConfig:
             return
         if self.tp_size > 1:
             raise ValueError("lora_paths: not with tp_size > 1 yet (adapters are not sharded)")
-        if self.speculative_algorithm is not None:
-            raise ValueError("lora_paths: not with speculative decoding yet")
+        if self.speculative_algorithm == "draft":
+            raise ValueError(
+                "lora_paths: not with speculative_algorithm draft (the draft model has no "
+                "adapters; ngram drafts are verified on each request's adapter)"
+            )
         for entry in self.lora_paths or ():
             name, sep, path = entry.partition("=")
             if (sep and (not name or not path)) or not entry:

@@ -189,3 +189,25 @@ def test_adapters_on_the_default_gguf_models_blocks(hf_gguf_model, tmp_path, def
     model.unload()
     assert outs[0].token_ids == want[0, len(prompt) :].tolist()
     assert outs[0].token_ids != outs[1].token_ids
+
+
+def test_prompt_lookup_drafts_are_verified_on_each_adapter(
+    tiny_model_folder, adapters, lora_engine
+):
+    """ngram speculation: the drafts are checked by the request's own adapter, so the outputs
+    are those without speculation."""
+    engine = Engine(
+        str(tiny_model_folder),
+        lora_paths=[f"a={adapters['a']}", f"b={adapters['b']}"],
+        speculative_algorithm="ngram",
+    )
+    prompts = [p * 4 for p in PROMPTS]  # repetitive: prompt lookup finds drafts
+    names = ["a", "b", None]
+    try:
+        got = engine.generate(prompts, [greedy(n, 24) for n in names])
+        stats = engine.stats()
+    finally:
+        engine.shutdown()
+    want = lora_engine.generate(prompts, [greedy(n, 24) for n in names])
+    assert [o.token_ids for o in got] == [o.token_ids for o in want]
+    assert stats["spec_draft_tokens"] > 0
