@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import platform
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -41,15 +42,84 @@ SOURCES = (
     "spin_pool.c",
 )
 HEADERS = ("common.h", "quant_common.h", "spin_pool.h")
-# Tried in order; the first that compiles wins. OpenMP (torch's pool, for prefill-sized
-# dequantization) and omp simd; the decode-sized kernels use spin_pool.c, which takes its thread
-# count from OpenMP (without OpenMP they run on the calling thread).
-_FLAG_SETS = (
-    ["-O3", "-march=native", "-fno-math-errno", "-fopenmp"],
-    ["-O3", "-fno-math-errno", "-fopenmp"],
-    ["-O3", "-march=native", "-fopenmp-simd"],
-    ["-O3"],
+# Instruction-set levels the kernels build for, each a fixed set of -m flags (so a level builds
+# the same code on any x86 machine that has it), and the CPU flags (/proc/cpuinfo) it needs. The
+# sources pick their paths at compile time (AVX-512 + VNNI, AVX2 + FMA [+ AVX-VNNI], scalar); the
+# level is chosen at run time: the best this CPU has, or RADIXGEN_CPU_ISA's (see isa()).
+# "native" is -march=native: every feature this CPU has (AMX, AVX-VNNI, ...), the default.
+ISA_LEVELS: dict[str, tuple[list[str], frozenset[str]]] = {
+    "native": (["-march=native"], frozenset()),
+    "avx512": (
+        ["-march=x86-64-v4", "-mavx512vnni"],
+        frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "f16c", "fma"}),
+    ),
+    "avx2": (["-march=x86-64-v3"], frozenset({"avx2", "fma", "f16c", "bmi2"})),
+    "generic": ([], frozenset()),  # the compiler's baseline (SSE2 on x86-64): the scalar paths
+}
+ISA_ENV = "RADIXGEN_CPU_ISA"
+# OpenMP (torch's pool, for prefill-sized dequantization) and omp simd; the decode-sized kernels
+# use spin_pool.c, which takes its thread count from OpenMP (without OpenMP they run on the
+# calling thread). Tried in order with the level's flags; the first that compiles wins.
+_BASE_FLAG_SETS = (
+    (["-O3", "-fno-math-errno", "-fopenmp"], True),
+    (["-O3", "-fno-math-errno", "-fopenmp"], False),
+    (["-O3", "-fopenmp-simd"], True),
+    (["-O3"], False),
 )
+
+
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags as Linux names them (empty where /proc/cpuinfo is unreadable)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def supported_isas(flags: frozenset[str] | None = None) -> list[str]:
+    """The levels this CPU can run, best first (``native`` always; ``generic`` always)."""
+    flags = cpu_flags() if flags is None else flags
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return ["native", "generic"]
+    return [name for name, (_, needs) in ISA_LEVELS.items() if needs <= flags]
+
+
+def isa() -> tuple[str, str]:
+    """(level, why): ``RADIXGEN_CPU_ISA`` when set and this CPU has it, else ``native``. A level
+    the CPU lacks, or an unknown name, is logged and not used (its code would fault)."""
+    asked = os.environ.get(ISA_ENV, "").strip().lower()
+    if not asked or asked == "native":
+        return "native", "this CPU's own features (-march=native)"
+    if asked not in ISA_LEVELS:
+        logger.warning(
+            "%s=%s is not a level (%s); building for this CPU (native)",
+            ISA_ENV,
+            asked,
+            ", ".join(ISA_LEVELS),
+        )
+        return "native", f"{ISA_ENV}={asked} unknown"
+    if asked not in supported_isas():
+        missing = sorted(ISA_LEVELS[asked][1] - cpu_flags())
+        logger.warning(
+            "%s=%s needs CPU features this CPU lacks (%s); building for this CPU (native)",
+            ISA_ENV,
+            asked,
+            " ".join(missing),
+        )
+        return "native", f"{ISA_ENV}={asked} unsupported here"
+    return asked, f"forced by {ISA_ENV}"
+
+
+def flag_sets(level: str) -> list[list[str]]:
+    """The compiler flag sets tried for ``level``, best first."""
+    march = ISA_LEVELS[level][0]
+    sets = [base + (march if with_march else []) for base, with_march in _BASE_FLAG_SETS]
+    return [s for i, s in enumerate(sets) if s not in sets[:i]]
+
 
 # ctypes argument kinds for the signatures the op modules declare.
 PTR, I32, I64, F32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float
@@ -58,6 +128,7 @@ Signature = tuple[Any, Sequence[Any]]  # (restype or None, argtypes)
 _lock = threading.Lock()
 # "lib": the loaded library (or None); "op:<name>": that op's probed library (or None).
 _state: dict[str, ctypes.CDLL | None] = {}
+_built_for: list[str] = []  # the loaded library's ISA level, once loaded
 
 
 def enabled() -> bool:
@@ -66,7 +137,7 @@ def enabled() -> bool:
 
 
 def bind(
-    op: str, signatures: Mapping[str, Signature], probe: Callable[[ctypes.CDLL], bool]
+    op: str, signatures: Mapping[str, Signature], probe: Callable[[ctypes.CDLL], bool | None]
 ) -> ctypes.CDLL | None:
     """The library for ``op`` once its functions are declared (``signatures``: name ->
     (restype, argtypes)) and ``probe(lib)`` agreed with the torch reference; ``None`` when the
@@ -83,7 +154,7 @@ def bind(
 
 
 def _declare_and_probe(
-    op: str, signatures: Mapping[str, Signature], probe: Callable[[ctypes.CDLL], bool]
+    op: str, signatures: Mapping[str, Signature], probe: Callable[[ctypes.CDLL], bool | None]
 ) -> ctypes.CDLL | None:
     lib = _library()
     if lib is None:
@@ -95,7 +166,11 @@ def _declare_and_probe(
     except AttributeError as e:  # a stale or foreign library
         logger.warning("the native CPU kernels lack %s; using the torch path", e)
         return None
-    if not probe(lib):
+    agreed = probe(lib)
+    if agreed is None:  # the op has no path for the level built (see ISA_LEVELS)
+        logger.info("the native %s kernel has no %s path; using the torch path", op, loaded_isa())
+        return None
+    if not agreed:
         logger.warning("the native %s kernel disagrees with its torch reference; not using it", op)
         return None
     return lib
@@ -114,7 +189,17 @@ def _library() -> ctypes.CDLL | None:
 def _load() -> ctypes.CDLL | None:
     # the kernels run on torch's OpenMP runtime: a new torch rebuilds them
     sources, headers = [CSRC / f for f in SOURCES], [CSRC / f for f in HEADERS]
-    return load_library("cpu_kernels", sources, headers, _FLAG_SETS, logger, torch.__version__)
+    level, why = isa()
+    lib = load_library("cpu_kernels", sources, headers, flag_sets(level), logger, torch.__version__)
+    if lib is not None:
+        logger.info("CPU kernels built for %s (%s)", level, why)
+        _built_for.append(level)
+    return lib
+
+
+def loaded_isa() -> str | None:
+    """The level the loaded kernels were built for; ``None`` before they load or without them."""
+    return _built_for[0] if _built_for else None
 
 
 def wake_threads() -> None:

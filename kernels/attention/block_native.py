@@ -111,9 +111,10 @@ def _reference(q, k, v, slots, limits, sm_scale):
     return out, lse
 
 
-def _probe_c(lib: ctypes.CDLL) -> bool:
+def _probe_c(lib: ctypes.CDLL) -> bool | None:
     """The kernel must match plain attention on scattered slots, GQA, more rows than a task holds
-    and a ragged last key block, with and without limits (one of them 0: no keys)."""
+    and a ragged last key block, with and without limits (one of them 0: no keys). ``None``: a
+    build without AVX-512 or AVX2 + FMA, which has no such kernel."""
     g = torch.Generator().manual_seed(0)
     k, v = torch.randn(80, 2, 16, generator=g), torch.randn(80, 2, 16, generator=g)
     q = torch.randn(13, 6, 16, generator=g)  # 39 rows per KV head: two tasks
@@ -122,7 +123,7 @@ def _probe_c(lib: ctypes.CDLL) -> bool:
     for lim in (None, limits):
         got = block_attention_c(lib, q, k, v, slots, lim, 0.25, True)
         if got is None:
-            return False
+            return None
         out, lse = got
         want_out, want_lse = _reference(q, k, v, slots, lim, 0.25)
         if not (

@@ -31,27 +31,18 @@ def native_env(monkeypatch):
     monkeypatch.delenv("RADIXGEN_KERNEL_BACKEND", raising=False)
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return set(next(line for line in f if line.startswith("flags")).split()[2:])
-    except (OSError, StopIteration):
-        return set()
-
-
 @pytest.fixture
 def avx2_build(monkeypatch, tmp_path_factory) -> Callable[[], None]:
-    """The C kernels built as on a CPU with AVX2 but not AVX-512 (``-mno-avx512f``), in a
-    cache of their own (one per session: built once), so their 8-lane paths run here (a build
+    """The C kernels built for the avx2 ISA level (``RADIXGEN_CPU_ISA=avx2``: x86-64-v3, no
+    AVX-512), in a cache of their own (one per session: built once), so their 8-lane paths run here (a build
     on this AVX-512 machine never compiles them); skipped without AVX2 + FMA or gcc. Returns a
     check that no library of that build holds an AVX-512 instruction (where objdump is
     present)."""
-    if not {"avx2", "fma", "f16c"} <= _cpu_flags() or not shutil.which("gcc"):
-        pytest.skip("needs AVX2, FMA, F16C and gcc")
+    if "avx2" not in _cbuild.supported_isas() or not shutil.which("gcc"):
+        pytest.skip("needs the avx2 ISA level (AVX2, FMA, F16C, BMI2) and gcc")
     monkeypatch.setattr(_cbuild, "_state", {})  # bind() builds and probes again
-    monkeypatch.setattr(
-        _cbuild, "_FLAG_SETS", (["-O3", "-march=native", "-mno-avx512f", "-fopenmp"],)
-    )
+    monkeypatch.setattr(_cbuild, "_built_for", [])
+    monkeypatch.setenv(_cbuild.ISA_ENV, "avx2")
     monkeypatch.setenv("CC", shutil.which("gcc") or "gcc")
     cache = tmp_path_factory.getbasetemp() / "avx2-build"
     monkeypatch.setenv("RADIXGEN_CACHE", str(cache))
