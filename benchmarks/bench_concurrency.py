@@ -45,6 +45,33 @@ WORDS = (
 ).split()
 
 
+# The features that decide which kernels a CPU runs (radixgen's ISA levels, llama.cpp's builds).
+ISA_FEATURES = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512_vnni", "amx_tile", "amx_bf16")
+
+
+def cpu_report() -> str:
+    """This machine's CPU: model, logical CPUs, the kernel-deciding features it has and lacks,
+    and the ISA levels radixgen's C kernels can build for here (kernels/_cbuild.py)."""
+    from radixgen.kernels import _cbuild
+
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    flags = _cbuild.cpu_flags()
+    has = [f for f in ISA_FEATURES if f in flags]
+    lacks = [f for f in ISA_FEATURES if f not in flags]
+    return (
+        f"CPU: {model}, {os.cpu_count()} logical CPUs; has {' '.join(has) or 'none of'}"
+        f"{'; lacks ' + ' '.join(lacks) if lacks else ''}; radixgen ISA levels here: "
+        f"{', '.join(_cbuild.supported_isas(flags))}"
+    )
+
+
 def prompts(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     return [
@@ -176,6 +203,7 @@ def main() -> None:
         help="before each turn, wait up to this many s for idle CPUs (0: don't)",
     )
     args = ap.parse_args()
+    print(cpu_report())
     noisy: list[str] = []
     blind = False
 
