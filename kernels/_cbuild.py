@@ -59,13 +59,8 @@ ISA_LEVELS: dict[str, tuple[list[str], frozenset[str]]] = {
 ISA_ENV = "RADIXGEN_CPU_ISA"
 # OpenMP (torch's pool, for prefill-sized dequantization) and omp simd; the decode-sized kernels
 # use spin_pool.c, which takes its thread count from OpenMP (without OpenMP they run on the
-# calling thread). Tried in order with the level's flags; the first that compiles wins.
-_BASE_FLAG_SETS = (
-    (["-O3", "-fno-math-errno", "-fopenmp"], True),
-    (["-O3", "-fno-math-errno", "-fopenmp"], False),
-    (["-O3", "-fopenmp-simd"], True),
-    (["-O3"], False),
-)
+# calling thread). Tried in order, each with the level's flags; the first that compiles wins.
+_BASE_FLAG_SETS = (["-O3", "-fno-math-errno", "-fopenmp"], ["-O3", "-fopenmp-simd"], ["-O3"])
 
 
 def cpu_flags() -> frozenset[str]:
@@ -115,10 +110,9 @@ def isa() -> tuple[str, str]:
 
 
 def flag_sets(level: str) -> list[list[str]]:
-    """The compiler flag sets tried for ``level``, best first."""
-    march = ISA_LEVELS[level][0]
-    sets = [base + (march if with_march else []) for base, with_march in _BASE_FLAG_SETS]
-    return [s for i, s in enumerate(sets) if s not in sets[:i]]
+    """The compiler flag sets tried for ``level``, best first: every one carries the level's
+    flags, so what loads is the level it names."""
+    return [[*base, *ISA_LEVELS[level][0]] for base in _BASE_FLAG_SETS]
 
 
 # ctypes argument kinds for the signatures the op modules declare.
@@ -189,12 +183,17 @@ def _library() -> ctypes.CDLL | None:
 def _load() -> ctypes.CDLL | None:
     # the kernels run on torch's OpenMP runtime: a new torch rebuilds them
     sources, headers = [CSRC / f for f in SOURCES], [CSRC / f for f in HEADERS]
-    level, why = isa()
-    lib = load_library("cpu_kernels", sources, headers, flag_sets(level), logger, torch.__version__)
-    if lib is not None:
-        logger.info("CPU kernels built for %s (%s)", level, why)
-        _built_for.append(level)
-    return lib
+    wanted, why = isa()
+    for level in dict.fromkeys([wanted, "generic"]):  # a compiler without -march: the baseline
+        lib = load_library(
+            "cpu_kernels", sources, headers, flag_sets(level), logger, torch.__version__
+        )
+        if lib is not None:
+            reason = why if level == wanted else f"{wanted} did not build"
+            logger.info("CPU kernels built for %s (%s)", level, reason)
+            _built_for.append(level)
+            return lib
+    return None
 
 
 def loaded_isa() -> str | None:

@@ -34,10 +34,10 @@ def native_env(monkeypatch):
 @pytest.fixture
 def avx2_build(monkeypatch, tmp_path_factory) -> Callable[[], None]:
     """The C kernels built for the avx2 ISA level (``RADIXGEN_CPU_ISA=avx2``: x86-64-v3, no
-    AVX-512), in a cache of their own (one per session: built once), so their 8-lane paths run here (a build
-    on this AVX-512 machine never compiles them); skipped without AVX2 + FMA or gcc. Returns a
-    check that no library of that build holds an AVX-512 instruction (where objdump is
-    present)."""
+    AVX-512), in a cache of their own (one per session: built once), so their 8-lane paths run
+    here (a native build on an AVX-512 machine never compiles them); skipped without that level
+    or gcc. Returns a check that no library of that build holds an AVX-512 instruction (where
+    objdump is present)."""
     if "avx2" not in _cbuild.supported_isas() or not shutil.which("gcc"):
         pytest.skip("needs the avx2 ISA level (AVX2, FMA, F16C, BMI2) and gcc")
     monkeypatch.setattr(_cbuild, "_state", {})  # bind() builds and probes again
