@@ -136,8 +136,9 @@ class EngineConfig:
     kv_memory_fraction: float | None = option(
         None,
         "share of memory the KV pool takes (default: 0.6 of free GPU memory after the "
-        "weights; on CPU the context length, at least 8192 tokens, within 0.1 of available RAM "
-        "and 4 GiB; given on CPU: that share of available RAM, at most 4 GiB)",
+        "weights; on CPU 0.1 of available RAM, at most 4 GiB, resident only as used, and by "
+        "default given back when idle down to the context length, at least 8192 tokens; given "
+        "on CPU: that share of available RAM, at most 4 GiB, not given back)",
     )
     max_running_requests: int = option(64, "most requests decoding at once")
     chunked_prefill_size: int = option(

@@ -89,8 +89,12 @@ IDLE_WAIT_S = 0.02  # an idle engine waits this long for a command between steps
 # burst's freed memory (~340 MB after 64 JSON-schema streams on the default model, ~40 MB
 # after loading it) leaves the RSS
 IDLE_TRIM_S = 1.0
-# the default CPU KV pool holds the context length, and at least this many tokens (64 running
-# requests of 128 tokens)
+# A default CPU KV pool is sized from RAM (0.1 of it, at most 4 GiB) but resident only as far as
+# it is used: an engine idle this long evicts cached prefixes past the pool's idle size (the
+# context length, at least CPU_POOL_MIN_TOKENS, within the RAM bound) and gives the pages of its
+# free slots back to the OS, but for a reserve of WARM_AHEAD_BYTES that the next requests take.
+IDLE_SHRINK_S = 30.0
+# (64 running requests of 128 tokens)
 CPU_POOL_MIN_TOKENS = 8192
 
 
@@ -290,8 +294,18 @@ class Engine:
             _check_pool_fits(per_token * self.max_total_tokens, self.device)
         else:
             self.max_total_tokens, self.kv_pool_sizing = _default_pool_tokens(
-                per_token, self.device, self.config.kv_memory_fraction, self.context_len
+                per_token, self.device, self.config.kv_memory_fraction
             )
+        # the tokens a CPU pool sized by default keeps resident once idle (0: it does not shrink)
+        self.kv_pool_idle_tokens, self.kv_pool_shrinks = 0, 0
+        if self.device.type == "cpu" and not self.config.max_total_tokens:
+            if self.config.kv_memory_fraction is None:
+                self.kv_pool_idle_tokens = min(
+                    max(self.context_len, CPU_POOL_MIN_TOKENS), self.max_total_tokens
+                )
+                self.kv_pool_sizing += (
+                    f"; resident as used, {self.kv_pool_idle_tokens} tokens once idle"
+                )
         self.kv_pool_bytes = per_token * self.max_total_tokens
         if self.tp is not None:  # every rank's pool has as many slots
             self.tp.broadcast_ints([self.max_total_tokens])
@@ -673,6 +687,7 @@ class Engine:
             torch.set_num_threads(self.num_threads)
         busy = False
         last_busy, trimmed = time.monotonic(), False  # the first trim: what loading freed
+        shrunk = True  # nothing to shrink before a first step
         while not self._stopping:
             now = time.monotonic()
             self._warm_ahead.mark(self.kv.allocator.never_used_from, now)
@@ -680,7 +695,10 @@ class Engine:
                 last_busy, trimmed = now, False
             elif not trimmed and now - last_busy >= IDLE_TRIM_S:
                 release_free_memory()  # the burst's freed heap pages go back to the OS
-                trimmed = True
+                trimmed, shrunk = True, False
+            elif not shrunk and now - last_busy >= IDLE_SHRINK_S:
+                self._shrink_kv_pool()
+                shrunk = True
             self._drain_inbox(IDLE_WAIT_S if not busy else 0.0)
             if self._stopping:
                 break
@@ -699,10 +717,35 @@ class Engine:
 
     def _warm_kv_pool(self) -> bool:
         """Touch a piece of the pool's pages for the next never-used slots (``WARM_AHEAD_BYTES``
-        of them, or as many as the last ``WARM_DEMAND_S`` handed out), so the next requests do
-        not fault them in. False when there is nothing left to touch."""
-        start = self.kv.allocator.never_used_from
-        return self.kv_pool.warm(start, start + self._warm_ahead.target(start))
+        of them, or as many as the last ``WARM_DEMAND_S`` handed out, less the free slots whose
+        pages are resident, which are handed out first), so the next requests do not fault them
+        in. False when there is nothing left to touch."""
+        allocator = self.kv.allocator
+        start = allocator.never_used_from
+        ahead = self._warm_ahead.target(start) - allocator.num_warm_free
+        return ahead > 0 and self.kv_pool.warm(start, start + ahead)
+
+    def _shrink_kv_pool(self) -> None:
+        """An idle engine's default CPU pool goes back to its idle size: cached prefixes past it
+        are evicted, least recently used first (to the host tier with ``--hicache-ratio``), and
+        the pages of the free slots but a reserve for the next requests go back to the OS."""
+        idle = self.kv_pool_idle_tokens
+        if not idle:
+            return
+        started = time.monotonic()
+        reserve = min(self._warm_ahead.target(self.kv.allocator.never_used_from), idle // 2)
+        evicted = self.kv.evict(self.kv.evictable_size - (idle - reserve))
+        released = self.kv_pool.release(self.kv.allocator.take_cold(reserve))
+        if evicted or released:
+            self.kv_pool_shrinks += 1
+            logger.info(
+                "idle %.0fs: KV pool back to its idle size (%d cached tokens evicted, %.0f MiB "
+                "of free slots' pages released) in %.0f ms",
+                IDLE_SHRINK_S,
+                evicted,
+                released / 2**20,
+                (time.monotonic() - started) * 1e3,
+            )
 
     def _rank_exited(self, message: str) -> None:
         """A spawned rank died (watcher thread): stop the engine from its own thread."""
@@ -1002,6 +1045,8 @@ class Engine:
             "kv_pool_bytes": self.kv_pool_bytes,
             "kv_cache_dtype": self.config.kv_cache_dtype,
             "kv_pool_sizing": self.kv_pool_sizing,
+            "kv_pool_idle_tokens": self.kv_pool_idle_tokens,
+            "kv_pool_shrinks": self.kv_pool_shrinks,
             "free_tokens": self.kv.num_free_slots,
             "tokens_in_tree": cache.total_size(),
             "evictable_tokens": cache.evictable_size,
@@ -1179,14 +1224,13 @@ def _pick_max_step_ms(value: float | None, device: torch.device) -> float:
 
 
 def _default_pool_tokens(
-    bytes_per_token: int, device: torch.device, fraction: float | None, context_len: int
+    bytes_per_token: int, device: torch.device, fraction: float | None
 ) -> tuple[int, str]:
     """KV pool size and how it was chosen: ``fraction`` (0.6) of free GPU memory after the
-    weights; on CPU the context length (at least ``CPU_POOL_MIN_TOKENS``), within 0.1 of
-    available RAM and 4 GiB, or ``fraction`` of available RAM when given; between 1024 and 256k
-    tokens. A CPU pool shares the process's RAM with everything else on the machine, so by
-    default it holds one full-length request (as llama.cpp's default context does) rather than
-    a share of the machine that the radix cache would fill."""
+    weights; on CPU ``fraction`` (0.1) of available RAM, at most 4 GiB; between 1024 and 256k
+    tokens. A CPU pool's pages become resident only as its slots are used (``KVPool``), and an
+    idle engine gives back what its default pool holds past the idle size
+    (``Engine._shrink_kv_pool``), so the bound costs memory only under a load that needs it."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         share = 0.6 if fraction is None else fraction
@@ -1198,12 +1242,6 @@ def _default_pool_tokens(
         how = f"{share:g} of {available / 2**30:.1f} GiB available RAM" + (
             ", capped at 4 GiB" if budget == 4 << 30 else ""
         )
-        cap = max(context_len, CPU_POOL_MIN_TOKENS)
-        if fraction is None and budget // bytes_per_token > cap:
-            budget = cap * bytes_per_token
-            how = (
-                "the context length" if cap == context_len else f"{cap} tokens"
-            ) + f" (within {how}; --kv-memory-fraction sizes it from RAM)"
     return int(max(1024, min(budget // bytes_per_token, 1 << 18))), how
 
 

@@ -241,23 +241,60 @@ def test_cpu_amx_on_is_refused_where_the_tiles_are_missing(default_model_path, m
         Engine(str(default_model_path), cpu_amx="on")
 
 
-def test_the_default_cpu_pool_holds_the_context(monkeypatch):
-    """Issue #18: the default CPU pool is the context length (at least CPU_POOL_MIN_TOKENS),
-    within 0.1 of RAM; --kv-memory-fraction sizes it from RAM instead."""
-    from radixgen.engine import CPU_POOL_MIN_TOKENS, _default_pool_tokens
+def test_the_default_cpu_pool_is_a_share_of_ram(monkeypatch):
+    """Issue #53: the default CPU pool is bounded by 0.1 of available RAM (at most 4 GiB), as
+    before stop 47; it is resident only as used and shrinks when idle (next test).
+    --kv-memory-fraction takes another share."""
+    from radixgen.engine import _default_pool_tokens
 
     cpu, per_token = torch.device("cpu"), 46_080  # SmolLM2-135M, float32
     monkeypatch.setattr("radixgen.engine._available_ram", lambda: 20 << 30)
-    tokens, how = _default_pool_tokens(per_token, cpu, None, 8192)
-    assert tokens == 8192 and how.startswith("the context length (within 0.1 of 20.0 GiB")
-    assert _default_pool_tokens(per_token, cpu, None, 2048)[0] == CPU_POOL_MIN_TOKENS
-    assert _default_pool_tokens(per_token, cpu, None, 32768)[0] == 32768
-    # 0.1 of RAM is the bound: 2 GiB hold 46,603 tokens
-    assert _default_pool_tokens(per_token, cpu, None, 131072)[0] == (2 << 30) // per_token
-    tokens, how = _default_pool_tokens(per_token, cpu, 0.1, 8192)
+    tokens, how = _default_pool_tokens(per_token, cpu, None)
     assert tokens == (2 << 30) // per_token and how == "0.1 of 20.0 GiB available RAM"
+    assert _default_pool_tokens(per_token, cpu, 0.05)[0] == (1 << 30) // per_token
+    tokens, how = _default_pool_tokens(per_token, cpu, 0.5)
+    assert tokens == (4 << 30) // per_token and how.endswith("capped at 4 GiB")
     monkeypatch.setattr("radixgen.engine._available_ram", lambda: 1 << 30)  # RAM is short
-    assert _default_pool_tokens(per_token, cpu, None, 8192)[0] == (1 << 30) // 10 // per_token
+    assert _default_pool_tokens(per_token, cpu, None)[0] == 2330  # 0.1 GiB
+    assert _default_pool_tokens(4, cpu, None)[0] == 1 << 18  # at most 256k tokens
+
+
+def test_an_idle_engine_shrinks_its_default_cpu_pool(tiny_model_folder, monkeypatch):
+    """Issue #53: idle IDLE_SHRINK_S, an engine whose CPU pool was sized by default evicts the
+    cached prefixes past the idle size (least recently used first), releases the pages of free
+    slots but a reserve, and serves on with the same outputs; an explicit size never shrinks."""
+    import time
+
+    from radixgen import Engine
+
+    monkeypatch.setattr("radixgen.engine.IDLE_TRIM_S", 0.05)
+    monkeypatch.setattr("radixgen.engine.IDLE_SHRINK_S", 0.3)
+    monkeypatch.setattr("radixgen.engine.CPU_POOL_MIN_TOKENS", 1024)
+    monkeypatch.setattr("radixgen.engine.WARM_AHEAD_BYTES", 1)
+    eng = Engine(str(tiny_model_folder), context_length=1024)
+    try:
+        stats = eng.stats()
+        assert stats["kv_pool_idle_tokens"] == 1024 < stats["max_total_tokens"]
+        assert "1024 tokens once idle" in stats["kv_pool_sizing"]
+        prompts = [f"Prompt {i}: " + "word " * 150 for i in range(16)]
+        first = [o.text for o in eng.generate(prompts, GREEDY)]
+        assert eng.stats()["tokens_in_tree"] > 2048
+        deadline = time.monotonic() + 10
+        while eng.stats()["kv_pool_shrinks"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stats = eng.stats()
+        assert stats["kv_pool_shrinks"] == 1
+        assert 0 < stats["tokens_in_tree"] <= 1024 - 512  # the reserve: half the idle size
+        assert eng.kv.allocator.num_warm_free <= 512 + 256  # (whole radix edges are evicted)
+        assert [o.text for o in eng.generate(prompts, GREEDY)] == first
+        assert eng.stats()["kv_pool_shrinks"] == 1  # not again until idle again
+    finally:
+        eng.shutdown()
+    fixed = Engine(str(tiny_model_folder), context_length=1024, max_total_tokens=4096)
+    try:
+        assert fixed.stats()["kv_pool_idle_tokens"] == 0
+    finally:
+        fixed.shutdown()
 
 
 def test_an_idle_engine_gives_freed_heap_back_once(tiny_model_folder, monkeypatch):

@@ -15,7 +15,11 @@ request's private tail, or a radix-tree node (see ``RadixCache.check_integrity``
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import sys
 from collections import deque
+from collections.abc import Callable
 
 import numpy
 import torch
@@ -45,11 +49,18 @@ class SlotAllocator:
     def clear(self) -> None:
         self._reuse: list[torch.Tensor] = []  # freed slots, in the order given back (a stack)
         self._num_reuse = 0
+        self._cold = 0  # the bottom this many of _reuse had their pages released (take_cold)
         self._fresh = 1  # slots _fresh..size were never handed out
 
     @property
     def num_free(self) -> int:
         return self._num_reuse + self.size + 1 - self._fresh
+
+    @property
+    def num_warm_free(self) -> int:
+        """Free slots handed out before whose pool pages are still resident: the ones given back
+        since the last ``take_cold`` and the ones it kept. The next requests take these first."""
+        return self._num_reuse - self._cold
 
     @property
     def never_used_from(self) -> int:
@@ -75,6 +86,7 @@ class SlotAllocator:
                 self._reuse[-1] = last[: len(last) - need]
                 need = 0
         self._num_reuse -= n - need
+        self._cold = min(self._cold, self._num_reuse)
         if need:
             parts.append(torch.arange(self._fresh, self._fresh + need, dtype=torch.int64))
             self._fresh += need
@@ -85,6 +97,16 @@ class SlotAllocator:
         if slots.numel():
             self._reuse.append(slots.to(torch.int64).reshape(-1))
             self._num_reuse += slots.numel()
+
+    def take_cold(self, keep: int) -> torch.Tensor:
+        """The free slots handed out before but the ``keep`` given back last (those are handed
+        out first): the caller releases their pool pages (``KVPool.release``) and they count as
+        cold from here on. They stay free; the next requests take the warm ones first."""
+        cold = max(self._num_reuse - max(keep, 0), 0)
+        self._cold = max(self._cold, cold)  # released ones stay cold until handed out
+        if not cold:
+            return torch.empty(0, dtype=torch.int64)
+        return torch.cat(self._reuse)[:cold]
 
     def free_slots(self) -> torch.Tensor:
         """All free slots (for integrity checks; does not take them)."""
@@ -190,6 +212,31 @@ class KVPool:
             self._warm_end, self._warm_next = stop, 0
         return True
 
+    def release(self, slots: torch.Tensor) -> int:
+        """Give the OS back the pages of every CPU buffer that only ``slots`` cover. They must
+        be free (``SlotAllocator.take_cold``): a released page reads as zeros when next
+        touched, and the first write faults a zeroed page in, as for a fresh pool. A page that
+        also holds a slot not in ``slots`` stays. Returns the bytes advised (pages already
+        released count again); 0 on a GPU pool or where ``madvise`` is missing."""
+        if not self._cpu or _MADVISE is None or not slots.numel():
+            return 0
+        free = numpy.zeros(self.num_slots + 1, dtype=bool)
+        free[slots.numpy()] = True
+        used_before = numpy.concatenate(([0], numpy.cumsum(~free)))  # used slots below each slot
+        runs_for: dict[tuple[int, int], tuple[numpy.ndarray, numpy.ndarray]] = {}
+        advised = 0
+        for buffer in self._all_buffers():
+            addr, row = buffer.data_ptr(), buffer.stride(0) * buffer.element_size()
+            key = (addr % _PAGE, row)
+            if key not in runs_for:
+                runs_for[key] = _free_page_runs(addr % _PAGE, row, used_before)
+            starts, lengths = runs_for[key]
+            base = addr - addr % _PAGE
+            for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
+                if _MADVISE(ctypes.c_void_p(base + start), ctypes.c_size_t(length), _DONTNEED) == 0:
+                    advised += length
+        return advised
+
     def _all_buffers(self) -> list[torch.Tensor]:
         scales = [t for t in self.k_scales + self.v_scales if t is not None]
         return self.k_buffers + self.v_buffers + scales
@@ -206,6 +253,42 @@ class KVPool:
         stored = storage_dtype(kv_cache_dtype, dtype)
         per_head = head_dim * stored.itemsize + (4 if is_quantized(stored) else 0)
         return 2 * num_layers * num_kv_heads * per_head
+
+
+def _free_page_runs(
+    offset: int, row: int, used_before: numpy.ndarray
+) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """Runs of whole pages of a buffer with rows of ``row`` bytes starting ``offset`` bytes into
+    a page whose slots are all free (``used_before[s]``: used slots below slot ``s``), as byte
+    offsets from that page and lengths."""
+    num_rows = len(used_before) - 1
+    first = -offset % _PAGE  # the first whole page, from the buffer's start
+    num_pages = (num_rows * row - first) // _PAGE
+    if num_pages <= 0:
+        return numpy.empty(0, numpy.int64), numpy.empty(0, numpy.int64)
+    page = first + numpy.arange(num_pages, dtype=numpy.int64) * _PAGE
+    low, high = page // row, (page + _PAGE - 1) // row  # the rows a page holds part of
+    free = used_before[high + 1] - used_before[low] == 0
+    edges = numpy.diff(numpy.concatenate(([0], free.astype(numpy.int8), [0])))
+    begin, end = numpy.flatnonzero(edges == 1), numpy.flatnonzero(edges == -1)
+    return offset + page[begin], (end - begin) * _PAGE
+
+
+def _madvise() -> Callable[..., int] | None:
+    """libc's ``madvise`` on Linux, else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int
+    return fn
+
+
+_PAGE = mmap.PAGESIZE
+_DONTNEED = 4  # MADV_DONTNEED: private anonymous pages read back as zeros
+_MADVISE = _madvise()
 
 
 def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:

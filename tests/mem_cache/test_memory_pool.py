@@ -3,6 +3,8 @@ one holds; WarmAhead sizes what the idle engine warms."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -90,3 +92,52 @@ def test_warm_ahead_follows_the_last_window_of_fresh_slots():
     assert ahead.target(950) == 550
     ahead.mark(950, now=1200.0)  # a quiet window: back to the floor
     assert ahead.target(950) == 100
+
+
+def test_take_cold_keeps_the_latest_freed_warm():
+    """take_cold hands back the free slots handed out before but the ``keep`` freed last (the
+    next requests take those first); num_warm_free counts what stays resident."""
+    a = SlotAllocator(100)
+    x = a.alloc(30)
+    assert x is not None
+    a.free(x[:10])
+    a.free(x[20:])
+    assert a.num_warm_free == 20
+    cold = a.take_cold(keep=6)
+    assert cold.tolist() == list(range(1, 11)) + [21, 22, 23, 24]  # all but the last freed 6
+    assert a.num_warm_free == 6 and a.num_free == 90  # cold slots stay free
+    again = a.alloc(4)  # from the warm top of the stack
+    assert again is not None and again.tolist() == [27, 28, 29, 30]
+    assert a.num_warm_free == 2
+    deep = a.alloc(10)  # past the warm ones: into the cold ones
+    assert deep is not None and a.num_warm_free == 0
+    a.free(deep)
+    assert a.num_warm_free == 10  # used since, so resident again
+    assert a.take_cold(keep=1000).numel() == 0 and a.num_warm_free == 10
+    a.clear()
+    assert a.num_warm_free == 0 and a.take_cold(0).numel() == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise: Linux only")
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "int8"])
+def test_release_zeroes_whole_pages_of_free_slots_only(kv_cache_dtype):
+    """Pages that only released slots cover come back as zeros (the OS took them); a page that
+    also holds a slot in use keeps every byte, so no slot in use changes."""
+    n = 16384  # rows of 8 floats x 2 heads = 64 bytes (int8: 16 + scales 8): many rows a page
+    pool = KVPool(n, 2, 2, 8, torch.float32, "cpu", kv_cache_dtype)
+    buffers = pool.k_buffers + pool.v_buffers
+    scales = [t for t in pool.k_scales + pool.v_scales if t is not None]
+    for buf in buffers + scales:
+        buf.view(torch.uint8).fill_(3)
+    used = torch.tensor([5, 6, 700, 701, 2000, 16384])
+    free = torch.tensor(sorted(set(range(1, n + 1)) - set(used.tolist())))
+    advised = pool.release(free)
+    assert advised > 0.8 * sum(t.numel() * t.element_size() for t in buffers + scales)
+    for buf in buffers + scales:
+        raw = buf.view(buf.shape[0], -1).view(torch.uint8)
+        assert bool((raw[used] == 3).all())  # slots in use are untouched
+        assert bool((raw[0] == 3).all())  # slot 0 (padding) is not free: its page stays
+        zeroed = (raw == 0).all(dim=1)
+        assert int(zeroed.sum()) > 0.8 * n
+        assert not bool(zeroed[used].any())
+    assert pool.release(torch.empty(0, dtype=torch.int64)) == 0
