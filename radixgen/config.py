@@ -199,8 +199,8 @@ class EngineConfig:
     hicache_ratio: float = option(
         0.0,
         "hierarchical cache: KV evicted from the pool goes to a host-RAM tier holding this "
-        "many times the pool's tokens and is loaded back on a prefix hit instead of "
-        "recomputed (0: off; e.g. 2)",
+        "many times the pool's tokens (a default CPU pool's: its idle size, the context "
+        "length) and is loaded back on a prefix hit instead of recomputed (0: off; e.g. 2)",
     )
     hicache_dtype: str = option(
         "auto",

@@ -36,7 +36,7 @@ from .cuda_graph import decode_graphs_for
 from .detokenizer import IncrementalDetokenizer, StopStringMatcher
 from .distributed import TensorParallel, TensorParallelError, check_tp_size, threads_per_rank
 from .draft_model import DraftModel
-from .heap import release_free_memory
+from .heap import release_free_memory, resident_bytes
 from .kernels import wake_threads
 from .lora import LoadedAdapter, LoraRegistry, load_adapter, parse_lora_path
 from .mem_cache.chunk_cache import ChunkCache
@@ -427,9 +427,9 @@ class Engine:
     def _build_tiers(self) -> HiCache:
         """The host/disk tiers under the pool (``--hicache-*``)."""
         c = self.config
-        return build_hicache(
+        return build_hicache(  # a default CPU pool's size is what it holds once idle
             self.kv_pool,
-            self.max_total_tokens,
+            self.kv_pool_idle_tokens or self.max_total_tokens,
             ratio=c.hicache_ratio,
             dtype=c.hicache_dtype,
             disk_dir=c.hicache_dir,
@@ -728,22 +728,29 @@ class Engine:
     def _shrink_kv_pool(self) -> None:
         """An idle engine's default CPU pool goes back to its idle size: cached prefixes past it
         are evicted, least recently used first (to the host tier with ``--hicache-ratio``), and
-        the pages of the free slots but a reserve for the next requests go back to the OS."""
+        the pages of the free slots (those warmed ahead too) but a reserve of
+        ``WARM_AHEAD_BYTES`` for the next requests go back to the OS."""
         idle = self.kv_pool_idle_tokens
         if not idle:
             return
-        started = time.monotonic()
-        reserve = min(self._warm_ahead.target(self.kv.allocator.never_used_from), idle // 2)
+        started, before = time.monotonic(), resident_bytes()
+        allocator = self.kv.allocator
+        reserve = min(self._warm_ahead.base, idle // 2)
         evicted = self.kv.evict(self.kv.evictable_size - (idle - reserve))
-        released = self.kv_pool.release(self.kv.allocator.take_cold(reserve))
+        fresh = torch.arange(allocator.never_used_from, allocator.size + 1)  # warmed ahead
+        released = self.kv_pool.release(torch.cat([allocator.take_cold(reserve), fresh]))
+        self._warm_ahead.forget()  # the reserve is what the idle loop keeps warm from here on
         if evicted or released:
             self.kv_pool_shrinks += 1
+            after = resident_bytes()
             logger.info(
-                "idle %.0fs: KV pool back to its idle size (%d cached tokens evicted, %.0f MiB "
-                "of free slots' pages released) in %.0f ms",
+                "idle %.0fs: KV pool back to its idle size (%d cached tokens evicted, free "
+                "slots' pages released%s) in %.0f ms",
                 IDLE_SHRINK_S,
                 evicted,
-                released / 2**20,
+                ""
+                if before is None or after is None
+                else f"; RSS {before / 2**20:.0f} -> {after / 2**20:.0f} MiB",
                 (time.monotonic() - started) * 1e3,
             )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 from collections.abc import Callable
 
 
@@ -35,3 +36,12 @@ def release_free_memory() -> None:
     a GB; call it off the event loop)."""
     if _TRIM is not None:
         _TRIM(0)
+
+
+def resident_bytes() -> int | None:
+    """This process's resident set (Linux ``/proc/self/statm``), else None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * mmap.PAGESIZE
+    except (OSError, ValueError, IndexError):
+        return None

@@ -270,7 +270,6 @@ def test_an_idle_engine_shrinks_its_default_cpu_pool(tiny_model_folder, monkeypa
     monkeypatch.setattr("radixgen.engine.IDLE_TRIM_S", 0.05)
     monkeypatch.setattr("radixgen.engine.IDLE_SHRINK_S", 0.3)
     monkeypatch.setattr("radixgen.engine.CPU_POOL_MIN_TOKENS", 1024)
-    monkeypatch.setattr("radixgen.engine.WARM_AHEAD_BYTES", 1)
     eng = Engine(str(tiny_model_folder), context_length=1024)
     try:
         stats = eng.stats()
@@ -284,8 +283,9 @@ def test_an_idle_engine_shrinks_its_default_cpu_pool(tiny_model_folder, monkeypa
             time.sleep(0.05)
         stats = eng.stats()
         assert stats["kv_pool_shrinks"] == 1
-        assert 0 < stats["tokens_in_tree"] <= 1024 - 512  # the reserve: half the idle size
-        assert eng.kv.allocator.num_warm_free <= 512 + 256  # (whole radix edges are evicted)
+        # the reserve (WARM_AHEAD_BYTES, here more than the idle size): half the idle size
+        assert 0 < stats["tokens_in_tree"] <= 1024 - 512
+        assert eng.kv.allocator.num_warm_free == 512
         assert [o.text for o in eng.generate(prompts, GREEDY)] == first
         assert eng.stats()["kv_pool_shrinks"] == 1  # not again until idle again
     finally:

@@ -132,6 +132,10 @@ class WarmAhead:
         while len(marks) > 1 and now - marks[0][0] > self.window_s:
             marks.popleft()
 
+    def forget(self) -> None:
+        """Drop the recorded demand (the pool shrank for an idle spell): back to ``base``."""
+        self._marks.clear()
+
     def target(self, never_used_from: int) -> int:
         demand = never_used_from - self._marks[0][1] if self._marks else 0
         return max(self.base, demand)
@@ -235,6 +239,7 @@ class KVPool:
             for start, length in zip(starts.tolist(), lengths.tolist(), strict=True):
                 if _MADVISE(ctypes.c_void_p(base + start), ctypes.c_size_t(length), _DONTNEED) == 0:
                     advised += length
+        self._warm_end, self._warm_next = 1, 0  # warm touches again what it may have lost
         return advised
 
     def _all_buffers(self) -> list[torch.Tensor]:
