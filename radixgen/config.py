@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from .numa import check_policy as check_numa_policy
 from .options import option
 from .parsers import reasoning as _reasoning
 from .parsers import tools as _tools
@@ -249,7 +250,15 @@ class EngineConfig:
         "prompt)",
         choices=TOOL_CALL_PARSERS,
     )
-    num_threads: int | None = option(None, "torch CPU threads (default: torch's choice)")
+    num_threads: int | None = option(
+        None, "torch CPU threads (default: torch's choice; the NUMA node's CPUs when kept to one)"
+    )
+    numa_node: str = option(
+        "auto",
+        "NUMA node a CPU engine keeps its threads and memory to: auto (where the allowed CPUs "
+        "span several nodes, the one with the most; --dp replicas take the nodes in turn), "
+        "off, or a node number",
+    )
     speculative_algorithm: str | None = option(
         None,
         "speculative decoding: drafts tokens and verifies them in one forward, outputs "
@@ -434,6 +443,7 @@ class EngineConfig:
             raise ValueError(f"device: expected auto, cpu, cuda or cuda:N, got {self.device!r}")
         if self.context_length is not None and self.context_length < 2:
             raise ValueError(f"context_length: expected >= 2 tokens, got {self.context_length}")
+        check_numa_policy(self.numa_node)
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads: expected >= 1, got {self.num_threads}")
         if self.max_running_requests < 1:

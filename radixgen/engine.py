@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import torch
 
-from . import distributed
+from . import distributed, numa
 from .config import EngineConfig
 from .constrained import Constraints
 from .cuda_graph import decode_graphs_for
@@ -142,6 +142,10 @@ class Engine:
             self.device = self.tp.device
             if self.device.type == "cpu":
                 self.num_threads = threads_per_rank(self.config, self.tp.local_size)
+        if self.device.type == "cpu" and self.tp is None:  # before anything is allocated
+            numa_cpus = numa.place(self.config.numa_node)
+            if numa_cpus is not None and not self.num_threads:
+                self.num_threads = len(numa_cpus)
         self.dtype = pick_dtype(self.config.dtype, self.device)
         if self.num_threads:
             torch.set_num_threads(self.num_threads)

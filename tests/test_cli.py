@@ -52,6 +52,7 @@ ENGINE_FLAGS = {
     "--disable-jump-forward",
     "--grammar-backend",
     "--num-threads",
+    "--numa-node",
     "--speculative-algorithm",  # issue #20
     "--speculative-num-tokens",
     "--dp-size",  # issue #19
@@ -208,6 +209,7 @@ def test_help_does_not_import_torch() -> None:
         (["--cuda-graph-max-bs", "-1"], "--cuda-graph-max-bs: expected 0 to 1024, got -1"),
         (["--context-length", "0"], "--context-length: expected >= 2 tokens, got 0"),
         (["--num-threads", "0"], "--num-threads: expected >= 1, got 0"),
+        (["--numa-node", "isolate"], "--numa-node: expected auto, off or a node number"),
         (["--device", "bogus"], "--device: expected auto, cpu, cuda or cuda:N, got 'bogus'"),
         (["--device", "cpu:7"], "--device: expected auto, cpu, cuda or cuda:N"),
     ],

@@ -33,6 +33,7 @@ import httpx
 import uvicorn
 from uvicorn.server import HANDLED_SIGNALS
 
+from .. import numa
 from ..config import EngineConfig
 from ..options import to_argv
 from ..server.settings import ServerSettings
@@ -69,7 +70,13 @@ class Replicas:
                 config, hicache_dir=str(Path(config.hicache_dir, f"dp{i}"))
             )
         engine = to_argv(config, skip=("dp_size",))
-        if not self.config.num_threads and not _uses_cuda(self.config):
+        spread = None if _uses_cuda(self.config) else numa.dp_nodes(self.size)
+        if spread is not None and self.config.numa_node == "auto":  # the nodes in turn
+            node, threads = spread[i]
+            engine += ["--numa-node", str(node)]
+            if not self.config.num_threads:
+                engine += ["--num-threads", str(threads)]
+        elif not self.config.num_threads and not _uses_cuda(self.config):
             engine += ["--num-threads", str(max(1, (os.cpu_count() or 1) // self.size))]
         server = to_argv(self.settings, skip=("host", "port", "router_policy"))
         where = ["--host", "127.0.0.1", "--port", str(self.ports[i])]
