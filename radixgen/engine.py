@@ -94,8 +94,7 @@ IDLE_TRIM_S = 1.0
 # context length, at least CPU_POOL_MIN_TOKENS, within the RAM bound) and gives the pages of its
 # free slots back to the OS, but for a reserve of WARM_AHEAD_BYTES that the next requests take.
 IDLE_SHRINK_S = 30.0
-# (64 running requests of 128 tokens)
-CPU_POOL_MIN_TOKENS = 8192
+CPU_POOL_MIN_TOKENS = 8192  # the least idle size: 64 running requests of 128 tokens
 
 
 class Engine:
@@ -302,14 +301,14 @@ class Engine:
             )
         # the tokens a CPU pool sized by default keeps resident once idle (0: it does not shrink)
         self.kv_pool_idle_tokens, self.kv_pool_shrinks = 0, 0
-        if self.device.type == "cpu" and not self.config.max_total_tokens:
-            if self.config.kv_memory_fraction is None:
-                self.kv_pool_idle_tokens = min(
-                    max(self.context_len, CPU_POOL_MIN_TOKENS), self.max_total_tokens
-                )
-                self.kv_pool_sizing += (
-                    f"; resident as used, {self.kv_pool_idle_tokens} tokens once idle"
-                )
+        sized_by_default = not self.config.max_total_tokens and not self.config.kv_memory_fraction
+        if self.device.type == "cpu" and sized_by_default:
+            self.kv_pool_idle_tokens = min(
+                max(self.context_len, CPU_POOL_MIN_TOKENS), self.max_total_tokens
+            )
+            self.kv_pool_sizing += (
+                f"; resident as used, {self.kv_pool_idle_tokens} tokens once idle"
+            )
         self.kv_pool_bytes = per_token * self.max_total_tokens
         if self.tp is not None:  # every rank's pool has as many slots
             self.tp.broadcast_ints([self.max_total_tokens])
