@@ -20,8 +20,10 @@ requests routed elsewhere does.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .tree import PrefixTree
@@ -47,6 +49,9 @@ class Worker:
     # blocks of requests just routed to it, counted as held until its events catch up (or
     # EXPECT_S pass): a burst of requests sharing a prefix follows the first one
     kv_expected: OrderedDict[str, float] = field(default_factory=OrderedDict)
+    # when the router sent the poll whose answer it applied last: an expectation set before
+    # the poll ahead of it surely predates the events this answer brings
+    kv_polled_at: float = 0.0
 
     def expect(self, names: list[str], now: float) -> None:
         expected = self.kv_expected
@@ -56,23 +61,37 @@ class Worker:
         while len(expected) > EXPECT_MAX:
             expected.popitem(last=False)
 
-    def apply_kv_events(self, answer: dict) -> None:
-        """Bring ``kv_blocks`` up to a ``/kv_events`` answer."""
+    def apply_kv_events(self, answer: dict, sent_at: float = math.inf) -> None:
+        """Bring ``kv_blocks`` up to a ``/kv_events`` answer to a poll sent at ``sent_at``
+        (``time.monotonic``; left out: after every expectation set so far).
+
+        A removal or a flush cancels the expectations set before it. The events of this
+        answer happened after the worker answered the previous poll, so the expectations
+        set before that poll was sent are cancelled; later ones may be from requests routed
+        after the event (a flush, then the first request) and stand until they expire.
+        """
         if answer.get("reset") or self.kv_blocks is None:
             self.kv_blocks = set()
-        blocks = self.kv_blocks
+        blocks, expected = self.kv_blocks, self.kv_expected
+        before = self.kv_polled_at + EXPECT_S  # expiry of the expectations set before then
+
+        def cancel(names: Iterable[str]) -> None:
+            for name in names:
+                if expected.get(name, math.inf) < before:
+                    del expected[name]
+
         for event in answer.get("events", ()):
             kind = event.get("type")
             if kind == "stored":
                 blocks.update(event["blocks"])
             elif kind == "removed":
                 blocks.difference_update(event["blocks"])
-                for name in event["blocks"]:
-                    self.kv_expected.pop(name, None)
+                cancel(event["blocks"])
             elif kind == "cleared":
                 blocks.clear()
-                self.kv_expected.clear()
+                cancel(list(expected))
         self.kv_seq = int(answer.get("last", self.kv_seq))
+        self.kv_polled_at = sent_at
 
     def held_blocks(self, names: list[str], now: float | None = None) -> int:
         """How many of ``names`` (a prompt's blocks, in order) it holds in a row, the

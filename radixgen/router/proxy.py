@@ -23,6 +23,7 @@ import contextlib
 import itertools
 import logging
 import re
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
@@ -148,6 +149,7 @@ class Router:
 
     async def poll_kv_events(self, worker: Worker) -> None:
         """Bring the worker's reported blocks up to date (a worker without events: unknown)."""
+        sent_at = time.monotonic()
         try:
             response = await self.client.get(
                 f"{worker.url}/kv_events",
@@ -158,7 +160,7 @@ class Router:
         except httpx.HTTPError:
             return
         if response.status_code == 200:
-            worker.apply_kv_events(response.json())
+            worker.apply_kv_events(response.json(), sent_at)
         else:
             worker.kv_blocks = None
 

@@ -6,6 +6,7 @@ name a prompt's blocks as the worker stores them."""
 from __future__ import annotations
 
 import random
+import time
 
 import orjson
 import torch
@@ -120,3 +121,22 @@ def test_prompt_keys_name_the_blocks_the_worker_stores(tiny_model_folder):
     finally:
         engine.shutdown()
     assert torch.is_tensor(torch.zeros(1))
+
+
+def test_a_flush_seen_late_keeps_the_requests_routed_after_it():
+    """The router flushes, routes a request to ``a`` and only then polls the flush's event:
+    the request's blocks stay expected on ``a``, and the next request sharing them follows."""
+    names = [f"{i:032x}" for i in range(4)]
+    a, b = Worker("a"), Worker("b")
+    for w in (a, b):
+        w.apply_kv_events({"events": [], "last": 0, "reset": True}, sent_at=time.monotonic())
+    policy = Policy([a, b])
+    assert policy.choose("first", blocks=names) is a  # both empty: the first in line
+    # the poll after the request was routed brings the flush that came before it
+    a.apply_kv_events({"events": [{"type": "cleared"}], "last": 1}, sent_at=time.monotonic())
+    assert a.held_blocks(names) == 4
+    assert policy.choose("second", blocks=names) is a
+    # a flush in a later poll's answer cancels what was expected before the previous poll
+    a.apply_kv_events({"events": [], "last": 1}, sent_at=time.monotonic())
+    a.apply_kv_events({"events": [{"type": "cleared"}], "last": 2}, sent_at=time.monotonic())
+    assert a.held_blocks(names) == 0
