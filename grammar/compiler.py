@@ -32,7 +32,7 @@ from .json_schema import to_regex as json_schema
 from .json_schema.rules import schema_rules
 from .lexer import native as native_lexer
 from .lexer.automaton import LazyDFA
-from .lexer.regex import regex_to_term
+from .lexer.regex import has_residues, regex_to_term
 from .lexer.terms import Budget, TermStore
 from .matcher import CompiledGrammar
 from .tokens.table import TokenTable
@@ -306,7 +306,8 @@ class GrammarCompiler:
     ) -> CompiledGrammar:
         regex, canonical, build_term = _front_end(kind, spec, options)
         budget.check()
-        native = self.native_lexer and native_lexer.available()
+        # residue atoms (multipleOf beyond a compact regex) are Python terms only
+        native = self.native_lexer and native_lexer.available() and not has_residues(regex)
         store_type = native_lexer.NativeTermStore if native else TermStore
         store = store_type(clip_bound=self.vocab.max_token_len + 1, budget=budget)
         try:
@@ -328,7 +329,9 @@ class GrammarCompiler:
         """A schema too large for one regex, as rules on the EBNF engine (``json_schema.rules``)."""
         try:
             bodies, node, writer = schema_rules(spec, **options)
-            rules = {name: regex_to_rule(body, budget) for name, body in bodies.items()}
+            rules = {
+                name: regex_to_rule(body, budget, residues=True) for name, body in bodies.items()
+            }
         except RecursionError:
             raise GrammarError("json_schema: nested too deeply to compile") from None
         cfg = compile_rules(
@@ -401,5 +404,5 @@ def _front_end(
     return (
         lowered.regex,
         lowered.canonical_json,
-        lambda store: regex_to_term(lowered.regex, store, tag=lowered.rare_groups),
+        lambda store: regex_to_term(lowered.regex, store, tag=lowered.rare_groups, residues=True),
     )

@@ -60,7 +60,9 @@ class RulesBuilder:
         return self._add(Ref(name))
 
 
-def regex_to_rule(pattern: str, budget: Budget | None = None) -> Node:
-    """The rule body matching ``pattern`` (raises ``GrammarError`` on bad syntax)."""
+def regex_to_rule(pattern: str, budget: Budget | None = None, *, residues: bool = False) -> Node:
+    """The rule body matching ``pattern`` (raises ``GrammarError`` on bad syntax).
+    ``residues``: a JSON Schema front end's body, whose residue atoms are refused here by
+    name (rules have no residue terms)."""
     builder = RulesBuilder(budget)
-    return builder.nodes[regex_to_term(pattern, builder)]
+    return builder.nodes[regex_to_term(pattern, builder, residues=residues)]

@@ -146,7 +146,9 @@ class _Builder:
             raise _error(_at(path, "json_schema"), str(err)) from None
         prefix = self._prefix()
         for name, body in bodies.items():
-            self.rules[prefix + name] = _renamed(regex_to_rule(body, self.budget), prefix)
+            self.rules[prefix + name] = _renamed(
+                regex_to_rule(body, self.budget, residues=True), prefix
+            )
         return Ref(prefix + "root")
 
     def regex(self, fmt: dict[str, Any], path: str) -> Node:

@@ -33,6 +33,8 @@ from ..json_schema.to_regex import (
     build_schema_ir,
     compile_schema,
 )
+from ..lexer.native import regex_matcher
+from ..lexer.regex import has_residues
 
 DEPTH_PROBE = 4  # extra nesting levels tried when checking whether the bound explains a rejection
 
@@ -65,9 +67,12 @@ class Checker(Protocol):
 
 
 class RegexChecker:
-    """String-level check: Python `re.fullmatch` on the schema's regex."""
+    """String-level check: Python `re.fullmatch` on the schema's regex (which `re` cannot
+    read where it holds residue atoms: our Python lexer, then)."""
 
     def prepare(self, compiled: CompiledSchema) -> Callable[[str], bool]:
+        if has_residues(compiled.regex):
+            return regex_matcher(compiled.regex)
         pattern = re.compile(compiled.regex)
         return lambda text: pattern.fullmatch(text) is not None
 

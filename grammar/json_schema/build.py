@@ -73,8 +73,9 @@ ARRAY_KEYWORDS = frozenset(
 )
 # `_patterns`: further patterns an allOf asks of the same string (`resolve.merge`)
 STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format", "_patterns"})
+# `_not_multipleOf`: steps a `not` forbids (`negation`), with multipleOf as residues
 NUMBER_KEYWORDS = frozenset(
-    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "_not_multipleOf"}
 )
 # Keywords whose meaning this compiler cannot honor for any type. (Draft-03 keywords such
 # as `extends` mean nothing in the drafts we accept, so like any unknown word they are

@@ -28,7 +28,7 @@ from .strings import string_not_in_regex
 from .values import json_equal, json_type, write_generic
 
 _NUMBER_KEYWORDS = frozenset(
-    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}
+    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "_not_multipleOf"}
 )
 
 

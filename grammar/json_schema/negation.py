@@ -10,6 +10,7 @@ complements, each within the keyword's own type:
     not {properties: {k: S}}       = {type: object, required: [k], properties: {k: not S}}
     not {required: [a, b]}         = {type: object, not: {required: [a, b]}}
     not {type: integer}            = {type: [every non-number]} | {type: number, not: {type: integer}}
+    not {multipleOf: 3}            = {type: number, _not_multipleOf: [3]} (residues.py)
     not {enum: [1, 3]}             = {not: {enum: [1, 3]}}, which `not` lowers as the values
                                      of its node minus the members, or as numbers below 1,
                                      between 1 and 3, above 3 and the other types
@@ -20,7 +21,7 @@ complements, each within the keyword's own type:
 
 The union's members may overlap; each is exact (or narrower through the same documented
 narrowings as any schema, never wider). A keyword whose complement has no such form
-(`pattern`, `format`, `multipleOf`, `additionalProperties`, ...) raises GrammarError naming
+(`pattern`, `format`, `additionalProperties`, ...) raises GrammarError naming
 the keyword that asked for the complement and the pointer where it sits.
 """
 
@@ -54,7 +55,6 @@ _NOT_COMPLEMENTED = frozenset(
         "pattern",
         "_patterns",
         "format",
-        "multipleOf",
         "additionalProperties",
         "patternProperties",
         "propertyNames",
@@ -133,6 +133,11 @@ class _Negation:
             return [{"type": "object", "not": {"required": value}}] if value else []
         if key == "properties":
             return self.properties(value)
+        if key == "multipleOf":  # within numbers: those that are not multiples
+            self.number(key, value)
+            return [{"type": "number", "_not_multipleOf": [value]}]
+        if key == "_not_multipleOf":  # not (a multiple of none) = a multiple of one of them
+            return [{"type": "number", "multipleOf": v} for v in value]
         if key == "_nots":
             return list(value)  # not (not S) = S
         if key == "_groups":

@@ -15,7 +15,9 @@ in one allOf member never meets a `then` of another).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 from urllib.parse import unquote, urldefrag, urljoin
 
 from ..errors import GrammarError
@@ -333,8 +335,10 @@ def _merge_keyword(key: str, x: JSON, y: JSON, pointer: str) -> JSON:
         return min(x, y)
     if key in _MINIMA:
         return max(x, y)
-    if key in ("_groups", "_nots", "_not_all", "_conds"):
+    if key in ("_groups", "_nots", "_not_all", "_conds", "_not_multipleOf"):
         return list(x) + list(y)
+    if key == "multipleOf" and not json_equal(x, y):
+        return _common_multiple(x, y, pointer)
     if key == "_patterns":
         return list(dict.fromkeys([*x, *y]))
     if key == "uniqueItems":
@@ -347,6 +351,27 @@ def _merge_keyword(key: str, x: JSON, y: JSON, pointer: str) -> JSON:
     if json_equal(x, y):
         return x
     raise GrammarError(keyword=key, pointer=pointer, detail="allOf with two different values")
+
+
+def _common_multiple(x: JSON, y: JSON, pointer: str) -> JSON:
+    """The least step both steps divide (multiples of both are its multiples), on the
+    rationals their JSON texts write: lcm(a/b, c/d) = lcm(a, c) / gcd(b, d)."""
+    steps = []
+    for v in (x, y):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise GrammarError(
+                keyword="multipleOf", pointer=pointer, detail="expected a positive number"
+            )
+        steps.append(Fraction(repr(v)) if isinstance(v, float) else Fraction(v))
+    (a, b), (c, d) = ((f.numerator, f.denominator) for f in steps)
+    common = Fraction(math.lcm(a, c), math.gcd(b, d))
+    if common.denominator == 1:
+        return int(common)
+    if Fraction(repr(float(common))) != common:
+        raise GrammarError(
+            keyword="multipleOf", pointer=pointer, detail="allOf with steps of no common double"
+        )
+    return float(common)
 
 
 def _intersect_types(x: JSON, y: JSON) -> list[str]:

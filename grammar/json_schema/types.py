@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from fractions import Fraction
 
 from ..errors import GrammarError
+from ..lexer.regex_builders import alt
+from ..lexer.residues import ResidueSpec
 from .contains import lower_contains
 from .formats import format_pattern
 from .ir import Array, Boolean, Integer, Never, Node, Null, Number, String
@@ -110,6 +113,8 @@ class TypeLowering:
     # ------------------------------------------------------------ numbers
 
     def lower_number(self, s: dict, pointer: str, *, integer: bool) -> Node:
+        if s.get("_not_multipleOf"):
+            return self._residue_number(s, pointer, integer=integer)
         step = s.get("multipleOf")
         multiple: int | None = None  # an integer step >= 2: only its multiples
         number_as_integer = False  # a `number` whose step makes it an integer: 2.0 is "2"
@@ -125,33 +130,18 @@ class TypeLowering:
                 if Decimal(1) % step_value == 0 and not integer and step_value == 1:
                     number_as_integer = integer = True
                 if not integer or Decimal(1) % step_value != 0:
-                    raise GrammarError(
-                        keyword="multipleOf", pointer=pointer, detail=f"multipleOf {step}"
-                    )
+                    return self._residue_number(s, pointer, integer=integer)
         lo = self._bound(s, "minimum", "exclusiveMinimum", pointer, upper=False)
         hi = self._bound(s, "maximum", "exclusiveMaximum", pointer, upper=True)
         if integer:
-            lo_int = (
-                None
-                if lo is None
-                else math.ceil(lo.value)
-                + (1 if lo.strict and lo.value == math.ceil(lo.value) else 0)
-            )
-            hi_int = (
-                None
-                if hi is None
-                else math.floor(hi.value)
-                - (1 if hi.strict and hi.value == math.floor(hi.value) else 0)
-            )
+            lo_int, hi_int = _integer_bounds(lo, hi)
             if multiple is None:
                 regex = integer_range_regex(lo_int, hi_int)
             else:
                 try:
                     regex = multiple_regex(multiple, lo_int, hi_int)
-                except ValueError as exc:
-                    raise GrammarError(
-                        keyword="multipleOf", pointer=pointer, detail=f"multipleOf {step}: {exc}"
-                    ) from None
+                except ValueError:  # no compact regex: the residues' automaton
+                    return self._residue_number(s, pointer, integer=not number_as_integer)
             bounds = [None if b is None else Bound(Decimal(b), False) for b in (lo_int, hi_int)]
             return (
                 Never()
@@ -166,6 +156,76 @@ class TypeLowering:
         )
         regex = NUMBER if lo is None and hi is None else number_range_regex(safe_lo, safe_hi)
         return Never() if regex is None else Number(regex, lo, hi)
+
+    def _residue_number(self, s: dict, pointer: str, *, integer: bool) -> Node:
+        """A number under steps no compact regex writes: ``multipleOf`` of any integer or
+        decimal step and ``not: {multipleOf}`` (``_not_multipleOf``), exactly, as one residue
+        atom (``lexer/residues.py``). Bounds: none, or a sign (at or beyond 0); a bounded
+        integer range is its listed members (at most 4,096)."""
+        step = s.get("multipleOf")
+        musts = [] if step is None else [_fraction(step, "multipleOf", pointer)]
+        nots = [_fraction(v, "multipleOf", pointer) for v in s.get("_not_multipleOf", [])]
+        if integer:  # an integer is a multiple of p/q (lowest terms) exactly when of p
+            musts = [Fraction(f.numerator) for f in musts]
+            nots = [Fraction(f.numerator) for f in nots]
+        if any(f == 1 for f in nots) and integer:
+            return Never()  # every integer is a multiple of 1
+        lo = self._bound(s, "minimum", "exclusiveMinimum", pointer, upper=False)
+        hi = self._bound(s, "maximum", "exclusiveMaximum", pointer, upper=True)
+
+        def takes(x: Fraction) -> bool:
+            return all((x / f).denominator == 1 for f in musts) and not any(
+                (x / f).denominator == 1 for f in nots
+            )
+
+        float_is_integer = self.builder.draft > 4
+        if integer and lo is not None and hi is not None:
+            lo_int, hi_int = _integer_bounds(lo, hi)
+            assert lo_int is not None and hi_int is not None
+            if hi_int - lo_int < _MAX_SCANNED:
+                members = [v for v in range(lo_int, hi_int + 1) if takes(Fraction(v))]
+                if len(members) <= _MAX_LISTED:
+                    regex = alt([str(v) for v in members])
+                    bounds = (Bound(Decimal(lo_int), False), Bound(Decimal(hi_int), False))
+                    return Never() if regex is None else Integer(regex, *bounds, float_is_integer)
+        if integer:
+            lo_int, hi_int = _integer_bounds(lo, hi)
+            sign = _sign(
+                None
+                if lo_int is None
+                else Bound(Decimal(0), lo_int == 1)
+                if lo_int in (0, 1)
+                else lo,
+                None
+                if hi_int is None
+                else Bound(Decimal(0), hi_int == -1)
+                if hi_int in (0, -1)
+                else hi,
+            )
+        else:
+            sign = _sign(lo, hi)
+        if sign is None:
+            raise GrammarError(
+                keyword="multipleOf",
+                pointer=pointer,
+                detail="bounds other than around 0, with more than 4,096 values between them",
+            )
+        decimals = max((_places(f) for f in (*musts, *nots)), default=0)
+        try:
+            spec = ResidueSpec(
+                integer=integer,
+                decimals=decimals,
+                must=int(musts[0] * 10**decimals) if musts else 0,
+                must_not=tuple(int(f * 10**decimals) for f in nots),
+                sign=sign,
+            )
+        except GrammarError as exc:
+            raise GrammarError(keyword="multipleOf", pointer=pointer, detail=exc.detail) from None
+        if not spec.live(spec.start):
+            return Never()
+        if integer:
+            return Integer(spec.atom(), lo, hi, float_is_integer)
+        return Number(spec.atom(), lo, hi)
 
     def _bound(
         self, s: dict, inclusive: str, exclusive: str, pointer: str, *, upper: bool
@@ -229,6 +289,62 @@ class TypeLowering:
                 )
             return lower_contains(self.builder, s, array, pointer, base)
         return unique_array(array, pointer) if unique else array
+
+
+_MAX_SCANNED = 1 << 20  # integers of a bounded range tested one by one against the steps
+_MAX_LISTED = 4096
+
+
+def _integer_bounds(lo: Bound | None, hi: Bound | None) -> tuple[int | None, int | None]:
+    """The least and greatest integers within the bounds (None: unbounded)."""
+    lo_int = (
+        None
+        if lo is None
+        else math.ceil(lo.value) + (1 if lo.strict and lo.value == math.ceil(lo.value) else 0)
+    )
+    hi_int = (
+        None
+        if hi is None
+        else math.floor(hi.value) - (1 if hi.strict and hi.value == math.floor(hi.value) else 0)
+    )
+    return lo_int, hi_int
+
+
+def _sign(lo: Bound | None, hi: Bound | None) -> str | None:
+    """Bounds as a residue atom's sign: none, or one bound at 0 (None: anything else)."""
+    if lo is not None and hi is not None:
+        return None
+    if lo is None and hi is None:
+        return "any"
+    bound = lo if lo is not None else hi
+    assert bound is not None
+    if bound.value != 0:
+        return None
+    if lo is not None:
+        return "pos" if bound.strict else "nonneg"
+    return "neg" if bound.strict else "nonpos"
+
+
+def _fraction(value: object, key: str, pointer: str) -> Fraction:
+    """A positive step as the rational its JSON text writes (0.01 is 1/100: the decimal,
+    not the double nearest to it)."""
+    exact = _decimal(value, key, pointer)
+    if exact <= 0:
+        raise GrammarError(keyword=key, pointer=pointer, detail="expected a positive number")
+    if isinstance(value, float):
+        return Fraction(repr(value))
+    return Fraction(int(value)) if isinstance(value, int) else Fraction(exact)
+
+
+def _places(f: Fraction) -> int:
+    """Decimal places of a terminating decimal (its denominator is 2^a 5^b: max(a, b))."""
+    q, twos, fives = f.denominator, 0, 0
+    while q % 2 == 0:
+        q, twos = q // 2, twos + 1
+    while q % 5 == 0:
+        q, fives = q // 5, fives + 1
+    assert q == 1
+    return max(twos, fives)
 
 
 def _decimal(value: object, key: str, pointer: str) -> Decimal:

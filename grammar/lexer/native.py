@@ -28,7 +28,7 @@ import numpy as np
 from ..errors import GrammarError, GrammarTooLarge
 from ..tokens.table import TokenTable
 from .automaton import DEAD, DFAQueries, LazyDFA
-from .regex import regex_to_term
+from .regex import has_residues, regex_to_term
 from .terms import EMPTY, EPS, K_ALT, K_CAT, K_REP, K_SET, K_TAG, Budget, TermStore
 
 logger = logging.getLogger(__name__)
@@ -764,11 +764,13 @@ __all__ = ["DEAD", "DFA", "NativeDFA", "NativeTermStore", "available", "enabled"
 
 def regex_matcher(pattern: str) -> Callable[[str], bool]:
     """``text -> whether pattern fullmatches it``, on this lexer (C where it builds), for
-    the front ends' own questions (which enum values a schema's other keywords allow)."""
-    native = available()
+    the front ends' own questions (which enum values a schema's other keywords allow);
+    their residue atoms are read (on the Python store)."""
+    native = available() and not has_residues(pattern)
     store = NativeTermStore(clip_bound=17) if native else TermStore(clip_bound=17)
     dfa_type = NativeDFA if native else LazyDFA
-    dfa = dfa_type(store, regex_to_term(pattern, store), max_states=1_000_000)  # type: ignore[arg-type]
+    root = regex_to_term(pattern, store, residues=True)
+    dfa = dfa_type(store, root, max_states=1_000_000)  # type: ignore[arg-type]
 
     def matches(text: str) -> bool:
         end = dfa.walk(dfa.start, text.encode("utf-8"))

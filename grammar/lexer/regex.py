@@ -19,6 +19,7 @@ from typing import NoReturn, Protocol, cast
 
 from ..errors import GrammarError
 from .regex_builders import STRUCTURE
+from .residues import ATOM_PREFIX, ResidueSpec
 from .terms import EMPTY, EPS, Budget
 from .utf8 import complement, normalize, utf8_sequences
 
@@ -59,11 +60,15 @@ class TermBuilder(Protocol):
     def ref(self, name: str) -> int: ...
 
 
-def regex_to_term(pattern: str, store: TermBuilder, *, tag: Iterable[str] = ()) -> int:
+def regex_to_term(
+    pattern: str, store: TermBuilder, *, tag: Iterable[str] = (), residues: bool = False
+) -> int:
     """Parse ``pattern`` into ``store``; raise ``GrammarError`` naming the problem and position.
 
     ``tag``: groups of ``pattern`` (their source text, parentheses included) to wrap with
-    ``store.tag``, as rarely entered.
+    ``store.tag``, as rarely entered. ``residues``: read the JSON Schema front end's residue
+    atoms ``(?%n:...)`` (``residues.py``; a ``TermStore`` builds them), which no user
+    regex may write.
     """
     if not isinstance(pattern, str):
         raise GrammarError(f"regex: expected a string, got {type(pattern).__name__}")
@@ -72,7 +77,12 @@ def regex_to_term(pattern: str, store: TermBuilder, *, tag: Iterable[str] = ()) 
     if native is not None and (term := native(pattern, tags)) is not None:
         store.budget.check()
         return cast("int", term)
-    return _Parser(pattern, store, tag=tags).parse()
+    return _Parser(pattern, store, tag=tags, residues=residues).parse()
+
+
+def has_residues(pattern: str | None) -> bool:
+    """Whether a front end's regex holds residue atoms (it then runs on ``TermStore``)."""
+    return pattern is not None and ATOM_PREFIX in pattern
 
 
 def _group_and_class_spans(pattern: str) -> dict[int, int]:
@@ -158,10 +168,13 @@ def class_byte_masks(ranges: tuple[tuple[int, int], ...]) -> tuple[tuple[int, ..
 class _Parser:
     """Recursive descent: alternation -> sequence -> quantified atom."""
 
-    def __init__(self, pattern: str, store: TermBuilder, *, tag: frozenset[str]) -> None:
+    def __init__(
+        self, pattern: str, store: TermBuilder, *, tag: frozenset[str], residues: bool = False
+    ) -> None:
         self.src = pattern
         self.pos = 0
         self.store = store
+        self.residues = residues
         self._class_terms: dict[tuple, int] = {}
         # Generated regexes repeat big groups and classes (a JSON value, a string): parse each
         # distinct source text once. Spans come from a C-speed scan; a span is only trusted
@@ -373,6 +386,18 @@ class _Parser:
         return term
 
     def _group(self) -> int:
+        if self.residues and self.src.startswith(ATOM_PREFIX[1:], self.pos):
+            close = self.src.find(")", self.pos)
+            if close < 0:
+                self._fail("unterminated residue atom")
+            spec = ResidueSpec.parse(self.src[self.pos + len(ATOM_PREFIX) - 1 : close])
+            self.pos = close + 1
+            make = getattr(self.store, "residue_number", None)
+            if make is None:
+                raise GrammarError(
+                    keyword="multipleOf", detail="a step written as residues, on this path"
+                )
+            return cast("int", make(spec))
         if self.src.startswith("?&", self.pos):  # (?&name): a call of rule ``name``
             close = self.src.find(")", self.pos)
             if close < 0:
@@ -485,4 +510,4 @@ class _Parser:
         return term
 
 
-__all__ = ["EPS", "regex_to_term", "ranges_to_term"]
+__all__ = ["EPS", "has_residues", "ranges_to_term", "regex_to_term"]

@@ -16,6 +16,10 @@ escapes in strings): same language, but a distinct term whose derivatives stay w
 ``head_tagged(t)`` can tell whether every way to continue ``t`` starts inside a tagged part.
 ``MaskIndex.precompute`` uses it to reach the likely states first.
 
+``residue_number(spec)`` is a JSON number by its residues (``residues.ResidueSpec``: the
+multiples of any step): a ``K_NUM`` term per state of the spec's automaton, made as
+derivatives reach it. The C lexer has no such terms: a grammar with them runs on this store.
+
 ``clip(t)`` caps every counter at ``clip_bound``. Two terms that differ only in counters at or
 above the bound accept the same prefixes of length ``< clip_bound`` (each iteration consumes
 at least one byte once a nullable body has ``lo = 0``), so with ``clip_bound`` = longest token
@@ -29,11 +33,13 @@ from collections.abc import Iterable
 from typing import Any, Protocol, TypeVar
 
 from ..errors import GrammarError, GrammarTooLarge
+from .residues import BYTES as RESIDUE_BYTES
+from .residues import ResidueSpec, State
 
 T_co = TypeVar("T_co", covariant=True)
 
 EMPTY, EPS = 0, 1
-K_EMPTY, K_EPS, K_SET, K_CAT, K_ALT, K_REP, K_TAG = range(7)
+K_EMPTY, K_EPS, K_SET, K_CAT, K_ALT, K_REP, K_TAG, K_NUM = range(8)
 
 
 class CompileTimeout(GrammarError):
@@ -274,7 +280,20 @@ class TermStore:
             return self.cat(self.deriv(r, byte), rest)
         if kind == K_TAG:
             return self.tag(self.deriv(args, byte))
+        if kind == K_NUM:
+            spec, state = args
+            after = spec.step(state, byte)
+            return EMPTY if after is None else self._num(spec, after)
         return EMPTY
+
+    def residue_number(self, spec: ResidueSpec) -> int:
+        """The numbers of ``spec`` (see ``residues``)."""
+        return self._num(spec, spec.start)
+
+    def _num(self, spec: ResidueSpec, state: State) -> int:
+        if not spec.live(state):
+            return EMPTY
+        return self._make(K_NUM, (spec, state), spec.accepts(state), False)
 
     def ref(self, name: str) -> int:
         """A call of another rule (``(?&name)``): only grammars of rules have them."""
@@ -351,6 +370,8 @@ class TermStore:
                 first = self.first_bytes(args[0])
             elif kind == K_TAG:
                 first = self.first_bytes(args)
+            elif kind == K_NUM:
+                first = args[0].first_bytes(args[1])
             else:
                 first = 0
             self._firsts[t] = first
@@ -369,5 +390,9 @@ class TermStore:
         return 0
 
     def byte_sets(self) -> set[int]:
-        """Every byte-set mask in the store (to split bytes into equivalence classes)."""
-        return {a for k, a in zip(self.kinds, self.args) if k == K_SET}
+        """Every byte-set mask in the store (to split bytes into equivalence classes); a
+        residue number's bytes each stand alone (every digit moves its residue)."""
+        sets = {a for k, a in zip(self.kinds, self.args) if k == K_SET}
+        if K_NUM in self.kinds:
+            sets.update(1 << b for b in RESIDUE_BYTES)
+        return sets

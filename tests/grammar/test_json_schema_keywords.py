@@ -748,10 +748,10 @@ REFUSALS = [
     ),
     (
         {
-            "if": {"allOf": [{"oneOf": [{"multipleOf": 3}, {"minimum": 0}]}]},
+            "if": {"allOf": [{"oneOf": [{"pattern": "^a"}, {"minimum": 0}]}]},
             "then": {"maxLength": 3},
         },
-        "json_schema: unsupported keyword 'if' at #/if/oneOf/0 (a condition with 'multipleOf')",
+        "json_schema: unsupported keyword 'if' at #/if/oneOf/0 (a condition with 'pattern')",
     ),
     (
         {"if": {"const": [1]}, "then": {"type": "string"}},

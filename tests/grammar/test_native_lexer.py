@@ -17,7 +17,7 @@ from radixgen.grammar.errors import GrammarError, GrammarTooLarge
 from radixgen.grammar.lexer import native as native_lexer
 from radixgen.grammar.lexer.automaton import DEAD, LazyDFA
 from radixgen.grammar.lexer.native import NativeDFA, NativeTermStore
-from radixgen.grammar.lexer.regex import regex_to_term
+from radixgen.grammar.lexer.regex import has_residues, regex_to_term
 from radixgen.grammar.lexer.terms import Budget, CompileTimeout, TermStore
 
 pytestmark = pytest.mark.skipif(
@@ -405,6 +405,8 @@ def test_the_c_parser_makes_the_python_parsers_terms_on_the_corpora(corpora):
             try:
                 lowered = compile_schema(case.schema, max_depth=None)
             except GrammarError:
+                continue
+            if has_residues(lowered.regex):  # Python terms only (lexer/residues.py)
                 continue
             expected, got = _parse_both(lowered.regex, frozenset(lowered.rare_groups))
             assert got == expected, case.case_id
