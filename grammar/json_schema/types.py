@@ -160,8 +160,8 @@ class TypeLowering:
     def _residue_number(self, s: dict, pointer: str, *, integer: bool) -> Node:
         """A number under steps no compact regex writes: ``multipleOf`` of any integer or
         decimal step and ``not: {multipleOf}`` (``_not_multipleOf``), exactly, as one residue
-        atom (``lexer/residues.py``). Bounds: none, or a sign (at or beyond 0); a bounded
-        integer range is its listed members (at most 4,096)."""
+        atom (``lexer/residues.py``). Bounds: a sign where they sit at 0, else the range's
+        regex inside the atom; a bounded integer range of at most 4,096 members is their list."""
         step = s.get("multipleOf")
         musts = [] if step is None else [_fraction(step, "multipleOf", pointer)]
         nots = [_fraction(v, "multipleOf", pointer) for v in s.get("_not_multipleOf", [])]
@@ -188,28 +188,27 @@ class TypeLowering:
                     regex = alt([str(v) for v in members])
                     bounds = (Bound(Decimal(lo_int), False), Bound(Decimal(hi_int), False))
                     return Never() if regex is None else Integer(regex, *bounds, float_is_integer)
+        within = None  # other bounds: the range's regex, stepped beside the residues
         if integer:
             lo_int, hi_int = _integer_bounds(lo, hi)
+            zero_lo = None if lo_int is None else Bound(Decimal(0), lo_int == 1)
+            zero_hi = None if hi_int is None else Bound(Decimal(0), hi_int == -1)
             sign = _sign(
-                None
-                if lo_int is None
-                else Bound(Decimal(0), lo_int == 1)
-                if lo_int in (0, 1)
-                else lo,
-                None
-                if hi_int is None
-                else Bound(Decimal(0), hi_int == -1)
-                if hi_int in (0, -1)
-                else hi,
+                lo if lo_int not in (0, 1) else zero_lo, hi if hi_int not in (0, -1) else zero_hi
             )
+            if sign is None:
+                within = integer_range_regex(lo_int, hi_int)
         else:
             sign = _sign(lo, hi)
+            if sign is None:
+                within = number_range_regex(
+                    self._float_safe(lo, pointer, upper=False),
+                    self._float_safe(hi, pointer, upper=True),
+                )
         if sign is None:
-            raise GrammarError(
-                keyword="multipleOf",
-                pointer=pointer,
-                detail="bounds other than around 0, with more than 4,096 values between them",
-            )
+            if within is None:
+                return Never()
+            sign = "any"
         decimals = max((_places(f) for f in (*musts, *nots)), default=0)
         try:
             spec = ResidueSpec(
@@ -224,8 +223,8 @@ class TypeLowering:
         if not spec.live(spec.start):
             return Never()
         if integer:
-            return Integer(spec.atom(), lo, hi, float_is_integer)
-        return Number(spec.atom(), lo, hi)
+            return Integer(spec.atom(within), lo, hi, float_is_integer)
+        return Number(spec.atom(within), lo, hi)
 
     def _bound(
         self, s: dict, inclusive: str, exclusive: str, pointer: str, *, upper: bool

@@ -390,14 +390,22 @@ class _Parser:
             close = self.src.find(")", self.pos)
             if close < 0:
                 self._fail("unterminated residue atom")
-            spec = ResidueSpec.parse(self.src[self.pos + len(ATOM_PREFIX) - 1 : close])
+            header = self.src[self.pos + len(ATOM_PREFIX) - 1 : close]
             self.pos = close + 1
+            within = None
+            if header.endswith("&"):  # the group after it: a regex the numbers also match
+                if not self.src.startswith("(", self.pos):
+                    self._fail("a residue atom's range group is missing")
+                self.pos += 1
+                within = self._group()
+                header = header[:-1]
+            spec = ResidueSpec.parse(header)
             make = getattr(self.store, "residue_number", None)
             if make is None:
                 raise GrammarError(
                     keyword="multipleOf", detail="a step written as residues, on this path"
                 )
-            return cast("int", make(spec))
+            return cast("int", make(spec, within))
         if self.src.startswith("?&", self.pos):  # (?&name): a call of rule ``name``
             close = self.src.find(")", self.pos)
             if close < 0:

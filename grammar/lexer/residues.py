@@ -14,6 +14,10 @@ is ``V``'s residue modulo ``L``, the least common multiple of the scaled steps, 
 number's sign, how many decimals it has read, and whether it has passed the ``M``-th
 (then only "a multiple of none" matters).
 
+An atom may carry a regex its numbers must also match (``(?%n:...&)(regex)``: a range's
+regex, for bounds away from 0); the store steps the two side by side and keeps a state
+only where both still reach a common match.
+
 The language is JSON numbers without an exponent: ``-?(0|[1-9][0-9]*)(\\.[0-9]+)?``
 (integers only: no fraction), narrower than JSON's by the exponent forms. Which values
 it takes: those whose residue passes ``must`` (a multiple of it; 0: no such step) and none
@@ -77,10 +81,12 @@ class ResidueSpec:
 
     # ------------------------------------------------------------------ text
 
-    def atom(self) -> str:
-        """The regex atom of this spec: ``(?%n:I:M:MUST:N1,N2:SIGN)``."""
+    def atom(self, within: str | None = None) -> str:
+        """The regex atom of this spec: ``(?%n:I:M:MUST:N1,N2:SIGN)``; with ``within`` (a
+        regex the numbers must also match: a range), ``(?%n:...&)(within)``."""
         nots = ",".join(map(str, self.must_not))
-        return f"{ATOM_PREFIX}{int(self.integer)}:{self.decimals}:{self.must}:{nots}:{self.sign})"
+        head = f"{ATOM_PREFIX}{int(self.integer)}:{self.decimals}:{self.must}:{nots}:{self.sign}"
+        return f"{head})" if within is None else f"{head}&)({within})"
 
     @classmethod
     def parse(cls, body: str) -> ResidueSpec:

@@ -36,6 +36,8 @@ from ..errors import GrammarError, GrammarTooLarge
 from .residues import BYTES as RESIDUE_BYTES
 from .residues import ResidueSpec, State
 
+MAX_RESIDUE_PRODUCT = 200_000  # states of a residue number times its range's terms
+
 T_co = TypeVar("T_co", covariant=True)
 
 EMPTY, EPS = 0, 1
@@ -121,6 +123,7 @@ class TermStore:
         self._clips: dict[tuple[int, int], int] = {}
         self._firsts: dict[int, int] = {}
         self._head_tagged: dict[int, bool] = {}
+        self._num_lives: dict[tuple, bool] = {}  # residue numbers within a term: live?
         self.has_tags = False
         self.clip_bound = clip_bound
         self.budget = budget or Budget()
@@ -281,19 +284,82 @@ class TermStore:
         if kind == K_TAG:
             return self.tag(self.deriv(args, byte))
         if kind == K_NUM:
-            spec, state = args
-            after = spec.step(state, byte)
-            return EMPTY if after is None else self._num(spec, after)
+            spec, state, within = args
+            step = self._num_step(spec, state, within, byte)
+            return EMPTY if step is None else self._num(spec, *step)
         return EMPTY
 
-    def residue_number(self, spec: ResidueSpec) -> int:
-        """The numbers of ``spec`` (see ``residues``)."""
-        return self._num(spec, spec.start)
+    def residue_number(self, spec: ResidueSpec, within: int | None = None) -> int:
+        """The numbers of ``spec`` (see ``residues``); ``within``: a term they must also
+        match (a range's regex), stepped beside the automaton."""
+        return self._num(spec, spec.start, within)
 
-    def _num(self, spec: ResidueSpec, state: State) -> int:
-        if not spec.live(state):
+    def _num(self, spec: ResidueSpec, state: State, within: int | None) -> int:
+        if within == EMPTY or not spec.live(state):
             return EMPTY
-        return self._make(K_NUM, (spec, state), spec.accepts(state), False)
+        if within is not None and not self._num_live(spec, state, within):
+            return EMPTY
+        nullable = spec.accepts(state) and (within is None or self.nullable[within])
+        return self._make(K_NUM, (spec, state, within), nullable, False)
+
+    def _num_step(
+        self, spec: ResidueSpec, state: State, within: int | None, byte: int
+    ) -> tuple[State, int | None] | None:
+        after = spec.step(state, byte)
+        if after is None or not spec.live(after):
+            return None
+        if within is None:
+            return after, None
+        inner = self.deriv(within, byte)
+        return None if inner == EMPTY else (after, inner)
+
+    def _num_live(self, spec: ResidueSpec, state: State, within: int) -> bool:
+        """Whether the automaton and ``within`` accept a common continuation: the product
+        reachable from here explored once, acceptance propagated back (memoized)."""
+        memo = self._num_lives
+        key = (spec, state, within)
+        found = memo.get(key)
+        if found is not None:
+            return found
+        edges: dict[tuple, list[tuple]] = {}
+        order, frontier = [key], [key]
+        while frontier:
+            node = frontier.pop()
+            if node in memo:
+                continue
+            nexts = []
+            for byte in RESIDUE_BYTES:
+                step = self._num_step(node[0], node[1], node[2], byte)
+                if step is not None:
+                    nxt = (spec, *step)
+                    nexts.append(nxt)
+                    if nxt not in edges and nxt not in memo:
+                        edges[nxt] = []
+                        order.append(nxt)
+                        frontier.append(nxt)
+                        if len(order) & 1023 == 0:
+                            self.budget.check()
+                            if len(order) > MAX_RESIDUE_PRODUCT:
+                                raise GrammarTooLarge(
+                                    "json_schema: a multipleOf within its bounds has over "
+                                    f"{MAX_RESIDUE_PRODUCT:,} states"
+                                )
+            edges[node] = nexts
+        live = {
+            n
+            for n in order
+            if n in memo and memo[n] or (spec.accepts(n[1]) and self.nullable[n[2]])
+        }
+        changed = True
+        while changed:  # acceptance flows back along the edges
+            changed = False
+            for node in order:
+                if node not in live and any(n in live for n in edges.get(node, ())):
+                    live.add(node)
+                    changed = True
+        for node in order:
+            memo.setdefault(node, node in live)
+        return memo[key]
 
     def ref(self, name: str) -> int:
         """A call of another rule (``(?&name)``): only grammars of rules have them."""
@@ -371,7 +437,12 @@ class TermStore:
             elif kind == K_TAG:
                 first = self.first_bytes(args)
             elif kind == K_NUM:
-                first = args[0].first_bytes(args[1])
+                spec, state, within = args
+                first = 0
+                for byte in RESIDUE_BYTES:
+                    step = self._num_step(spec, state, within, byte)
+                    if step is not None and (step[1] is None or self._num_live(spec, *step)):  # type: ignore[arg-type]
+                        first |= 1 << byte
             else:
                 first = 0
             self._firsts[t] = first

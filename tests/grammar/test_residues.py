@@ -118,6 +118,18 @@ CASES = [
     ({"type": "number", "multipleOf": 11, "minimum": 0}, [0, 22, 110], [-11, 5]),
     ({"type": "integer", "multipleOf": 9, "exclusiveMaximum": 0}, [-9, -81], [0, 9, -8]),
     ({"oneOf": [{"multipleOf": 3}, {"multipleOf": 5}]}, [3, 5, 9, 10], [15, 30, 7]),
+    ({"type": "integer", "multipleOf": 11, "minimum": 100}, [110, 121, 12100], [0, 99, 111]),
+    (  # bounds away from 0: the range's regex stepped beside the residues
+        {"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 100},
+        [0, 0.07, 99.99, 100],
+        [100.01, -0.01, 5.005],
+    ),
+    ({"multipleOf": 10, "maximum": 20}, [20, 10, -100, "x"], [30, 15]),
+    (
+        {"type": "number", "multipleOf": 5, "minimum": 3, "maximum": 1e9, "not": {"multipleOf": 2}},
+        [5, 15, 999999995],
+        [10, 1000000005, 0],
+    ),
     (  # bounded: the members listed, the steps tested one by one
         {
             "type": "integer",
@@ -174,9 +186,8 @@ def test_the_compiled_grammar_walks_the_atom_token_by_token(tokenizer) -> None:
 @pytest.mark.parametrize(
     ("schema", "detail"),
     [
-        ({"type": "integer", "multipleOf": 11, "minimum": 5}, "bounds other than around 0"),
-        ({"type": "number", "multipleOf": 0.01, "maximum": 100}, "bounds other than around 0"),
         ({"type": "integer", "multipleOf": 100_003, "not": {"multipleOf": 7}}, "passes 100,000"),
+        ({"multipleOf": 0.1, "not": {"multipleOf": 1e-13}}, "multipleOf"),
     ],
 )
 def test_what_stays_refused_names_multiple_of(schema: dict, detail: str) -> None:
@@ -188,3 +199,23 @@ def test_what_stays_refused_names_multiple_of(schema: dict, detail: str) -> None
 def test_a_user_regex_cannot_write_the_atom(tokenizer) -> None:
     with pytest.raises(GrammarError):
         shared_compiler(tokenizer).compile_regex("(?%n:1:0:11::any)")
+
+
+def test_an_atom_within_a_range_is_the_intersection() -> None:
+    """The range's regex stepped beside the residues: every short string, both sides."""
+    spec = ResidueSpec(integer=False, decimals=1, must=15, must_not=(2,))  # of 1.5, not of 0.2
+    within = r"-?(?:[1-9]|[1-9][0-9]|100)(?:\.[0-9]+)?"
+    store = TermStore(clip_bound=17)
+    start = regex_to_term(spec.atom(within), store, residues=True)
+    for length in range(1, 6):
+        for chars in itertools.product("-.01359", repeat=length):
+            text = "".join(chars)
+            term = start
+            for byte in text.encode():
+                term = store.deriv(term, byte)
+                if term == EMPTY:
+                    break
+            want = _reference(spec, text) and re.fullmatch(within, text) is not None
+            assert (term != EMPTY and store.nullable[term]) == want, text
+            if term != EMPTY:  # a state kept still reaches a match of both
+                assert store.first_bytes(term) or store.nullable[term], text
