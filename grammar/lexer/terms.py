@@ -322,7 +322,8 @@ class TermStore:
         if found is not None:
             return found
         edges: dict[tuple, list[tuple]] = {}
-        order, frontier = [key], [key]
+        order: list[tuple] = [key]
+        frontier: list[tuple] = [key]
         while frontier:
             node = frontier.pop()
             if node in memo:

@@ -50,6 +50,14 @@ def _reference(spec: ResidueSpec, text: str) -> bool:
     }[spec.sign]
 
 
+def _walk(store: TermStore, term: int, text: str) -> int:
+    for byte in text.encode():
+        term = store.deriv(term, byte)
+        if term == EMPTY:
+            break
+    return term
+
+
 SPECS = [
     ResidueSpec(integer=True, decimals=0, must=11, must_not=()),
     ResidueSpec(integer=True, decimals=0, must=0, must_not=(2, 3)),
@@ -68,11 +76,7 @@ def test_the_atom_accepts_exactly_the_rational_multiples(spec: ResidueSpec) -> N
     for length in range(1, 6):
         for chars in itertools.product(alphabet, repeat=length):
             text = "".join(chars)
-            term = start
-            for byte in text.encode():
-                term = store.deriv(term, byte)
-                if term == EMPTY:
-                    break
+            term = _walk(store, start, text)
             got = term != EMPTY and store.nullable[term]
             assert got == _reference(spec, text), (spec.atom(), text)
 
@@ -210,11 +214,7 @@ def test_an_atom_within_a_range_is_the_intersection() -> None:
     for length in range(1, 6):
         for chars in itertools.product("-.01359", repeat=length):
             text = "".join(chars)
-            term = start
-            for byte in text.encode():
-                term = store.deriv(term, byte)
-                if term == EMPTY:
-                    break
+            term = _walk(store, start, text)
             want = _reference(spec, text) and re.fullmatch(within, text) is not None
             assert (term != EMPTY and store.nullable[term]) == want, text
             if term != EMPTY:  # a state kept still reaches a match of both
