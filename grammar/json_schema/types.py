@@ -3,11 +3,11 @@
 Each `lower_<type>` reads only the keywords of its type and raises GrammarError for any it
 cannot honor exactly. Keywords honored only in special cases:
 
-* multipleOf: integers with a divisor of 1 (trivially true); `number` + multipleOf 1 (an
-  integer); an integer step k >= 2 on either type (`numbers.multiple_regex`: a bounded range's
-  list of multiples, or, with the range unbounded or starting/ending at 0, k dividing 1000
-  (by the last digits) or a regex of the k remainders' automaton that fits 60,000 characters
-  (3, 6 and 7 do; 9, 11 and above do not)).
+* multipleOf: any integer or decimal step, with `not: {multipleOf}` (`_not_multipleOf`),
+  exactly, on the rationals the JSON texts write. A compact regex where there is one
+  (`numbers.multiple_regex`: a bounded range's multiples, k dividing 1000 by the last digits,
+  a small remainder automaton); else a residue atom (`lexer/residues.py`), with the range's
+  regex stepped beside it where the bounds are not at 0.
 * uniqueItems: when at most one item is possible, or items take finitely many values
   (`unique`).
 * contains / minContains / maxContains: `contains`.
