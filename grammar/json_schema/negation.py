@@ -16,6 +16,8 @@ complements, each within the keyword's own type:
                                      between 1 and 3, above 3 and the other types
                                      (`value_complement`)
     not {items: S}                 = {type: array, contains: not S}   (no prefixItems)
+    not {contains: S}              = {type: array, items: {not: S}}   (no counts, no prefixItems)
+    not {propertyNames: {not: {enum: [a, b]}}} = {required: [a]} | {required: [b]}
     not {not: S}                   = S;   not {anyOf: [A, B]} = (not A) and (not B)
     not {oneOf: [A, B]}            = ((not A) and (not B))  |  (A and B)
 
@@ -31,7 +33,7 @@ from decimal import Decimal
 
 from ..errors import GrammarError
 from .lowering import Lowering
-from .resolve import METADATA, RecursionCutoff
+from .resolve import METADATA, RecursionCutoff, named_values
 from .values import JSON, json_equal, json_type
 
 MAX_ONE_OF_BRANCHES = 8
@@ -57,13 +59,11 @@ _NOT_COMPLEMENTED = frozenset(
         "format",
         "additionalProperties",
         "patternProperties",
-        "propertyNames",
         "dependentRequired",
         "unevaluatedProperties",
         "prefixItems",
         "items",
         "uniqueItems",
-        "contains",
         "unevaluatedItems",
         "$dynamicRef",
         "$recursiveRef",
@@ -146,6 +146,10 @@ class _Negation:
             ]
         if key == "items" and "prefixItems" not in flat and self.builder.draft >= 6:
             return self.items(value)
+        if key == "contains" and self.builder.draft >= 6:
+            return self.contains(value, flat)
+        if key == "propertyNames":
+            return self.property_names(value)
         if key in ("minContains", "maxContains") and "contains" not in flat:
             return []  # without `contains` they assert nothing
         if key in _NOT_COMPLEMENTED:
@@ -180,6 +184,29 @@ class _Negation:
         return [
             {"type": "array", "contains": negated[0] if len(negated) == 1 else {"anyOf": negated}}
         ]
+
+    def contains(self, schema: JSON, flat: dict) -> list[JSON]:
+        """not {contains: S} = an array none of whose items is S (as `minContains: 1` and
+        no `maxContains` ask; other counts are refused)."""
+        low, high = flat.get("minContains", 1), flat.get("maxContains")
+        if high is not None or "prefixItems" in flat or low not in (0, 1) or low is True:
+            raise self.refuse("a condition with 'contains'")
+        if low == 0:
+            return []  # zero hits always suffice
+        return [{"type": "array", "items": {"not": schema}}]
+
+    def property_names(self, schema: JSON) -> list[JSON]:
+        """not {propertyNames: S} = an object with a name outside S: where S excludes
+        finitely many names (``not: {enum}`` / ``not: {const}``), one of them is present."""
+        where = f"{self.pointer}/propertyNames"
+        flat, _ = self.builder.flatten(schema, where, self.base)
+        nots = flat.get("_nots", [])
+        names = (
+            named_values(nots[0]) if set(flat) - METADATA == {"_nots"} and len(nots) == 1 else None
+        )
+        if names is None:
+            raise self.refuse("a condition with 'propertyNames'")
+        return [{"type": "object", "required": [n]} for n in names if isinstance(n, str)]
 
     def group(self, group_keyword: str, branches: JSON) -> list[JSON]:
         """not anyOf [A, B, ...] = (not A) and (not B) and ...;
