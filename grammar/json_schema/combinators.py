@@ -160,7 +160,10 @@ def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -
             fails = complemented[0] if len(complemented) == 1 else {"anyOf": complemented}
             doubled.append((fails, where))
     if fractional:
-        return _fractional(builder, rest, types, bool(doubled or excluded), pointer, base)
+        if not (doubled or excluded or set(rest) & _NUMBER_KEYWORDS):
+            return _fractional(builder, rest, types, pointer, base)
+        # with other constraints on the numbers: not a multiple of 1, as residues
+        rest["_not_multipleOf"] = [*rest.get("_not_multipleOf", []), 1]
     rest["type"] = sorted(types)
     if not types:
         return Never()
@@ -183,13 +186,9 @@ def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -
         return builder.build_merged([*parts, (fails, f"{pointer}/not")], base, pointer)
 
 
-def _fractional(
-    builder: Lowering, rest: dict, types: set[str], more: bool, pointer: str, base: str
-) -> Node:
-    """Numbers that are not integers (`FRACTIONAL`), next to the other allowed types; only
-    where nothing else constrains the numbers (a regex cannot intersect them)."""
-    if more or set(rest) & _NUMBER_KEYWORDS:
-        raise GrammarError(keyword="not", pointer=pointer, detail="numbers that are not integers")
+def _fractional(builder: Lowering, rest: dict, types: set[str], pointer: str, base: str) -> Node:
+    """Numbers that are not integers (`FRACTIONAL`, exponents included), next to the other
+    allowed types, where nothing else constrains the numbers (else: residues)."""
     others = types - {"number"}
     options: list[Node] = [Number(FRACTIONAL)]
     if others:

@@ -168,6 +168,12 @@ NOT_CASES = [  # `not` beyond types, values and required: the complement as sche
     ({"type": "integer", "not": {"multipleOf": 3}}, [0, 3, 4, -5, -6, 3001]),
     ({"not": {"anyOf": [{"multipleOf": 2}, {"multipleOf": 5}]}}, [3, 10, 4, 25, 21, "x"]),
     ({"if": {"multipleOf": 3}, "then": {"minimum": 10}, "type": "integer"}, [3, 12, 4, -1, 0]),
+    (  # numbers that are not integers, within bounds: residues (not a multiple of 1)
+        {"if": {"type": "integer"}, "then": {"minimum": 0}, "maximum": 10},
+        [-1, 5, -1.5, 10.5, 11, 2.25],
+    ),
+    ({"not": {"anyOf": [{"type": "integer"}, {"minimum": 2}]}}, [1.5, 2.5, 1, "x", -3.25]),
+    ({"oneOf": [{"type": "integer"}, {"minimum": 0}]}, [-1, 1, 0.5, -0.5, "x"]),
 ]
 
 
@@ -757,10 +763,6 @@ REFUSALS = [
     (
         {"if": {"pattern": "^a"}, "then": {"maxLength": 3}},
         "json_schema: unsupported keyword 'if' at #/if (a condition with 'pattern')",
-    ),
-    (  # numbers that are not integers are one regex; it cannot be intersected with bounds
-        {"if": {"type": "integer"}, "then": {"minimum": 0}, "maximum": 10},
-        "json_schema: unsupported keyword 'not' at # (numbers that are not integers)",
     ),
     (
         {
