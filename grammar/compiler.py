@@ -41,6 +41,8 @@ from .workers import CompileWorkers, JsonSpec
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_CACHE_BYTES = 512 << 20
+EVICT_EVERY = 64  # cache hits between checks of the bytes held (grammars grow in use)
 SLOW_COMPILE_S = 0.1  # compiles at least this slow are logged at INFO, the others at DEBUG
 
 KINDS = (  # = SamplingParams' constraint fields
@@ -62,7 +64,10 @@ class GrammarCompiler:
         timeout_s: wall-clock budget of one compilation.
         max_states: automaton states one grammar may reach (at compile or decode time).
         max_terms: regex terms one grammar may build (bounds memory).
-        cache_size: compiled grammars (and failures) kept.
+        cache_size: compiled grammars (and failures) kept, at most.
+        cache_bytes: the memory the kept grammars may hold (their ``nbytes``: masks and
+            automata, which grow as requests walk them); past it the least recently used
+            go first (the newest stays, however big).
         precompute_s: time each compilation may spend computing token masks ahead of
             decoding, breadth-first from the start state over the likely states (not inside
             undeclared properties or string escapes); the rest are computed on first use.
@@ -85,6 +90,7 @@ class GrammarCompiler:
         max_states: int = 200_000,
         max_terms: int = 4_000_000,
         cache_size: int = 128,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
         precompute_s: float = 0.03,
         isolate: bool = False,
         native_lexer: bool = True,
@@ -97,6 +103,7 @@ class GrammarCompiler:
         self.max_states = max_states
         self.max_terms = max_terms
         self.cache_size = cache_size
+        self.cache_bytes = cache_bytes
         self.precompute_s = precompute_s
         self.native_lexer = native_lexer
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grammar")
@@ -190,18 +197,39 @@ class GrammarCompiler:
             if future is not None:
                 self.hits += 1
                 self._cache.move_to_end(key)
+                if self.hits % EVICT_EVERY == 0:
+                    self._evict()
                 return future
             self.misses += 1
             future = self._pool.submit(self._build, kind, key, spec, options, wire)
             self._cache[key] = future
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+            self._evict()
         future.add_done_callback(lambda f: self._forget_unexpected(key, f))
         return future
 
     def cache_info(self) -> dict[str, int]:
         with self._lock:
-            return {"hits": self.hits, "misses": self.misses, "size": len(self._cache)}
+            return {
+                "hits": self.hits,
+                "misses": self.misses,
+                "size": len(self._cache),
+                "bytes": sum(_held_bytes(f) for f in self._cache.values()),
+            }
+
+    def _evict(self) -> None:
+        """Drop the least recently used grammars past ``cache_size`` entries or
+        ``cache_bytes`` held (the newest stays). Called with the lock held, on every miss
+        and every ``EVICT_EVERY`` hits: kept grammars grow as requests walk them."""
+        cache = self._cache
+        while len(cache) > self.cache_size:
+            cache.popitem(last=False)
+        held = [_held_bytes(f) for f in cache.values()]
+        total = sum(held)
+        for size in held[:-1]:
+            if total <= self.cache_bytes:
+                break
+            cache.popitem(last=False)
+            total -= size
 
     def clear_cache(self) -> None:
         with self._lock:
@@ -406,3 +434,12 @@ def _front_end(
         lowered.canonical_json,
         lambda store: regex_to_term(lowered.regex, store, tag=lowered.rare_groups, residues=True),
     )
+
+
+def _held_bytes(future: Future) -> int:
+    """The memory a cached compile holds: its grammar's ``nbytes`` once done (a failure
+    or a compile in flight: none counted)."""
+    if not future.done() or future.cancelled() or future.exception() is not None:
+        return 0
+    nbytes = getattr(future.result(), "nbytes", None)
+    return int(nbytes()) if callable(nbytes) else 0

@@ -107,6 +107,11 @@ class CompiledGrammar:
     def num_states(self) -> int:
         return self.dfa.num_states
 
+    def nbytes(self) -> int:
+        """About the memory it holds now (masks and automaton grow as requests walk it):
+        what the compile cache bounds."""
+        return self.index.nbytes() + self.dfa.nbytes()
+
     def __repr__(self) -> str:
         return f"CompiledGrammar(kind={self.kind!r}, states={self.num_states}, classes={self.dfa.num_classes})"
 

@@ -210,6 +210,11 @@ class PickledGrammar:
                 self._grammar = grammar
             return self._grammar
 
+    def nbytes(self) -> int:
+        """Its bytes, and the grammar's once unpickled (never unpickles to answer)."""
+        grammar = self._grammar
+        return len(self.payload) + (int(grammar.nbytes()) if grammar is not None else 0)
+
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in ("_grammar", "_lock", "_vocab", "payload"):
             raise AttributeError(name)

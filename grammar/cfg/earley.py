@@ -12,7 +12,8 @@ Columns are interned by kernel: two inputs that leave the same items (the same s
 with origins at the same column objects) share one column, its transitions and its token
 mask. Inside a JSON string every further character leads back to the same column, so the
 columns form a lazily built automaton (``table`` holds its transitions for vectorized
-walks; 0 is the dead state). The automaton is bounded: past ``max_columns`` it starts over
+walks; 0 is the dead state). The automaton is bounded: past ``max_columns`` columns or
+``max_total_items`` items in them it starts over
 (``generation`` changes; columns still held by matchers re-register on use).
 
 Context-free twins: a column's *twin* holds the same items with every origin before the
@@ -71,10 +72,16 @@ class EarleyAutomaton:
     """The interned columns of one grammar and their transitions (thread-safe via ``lock``)."""
 
     def __init__(
-        self, rules: RuleAutomata, *, max_columns: int = 50_000, max_items: int = 20_000
+        self,
+        rules: RuleAutomata,
+        *,
+        max_columns: int = 50_000,
+        max_items: int = 20_000,
+        max_total_items: int = 500_000,
     ) -> None:
         self.rules = rules
         self.max_columns = max_columns
+        self.max_total_items = max_total_items
         self.max_items = max_items
         self.lock = threading.RLock()
         self.generation = 0
@@ -108,11 +115,18 @@ class EarleyAutomaton:
         self.table = np.full((64, self.num_classes), UNKNOWN, dtype=np.int32)
         self.table[DEAD] = DEAD
         self._interned: dict[frozenset[Item], Column] = {}
+        self.num_items = 0  # items of the registered columns (memory: ``max_total_items``)
         self.register(self.start)
 
+    def nbytes(self) -> int:
+        """About the memory of the columns: ~120 bytes an item or scan edge (its tuple and
+        the lists and dicts that hold it), the transitions twice (lists and ``table``)."""
+        return 120 * self.num_items + 3 * int(self.table.nbytes)
+
     def maybe_reset(self) -> bool:
-        """Start over if the columns passed ``max_columns`` (call between walks only)."""
-        if len(self.columns) <= self.max_columns:
+        """Start over if the columns passed ``max_columns``, or their items
+        ``max_total_items`` (call between walks only)."""
+        if len(self.columns) <= self.max_columns and self.num_items <= self.max_total_items:
             return False
         self._reset()
         return True
@@ -135,6 +149,7 @@ class EarleyAutomaton:
             flags[:uid] = self.open_flags[:uid]
             self.open_flags = flags
         col.uid, col.generation = uid, self.generation
+        self.num_items += len(col.items)
         self.columns.append(col)
         self.rows.append([UNKNOWN] * self.num_classes)
         self.opens.append(col.open)
@@ -216,10 +231,14 @@ class EarleyAutomaton:
         if by_class is None:
             by_class = {}
             byte_next = self.rules.byte_next
+            edges = 0
             for s, origin in col.items:
                 for c, t in byte_next[s].items():
                     by_class.setdefault(c, []).append((t, col if origin is None else origin))
+                    edges += 1
             col.by_class = by_class
+            if col.generation == self.generation:
+                self.num_items += edges  # held as long as the column: counted like items
         kernel = frozenset(by_class[cls])
         found = self._interned.get(kernel)
         if found is not None:

@@ -28,6 +28,7 @@ from .masks import column_mask, native_walk
 from .rules import Grammar
 
 HEAVY_ITEMS = 1000  # Earley items in one column: ~10 ms a new column in Python
+MAX_TWIN_BYTES = 64 << 20  # the twin masks' id arrays one grammar keeps (oldest dropped first)
 
 
 def compile_rules(
@@ -77,6 +78,7 @@ class CfgGrammar:
         self._twin_masks: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = (
             OrderedDict() if twins else None
         )
+        self._twin_bytes = 0  # the twins' id arrays (a string's column: ~0.4 MB), bounded
         self._eos_only: np.ndarray | None = None
         self._canonical = canonical
         # masks too slow for the engine thread (judged by ``warm_up``): run it out of process
@@ -162,6 +164,12 @@ class CfgGrammar:
     def num_states(self) -> int:
         return len(self.auto.columns) - 1
 
+    def nbytes(self) -> int:
+        """About the memory it holds now (the compile cache's bound): mask rows, twins'
+        ids, and the parser's columns."""
+        rows = len(self._masks) * 4 * self.table.num_words if self.table is not None else 0
+        return rows + self._twin_bytes + self.auto.nbytes()
+
     def mask(self, col: Column) -> tuple[np.ndarray, int]:
         """(packed row with EOS iff ``col`` accepts, tokens allowed besides EOS). Shared."""
         auto = self.auto
@@ -170,10 +178,17 @@ class CfgGrammar:
             key = (auto.generation, auto.register(col))
             entry = self._masks.get(key)
             if entry is None:
-                row, count = column_mask(auto, self.table, col, self._twin_masks)
                 shared = self._twin_masks
-                if shared is not None and len(shared) > self.max_masks:
-                    shared.popitem(last=False)
+                known = 0 if shared is None else len(shared)
+                row, count = column_mask(auto, self.table, col, shared)
+                if shared is not None and len(shared) > known:  # a twin's ids were added
+                    ids, again = next(reversed(shared.values()))
+                    self._twin_bytes += ids.nbytes + again.nbytes
+                    while shared and (
+                        self._twin_bytes > MAX_TWIN_BYTES or len(shared) > self.max_masks
+                    ):
+                        _, (old_ids, old_again) = shared.popitem(last=False)
+                        self._twin_bytes -= old_ids.nbytes + old_again.nbytes
                 if col.accepting:
                     row = self.table.with_eos(row)
                 row.flags.writeable = False

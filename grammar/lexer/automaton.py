@@ -156,6 +156,11 @@ class LazyDFA(DFAQueries):
     def num_states(self) -> int:
         return len(self.state_terms)
 
+    def nbytes(self) -> int:
+        """About the memory this automaton and its terms hold (the compile cache's bound):
+        the transition table twice (numpy and lists), ~200 bytes per Python term."""
+        return int(self.table.nbytes) * 3 + 200 * len(self.store)  # type: ignore[arg-type]
+
     def state(self, term: int) -> int:
         """The state of ``term``, created on first use (raises ``GrammarError`` past the limits)."""
         s = self._state_of.get(term)

@@ -528,6 +528,11 @@ class NativeDFA(DFAQueries):
     def num_states(self) -> int:
         return int(self.store._lib.rg_dfa_size(self._ptr))
 
+    def nbytes(self) -> int:
+        """About the memory of the C states and terms (the compile cache's bound): each
+        state's transitions and flags, ~80 bytes per term with its memo entries."""
+        return self.num_states * (4 * self.num_classes + 16) + 80 * len(self.store)
+
     def _call(self, result: int) -> int:
         if result == -ERR_STATES:
             raise GrammarTooLarge(

@@ -88,6 +88,10 @@ class MaskIndex:
     def attach(self, vocab: Vocabulary) -> None:
         self.vocab, self.table = vocab, TokenTable.of(vocab)
 
+    def nbytes(self) -> int:
+        """The rows kept (each ``num_words`` int32s), with their EOS variants."""
+        return (len(self._rows) + len(self._masks)) * 4 * self.table.num_words
+
     def mask(self, state: int) -> np.ndarray:
         """Packed row of ``state``: int32 [num_words], EOS set iff accepting. Shared: read only."""
         dfa = self.dfa

@@ -6,6 +6,7 @@ import time
 from concurrent.futures import Future
 
 import pytest
+import torch
 from grammar_support import shared_compiler
 from radixgen.grammar import CompiledGrammar, GrammarCompiler, GrammarError, Vocabulary
 
@@ -43,6 +44,32 @@ def test_cache_hit_returns_the_same_grammar(compiler: GrammarCompiler) -> None:
         schema_a, whitespace="flexible"
     )
     assert compiler.compile("regex", "x") is compiler.compile_regex("x")
+
+
+def test_the_cache_is_bounded_by_the_bytes_its_grammars_hold(tokenizer) -> None:
+    """Past ``cache_bytes`` the least recently used grammars go (the newest stays, however
+    big); ``cache_info`` reports the bytes held, and walking a grammar grows them."""
+    small = GrammarCompiler(tokenizer, cache_bytes=1, precompute_s=0.0)
+    try:
+        first = small.compile_regex("[a-z]+")
+        assert small.cache_info()["size"] == 1 and small.cache_info()["bytes"] > 0
+        second = small.compile_regex("[0-9]+")
+        assert small.cache_info()["size"] == 1  # the first went
+        assert small.compile_regex("[0-9]+") is second
+        assert small.compile_regex("[a-z]+") is not first
+        before = small.cache_info()["bytes"]
+        m = small.compile_regex("[a-z]+").matcher()
+        bitmask = torch.zeros(1, small.vocab.num_words, dtype=torch.int32)
+        for t in tokenizer.encode("hello"):
+            m.fill_bitmask(bitmask, 0)  # each new state's mask is a row more
+            assert m.accept_token(t)
+        assert small.cache_info()["bytes"] >= before
+        roomy = GrammarCompiler(small.vocab, precompute_s=0.0)
+        grammars = [roomy.compile_regex(f"x{i}[a-z]*") for i in range(5)]
+        assert roomy.cache_info()["size"] == 5 and all(g.nbytes() > 0 for g in grammars)
+        roomy.shutdown()
+    finally:
+        small.shutdown()
 
 
 def test_failures_are_cached(compiler: GrammarCompiler) -> None:

@@ -154,18 +154,48 @@ def test_eos_bit_follows_acceptance(vocab):
 
 
 def test_columns_start_over_past_the_limit(vocab):
+    auto, generations, _ = _walk_beside_a_reference(vocab, max_columns=150)
+    assert len(generations) > 1
+
+
+def _walk_beside_a_reference(vocab, **limits):
+    """Walk a JSON text on a JSON grammar whose automaton has ``limits``, beside one with the
+    defaults, asserting equal masks: (its automaton, generations seen, items held)."""
     rules = compile_rules(parse_ebnf(JSON), vocab).auto.rules
-    auto = EarleyAutomaton(rules, max_columns=150)
+    auto = EarleyAutomaton(rules, **limits)
     grammar = CfgGrammar(kind="ebnf", key=("ebnf", "", ""), auto=auto, vocab=vocab)
     reference = compile_rules(parse_ebnf(JSON), vocab)
     text = '{"key": [true, {"x": "y"}, -1.5e2], "k2": null}'
     m, r = grammar.matcher(), reference.matcher()
-    generations = {auto.generation}
+    generations, held = {auto.generation}, []
     for i in range(0, len(text), 3):
         assert _mask_ids(m.current_mask(), vocab) == _mask_ids(r.current_mask(), vocab)
         assert m.accept_string(text[i : i + 3]) and r.accept_string(text[i : i + 3])
         generations.add(auto.generation)
-    assert m.is_accepting() and len(generations) > 1
+        held.append(auto.num_items)
+    assert m.is_accepting() and grammar.nbytes() > 0 and reference.nbytes() > 0
+    return auto, generations, held
+
+
+def test_columns_start_over_past_their_items_too(vocab):
+    """The item budget bounds the columns' memory (``nbytes`` reports it): past it the
+    automaton starts over between walks, and the masks stay the same."""
+    auto, generations, held = _walk_beside_a_reference(vocab, max_total_items=200)
+    assert len(generations) > 1
+    assert max(held) < 200 + 2 * max(len(c.items) for c in auto.columns if c is not None) + 50
+
+
+def test_twin_masks_are_bounded_by_bytes(vocab, monkeypatch):
+    from radixgen.grammar.cfg import matcher as cfg_matcher
+
+    monkeypatch.setattr(cfg_matcher, "MAX_TWIN_BYTES", 4096)
+    grammar = compile_rules(parse_ebnf(JSON), vocab)
+    m = grammar.matcher()
+    for piece in ['{"a": [', '"b", ', '{"c": "d"}', "], ", '"e": "f"}']:
+        m.current_mask()
+        assert m.accept_string(piece)
+        assert grammar._twin_bytes <= 4096 or len(grammar._twin_masks) == 1
+    assert m.is_accepting()
 
 
 # ---------------------------------------------------------------------- the text format
