@@ -72,7 +72,10 @@ ARRAY_KEYWORDS = frozenset(
     }
 )
 # `_patterns`: further patterns an allOf asks of the same string (`resolve.merge`)
-STRING_KEYWORDS = frozenset({"minLength", "maxLength", "pattern", "format", "_patterns"})
+# `_not_patterns`: patterns a `not` forbids (`negation`)
+STRING_KEYWORDS = frozenset(
+    {"minLength", "maxLength", "pattern", "format", "_patterns", "_not_patterns"}
+)
 # `_not_multipleOf`: steps a `not` forbids (`negation`), with multipleOf as residues
 NUMBER_KEYWORDS = frozenset(
     {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "_not_multipleOf"}

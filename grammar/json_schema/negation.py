@@ -11,6 +11,7 @@ complements, each within the keyword's own type:
     not {required: [a, b]}         = {type: object, not: {required: [a, b]}}
     not {type: integer}            = {type: [every non-number]} | {type: number, not: {type: integer}}
     not {multipleOf: 3}            = {type: number, _not_multipleOf: [3]} (residues.py)
+    not {pattern: P}               = {type: string, _not_patterns: [P]} (TermStore.diff)
     not {enum: [1, 3]}             = {not: {enum: [1, 3]}}, which `not` lowers as the values
                                      of its node minus the members, or as numbers below 1,
                                      between 1 and 3, above 3 and the other types
@@ -23,7 +24,7 @@ complements, each within the keyword's own type:
 
 The union's members may overlap; each is exact (or narrower through the same documented
 narrowings as any schema, never wider). A keyword whose complement has no such form
-(`pattern`, `format`, `additionalProperties`, ...) raises GrammarError naming
+(`format`, `additionalProperties`, ...) raises GrammarError naming
 the keyword that asked for the complement and the pointer where it sits.
 """
 
@@ -54,8 +55,6 @@ _COUNT_MAXIMA = {high: (kind, low) for low, (kind, high) in _COUNTS.items()}
 # Validation keywords whose complement is not expressible: they are refused, never ignored.
 _NOT_COMPLEMENTED = frozenset(
     {
-        "pattern",
-        "_patterns",
         "format",
         "additionalProperties",
         "patternProperties",
@@ -133,6 +132,11 @@ class _Negation:
             return [{"type": "object", "not": {"required": value}}] if value else []
         if key == "properties":
             return self.properties(value)
+        if key in ("pattern", "_patterns"):  # within strings: those no pattern finds
+            patterns = [value] if key == "pattern" else list(value)
+            return [{"type": "string", "_not_patterns": [p]} for p in patterns]
+        if key == "_not_patterns":  # not (found by none) = found by one of them
+            return [{"type": "string", "pattern": p} for p in value]
         if key == "multipleOf":  # within numbers: those that are not multiples
             self.number(key, value)
             return [{"type": "number", "_not_multipleOf": [value]}]

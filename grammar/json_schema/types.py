@@ -22,8 +22,8 @@ from decimal import Decimal
 from fractions import Fraction
 
 from ..errors import GrammarError
-from ..lexer.regex_builders import alt
-from ..lexer.residues import ResidueSpec
+from ..lexer.regex_builders import alt, repeat
+from ..lexer.residues import DIFF_ATOM, ResidueSpec
 from .contains import lower_contains
 from .formats import format_pattern
 from .ir import Array, Boolean, Integer, Never, Node, Null, Number, String
@@ -40,7 +40,7 @@ from .numbers import (
 )
 from .objects import lower_object, non_negative_int
 from .pattern import PatternError
-from .strings import string_regex
+from .strings import any_json_char_regex, string_regex
 from .unique import at_most_one_item, unique_array
 
 _REFUSED = frozenset({"unevaluatedProperties", "unevaluatedItems"})
@@ -74,6 +74,22 @@ class TypeLowering:
     # ------------------------------------------------------------ strings
 
     def lower_string(self, s: dict, pointer: str, base: str) -> Node:
+        node = self._lower_string(s, pointer, base)
+        excluded = s.get("_not_patterns")
+        if not excluded or not isinstance(node, String):
+            return node
+        # strings no excluded pattern finds: the body minus theirs (`TermStore.diff`), both
+        # over canonical encodings, so that one string has one text on either side
+        body = node.body if not node.unconstrained else _canonical_body(node)
+        try:
+            others = alt([pattern_regex(p, 0, None) for p in map(_pattern_text, excluded)])
+        except PatternError as exc:
+            raise GrammarError(keyword="not", pointer=pointer, detail=str(exc)) from None
+        if others is None:
+            return node
+        return String(f"{DIFF_ATOM}({body})({others})", False, node.min_len, node.max_len)
+
+    def _lower_string(self, s: dict, pointer: str, base: str) -> Node:
         min_len = non_negative_int(s, "minLength", pointer, 0)
         max_len = non_negative_int(s, "maxLength", pointer, None)
         pattern, keyword = s.get("pattern"), "pattern"
@@ -97,10 +113,13 @@ class TypeLowering:
         if not isinstance(pattern, str):
             raise GrammarError(keyword="pattern", pointer=pointer, detail="expected a string")
         if s.get("_patterns"):  # allOf asked several patterns of this string: all must match
+            patterns = [pattern, *s["_patterns"]]
             try:
-                body = patterns_regex([pattern, *s["_patterns"]], min_len, max_len)
-            except (PatternError, NameSetError, RecursionError) as exc:
+                body = patterns_regex(patterns, min_len, max_len)
+            except PatternError as exc:
                 raise GrammarError(keyword="pattern", pointer=pointer, detail=str(exc)) from None
+            except (NameSetError, RecursionError):  # past the explicit intersection's size
+                body = _patterns_by_difference(patterns, min_len, max_len, pointer)
             return Never() if body is None else String(body, False, min_len, max_len)
         if not self.builder.assert_formats:  # a conformance probe: no narrowing of lengths
             min_len, max_len = 0, None
@@ -288,6 +307,35 @@ class TypeLowering:
                 )
             return lower_contains(self.builder, s, array, pointer, base)
         return unique_array(array, pointer) if unique else array
+
+
+def _patterns_by_difference(
+    patterns: list, min_len: int, max_len: int | None, pointer: str
+) -> str | None:
+    """Strings of min_len..max_len characters every pattern finds, as differences
+    (``TermStore.diff``): all of them, less those some pattern does not find."""
+    base = repeat(any_json_char_regex(), min_len, max_len)
+    if base is None:
+        return None
+    try:
+        found = [pattern_regex(_pattern_text(p), 0, None) for p in patterns]
+    except PatternError as exc:
+        raise GrammarError(keyword="pattern", pointer=pointer, detail=str(exc)) from None
+    if any(f is None for f in found):
+        return None
+    missed = alt([f"{DIFF_ATOM}({base})({f})" for f in found if f is not None])
+    return base if missed is None else f"{DIFF_ATOM}({base})({missed})"
+
+
+def _canonical_body(node: String) -> str:
+    """Any string of the node's lengths, each character in its one canonical encoding."""
+    return repeat(any_json_char_regex(), node.min_len, node.max_len) or ""
+
+
+def _pattern_text(value: object) -> str:
+    if not isinstance(value, str):
+        raise GrammarError(keyword="pattern", detail="expected a string")
+    return value
 
 
 _MAX_SCANNED = 1 << 20  # integers of a bounded range tested one by one against the steps

@@ -19,7 +19,7 @@ from typing import NoReturn, Protocol, cast
 
 from ..errors import GrammarError
 from .regex_builders import STRUCTURE
-from .residues import ATOM_PREFIX, ResidueSpec
+from .residues import ATOM_PREFIX, DIFF_ATOM, ResidueSpec
 from .terms import EMPTY, EPS, Budget
 from .utf8 import complement, normalize, utf8_sequences
 
@@ -81,8 +81,9 @@ def regex_to_term(
 
 
 def has_residues(pattern: str | None) -> bool:
-    """Whether a front end's regex holds residue atoms (it then runs on ``TermStore``)."""
-    return pattern is not None and ATOM_PREFIX in pattern
+    """Whether a front end's regex holds residue or difference atoms (``(?%``: it then runs
+    on ``TermStore``)."""
+    return pattern is not None and "(?%" in pattern
 
 
 def _group_and_class_spans(pattern: str) -> dict[int, int]:
@@ -386,6 +387,18 @@ class _Parser:
         return term
 
     def _group(self) -> int:
+        if self.residues and self.src.startswith(DIFF_ATOM[1:], self.pos):
+            self.pos += len(DIFF_ATOM) - 1
+            parts = []
+            for _ in range(2):  # (?%d)(A)(B): A's strings that B does not match
+                if not self.src.startswith("(", self.pos):
+                    self._fail("a difference atom needs two groups")
+                self.pos += 1
+                parts.append(self._group())
+            diff = getattr(self.store, "diff", None)
+            if diff is None:
+                raise GrammarError(keyword="not", detail="a pattern excluded, on this path")
+            return cast("int", diff(*parts))
         if self.residues and self.src.startswith(ATOM_PREFIX[1:], self.pos):
             close = self.src.find(")", self.pos)
             if close < 0:

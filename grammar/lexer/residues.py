@@ -36,6 +36,7 @@ from functools import reduce
 from ..errors import GrammarError
 
 ATOM_PREFIX = "(?%n:"
+DIFF_ATOM = "(?%d)"  # (?%d)(A)(B): what A matches and B does not (``TermStore.diff``)
 MAX_MODULUS = 100_000  # residues of one automaton; past it the step ratio is refused
 MAX_DECIMALS = 12
 
@@ -218,4 +219,4 @@ def scaled_steps(steps: list, decimals: int) -> list[int]:
     return out
 
 
-__all__ = ["ATOM_PREFIX", "BYTES", "ResidueSpec"]
+__all__ = ["ATOM_PREFIX", "BYTES", "DIFF_ATOM", "ResidueSpec"]

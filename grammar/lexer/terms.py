@@ -18,7 +18,10 @@ escapes in strings): same language, but a distinct term whose derivatives stay w
 
 ``residue_number(spec)`` is a JSON number by its residues (``residues.ResidueSpec``: the
 multiples of any step): a ``K_NUM`` term per state of the spec's automaton, made as
-derivatives reach it. The C lexer has no such terms: a grammar with them runs on this store.
+derivatives reach it. ``diff(a, b)`` is ``a``'s strings that ``b`` does not match
+(``K_DIFF``: a string that must not match a pattern). Each is kept only where a match is
+still reachable (found by exploring the product of their derivatives once), so ``EMPTY``
+stays the one dead state. The C lexer has neither: a grammar with them runs on this store.
 
 ``clip(t)`` caps every counter at ``clip_bound``. Two terms that differ only in counters at or
 above the bound accept the same prefixes of length ``< clip_bound`` (each iteration consumes
@@ -37,11 +40,12 @@ from .residues import BYTES as RESIDUE_BYTES
 from .residues import ResidueSpec, State
 
 MAX_RESIDUE_PRODUCT = 200_000  # states of a residue number times its range's terms
+MAX_DIFF_PRODUCT = 30_000  # pairs of terms all differences of one store may explore (~1 s)
 
 T_co = TypeVar("T_co", covariant=True)
 
 EMPTY, EPS = 0, 1
-K_EMPTY, K_EPS, K_SET, K_CAT, K_ALT, K_REP, K_TAG, K_NUM = range(8)
+K_EMPTY, K_EPS, K_SET, K_CAT, K_ALT, K_REP, K_TAG, K_NUM, K_DIFF = range(9)
 
 
 class CompileTimeout(GrammarError):
@@ -124,6 +128,8 @@ class TermStore:
         self._firsts: dict[int, int] = {}
         self._head_tagged: dict[int, bool] = {}
         self._num_lives: dict[tuple, bool] = {}  # residue numbers within a term: live?
+        self._diff_lives: dict[tuple[int, int], bool] = {}  # diff(a, b): live?
+        self._diff_explored = 0  # pairs explored by all of them (bounded: MAX_DIFF_PRODUCT)
         self.has_tags = False
         self.clip_bound = clip_bound
         self.budget = budget or Budget()
@@ -283,6 +289,8 @@ class TermStore:
             return self.cat(self.deriv(r, byte), rest)
         if kind == K_TAG:
             return self.tag(self.deriv(args, byte))
+        if kind == K_DIFF:
+            return self.diff(self.deriv(args[0], byte), self.deriv(args[1], byte))
         if kind == K_NUM:
             spec, state, within = args
             step = self._num_step(spec, state, within, byte)
@@ -342,8 +350,9 @@ class TermStore:
                             self.budget.check()
                             if len(order) > MAX_RESIDUE_PRODUCT:
                                 raise GrammarTooLarge(
-                                    "json_schema: a multipleOf within its bounds has over "
-                                    f"{MAX_RESIDUE_PRODUCT:,} states"
+                                    keyword="multipleOf",
+                                    detail="a step within its bounds has over "
+                                    f"{MAX_RESIDUE_PRODUCT:,} states",
                                 )
             edges[node] = nexts
         live = {
@@ -355,12 +364,75 @@ class TermStore:
         while changed:  # acceptance flows back along the edges
             changed = False
             for node in order:
-                if node not in live and any(n in live for n in edges.get(node, ())):
+                if node not in live and any(
+                    n in live or memo.get(n, False) for n in edges.get(node, ())
+                ):
                     live.add(node)
                     changed = True
         for node in order:
             memo.setdefault(node, node in live)
         return memo[key]
+
+    def diff(self, a: int, b: int) -> int:
+        """What ``a`` matches and ``b`` does not (``EMPTY`` if nothing)."""
+        if a == EMPTY or b == EMPTY:
+            return a
+        if a == b or not self._diff_live(a, b):
+            return EMPTY
+        return self._make(K_DIFF, (a, b), self.nullable[a] and not self.nullable[b], False)
+
+    def _diff_live(self, a: int, b: int) -> bool:
+        """Whether some string takes ``a`` to a match and ``b`` to none: the product of
+        their derivatives explored once from here, a match propagated back (memoized)."""
+        memo = self._diff_lives
+        found = memo.get((a, b))
+        if found is not None:
+            return found
+        nullable = self.nullable
+        edges: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        order, frontier = [(a, b)], [(a, b)]
+        while frontier:
+            node = frontier.pop()
+            x, y = node
+            if node in memo or node in edges or y == EMPTY:
+                continue  # (y EMPTY: x alone, never EMPTY, so a match follows)
+            nexts = edges[node] = []
+            first = self.first_bytes(x)
+            while first:
+                low = first & -first
+                first ^= low
+                byte = low.bit_length() - 1
+                nxt = (self.deriv(x, byte), self.deriv(y, byte))
+                nexts.append(nxt)
+                if nxt not in edges and nxt not in memo:
+                    order.append(nxt)
+                    frontier.append(nxt)
+                    self._diff_explored += 1
+                    if self._diff_explored & 255 == 0:
+                        self.budget.check()
+                        if self._diff_explored > MAX_DIFF_PRODUCT:
+                            raise GrammarTooLarge(
+                                keyword="pattern",
+                                detail="patterns excluded from or intersected with strings "
+                                f"need over {MAX_DIFF_PRODUCT:,} states beside them",
+                            )
+        live = {
+            n
+            for n in order
+            if memo.get(n) or n[1] == EMPTY or (nullable[n[0]] and not nullable[n[1]])
+        }
+        changed = True
+        while changed:
+            changed = False
+            for node in order:
+                if node not in live and any(
+                    n in live or memo.get(n, False) for n in edges.get(node, ())
+                ):
+                    live.add(node)
+                    changed = True
+        for node in order:
+            memo.setdefault(node, node in live)
+        return memo[(a, b)]
 
     def ref(self, name: str) -> int:
         """A call of another rule (``(?&name)``): only grammars of rules have them."""
@@ -437,6 +509,15 @@ class TermStore:
                 first = self.first_bytes(args[0])
             elif kind == K_TAG:
                 first = self.first_bytes(args)
+            elif kind == K_DIFF:
+                x, y = args
+                first, rest = 0, self.first_bytes(x)
+                while rest:
+                    low = rest & -rest
+                    rest ^= low
+                    byte = low.bit_length() - 1
+                    if self._diff_live(self.deriv(x, byte), self.deriv(y, byte)):
+                        first |= low
             elif kind == K_NUM:
                 spec, state, within = args
                 first = 0

@@ -219,3 +219,47 @@ def test_an_atom_within_a_range_is_the_intersection() -> None:
             assert (term != EMPTY and store.nullable[term]) == want, text
             if term != EMPTY:  # a state kept still reaches a match of both
                 assert store.first_bytes(term) or store.nullable[term], text
+
+
+@pytest.mark.parametrize(
+    ("keep", "drop"),
+    [("[ab]*", "a*b"), ("[ab]{0,4}", "(?:ab)*"), ("(?:a|bc)*", "[ab]*c[ab]*"), ("a*", "a*")],
+)
+def test_a_difference_matches_what_one_does_and_the_other_does_not(keep: str, drop: str) -> None:
+    """``(?%d)(A)(B)``: every short string, and the invariant (a kept state still reaches a
+    match; first bytes are exactly the live ones)."""
+    store = TermStore(clip_bound=17)
+    start = regex_to_term(f"(?%d)({keep})({drop})", store, residues=True)
+    for length in range(0, 7):
+        for chars in itertools.product("abc", repeat=length):
+            text = "".join(chars)
+            term = _walk(store, start, text)
+            want = re.fullmatch(keep, text) is not None and re.fullmatch(drop, text) is None
+            assert (term != EMPTY and store.nullable[term]) == want, text
+            if term != EMPTY:
+                first = store.first_bytes(term)
+                assert first or store.nullable[term], text
+                for byte in b"abc":
+                    assert ((first >> byte) & 1) == (store.deriv(term, byte) != EMPTY)
+
+
+def test_explorations_reuse_what_earlier_ones_found() -> None:
+    """A second product explored in the same store meets states the first one settled (the
+    memo): an intersection written as nested differences, and two residue atoms sharing
+    their automaton."""
+    store = TermStore(clip_bound=17)
+    both = regex_to_term("(?%d)([ab]*)((?%d)([ab]*)(a[ab]*))", store, residues=True)
+    first = regex_to_term("(?%n:1:0:7::any&)([1-9][0-9]*)", store, residues=True)
+    second = regex_to_term("(?%n:1:0:7::any&)([1-9][0-9]{0,3})", store, residues=True)
+    for length in range(0, 6):
+        for chars in itertools.product("ab", repeat=length):
+            text = "".join(chars)
+            term = _walk(store, both, text)
+            assert (term != EMPTY and store.nullable[term]) == text.startswith("a"), text
+        for chars in itertools.product("0179", repeat=length):
+            text = "".join(chars)
+            valid = bool(text) and text[0] != "0" and int(text) % 7 == 0
+            for start, longest in ((first, 99), (second, 4)):
+                term = _walk(store, start, text)
+                got = term != EMPTY and store.nullable[term]
+                assert got == (valid and len(text) <= longest), (text, longest)
