@@ -355,23 +355,8 @@ class TermStore:
                                     f"{MAX_RESIDUE_PRODUCT:,} states",
                                 )
             edges[node] = nexts
-        live = {
-            n
-            for n in order
-            if n in memo and memo[n] or (spec.accepts(n[1]) and self.nullable[n[2]])
-        }
-        changed = True
-        while changed:  # acceptance flows back along the edges
-            changed = False
-            for node in order:
-                if node not in live and any(
-                    n in live or memo.get(n, False) for n in edges.get(node, ())
-                ):
-                    live.add(node)
-                    changed = True
-        for node in order:
-            memo.setdefault(node, node in live)
-        return memo[key]
+        matches = {n for n in order if spec.accepts(n[1]) and self.nullable[n[2]]}
+        return _settle(order, edges, matches, memo, key)
 
     def diff(self, a: int, b: int) -> int:
         """What ``a`` matches and ``b`` does not (``EMPTY`` if nothing)."""
@@ -416,23 +401,8 @@ class TermStore:
                                 detail="patterns excluded from or intersected with strings "
                                 f"need over {MAX_DIFF_PRODUCT:,} states beside them",
                             )
-        live = {
-            n
-            for n in order
-            if memo.get(n) or n[1] == EMPTY or (nullable[n[0]] and not nullable[n[1]])
-        }
-        changed = True
-        while changed:
-            changed = False
-            for node in order:
-                if node not in live and any(
-                    n in live or memo.get(n, False) for n in edges.get(node, ())
-                ):
-                    live.add(node)
-                    changed = True
-        for node in order:
-            memo.setdefault(node, node in live)
-        return memo[(a, b)]
+        matches = {n for n in order if n[1] == EMPTY or (nullable[n[0]] and not nullable[n[1]])}
+        return _settle(order, edges, matches, memo, (a, b))
 
     def ref(self, name: str) -> int:
         """A call of another rule (``(?&name)``): only grammars of rules have them."""
@@ -549,3 +519,20 @@ class TermStore:
         if K_NUM in self.kinds:
             sets.update(1 << b for b in RESIDUE_BYTES)
         return sets
+
+
+def _settle(order: list, edges: dict, matches: set, memo: dict, key: object) -> bool:
+    """Liveness over an explored product: a node is live if it matches, or an edge leads to
+    a live node (explored now, or settled by an earlier exploration: ``memo``). Records
+    every explored node in ``memo``; returns ``key``'s."""
+    live = {n for n in order if n in matches or memo.get(n)}
+    changed = True
+    while changed:  # acceptance flows back along the edges
+        changed = False
+        for node in order:
+            if node not in live and any(n in live or memo.get(n) for n in edges.get(node, ())):
+                live.add(node)
+                changed = True
+    for node in order:
+        memo.setdefault(node, node in live)
+    return bool(memo[key])
