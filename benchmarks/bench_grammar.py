@@ -23,7 +23,9 @@ unconstrained baseline generates as many tokens per request as the constrained r
 
 Each engine runs in a forked worker with a per-schema timeout: a schema that hangs is
 killed and counted as a timeout. "pass" = compiled and every valid instance accepted token
-by token with EOS allowed at the end. The default model's tokenizer is used throughout.
+by token with EOS allowed at the end; the report gives each engine's pass rate per corpus and
+why the rest did not pass (the keyword it refused, its error, a timeout, or "rejected": a
+valid instance refused). The default model's tokenizer is used throughout.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ import argparse
 import gc
 import json
 import multiprocessing as mp
+import re
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +304,21 @@ def load_cases(
     return cases
 
 
+def _reason(result: dict[str, Any]) -> str:
+    """Why a schema did not pass, in a few words: the keyword an engine names, else the
+    error's type and first words."""
+    if result.get("timeout"):
+        return "timeout"
+    error = result.get("error")
+    if error is None:
+        return "rejected"
+    found = re.search(r"(?:unsupported )?keyword '([^']+)'", error)
+    if found:
+        return found.group(1)
+    kind, _, message = error.partition(": ")
+    return f"{kind}: {' '.join(message.split()[:4])}"
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
 
@@ -361,7 +380,9 @@ def main() -> None:
         f"{'':<20} {'ms':>8} {'ms':>8} {'ms':>9} {'us':>8} {'us':>9} {'us':>8} {'us':>9}",
     ]
     corpora = sorted({corpus for *_, corpus in cases})
+    sizes = {corpus: sum(1 for c in cases if c[3] == corpus) for corpus in corpora}
     passing: dict[str, list[str]] = {}
+    reasons: dict[str, Counter[str]] = {}
     for name in args.engines.split(","):
         worker = Worker(name, tok, vocab)
         if worker.setup_error:
@@ -371,22 +392,25 @@ def main() -> None:
         results = [worker.run(schema, instances, args.timeout) for _, schema, instances, _ in cases]
         worker.close()
         lines.append(summarize(name, results))
-        passing[name] = [
-            str(
-                sum(
-                    1
-                    for r, c in zip(results, cases)
-                    if c[3] == corpus and r.get("ok") and "compile_s" in r
-                )
+        passing[name] = []
+        for corpus in corpora:
+            ok = sum(
+                1
+                for r, c in zip(results, cases)
+                if c[3] == corpus and r.get("ok") and "compile_s" in r
             )
-            for corpus in corpora
-        ]
+            passing[name].append(f"{ok} ({100 * ok / sizes[corpus]:.0f}%)")
+        reasons[name] = Counter(_reason(r) for r in results if not r.get("ok"))
         print(f"  {name}: {time.perf_counter() - start:.1f} s", flush=True)
     print("\n".join(lines))
     print("\nschemas passing, per corpus:")
     print(f"{'engine':<20} " + " ".join(f"{c[:14]:>14}" for c in corpora))
     for name, counts in passing.items():
         print(f"{name:<20} " + " ".join(f"{n:>14}" for n in counts))
+    print("\nwhy the others did not pass (compiled but rejected a valid instance: 'rejected'):")
+    for name, counter in reasons.items():
+        top = ", ".join(f"{reason} {n}" for reason, n in counter.most_common(8)) or "none"
+        print(f"{name:<20} {top}")
     if args.e2e:
         end_to_end()
 

@@ -297,7 +297,7 @@ GRAMMAR_BAD_REQUESTS = [
                     "name": "x",
                     "schema": {
                         "type": "object",
-                        "if": {"properties": {"a": {"pattern": "^x"}}},
+                        "if": {"properties": {"a": {"format": "email"}}},
                         "then": {"required": ["b"]},
                     },
                 },
@@ -316,7 +316,7 @@ GRAMMAR_BAD_REQUESTS = [
                         "name": "f",
                         "parameters": {
                             "type": "object",
-                            "if": {"properties": {"a": {"pattern": "^x"}}},
+                            "if": {"properties": {"a": {"format": "email"}}},
                             "then": {"required": ["b"]},
                         },
                     },
