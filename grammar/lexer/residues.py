@@ -67,7 +67,7 @@ class ResidueSpec:
 
     def __post_init__(self) -> None:
         steps = [s for s in (self.must, *self.must_not) if s]
-        if any(s < 1 for s in (*self.must_not,)) or self.must < 0:
+        if any(s < 1 for s in self.must_not) or self.must < 0:
             raise GrammarError("regex: a residue atom's steps must be positive", source="regex")
         if not 0 <= self.decimals <= MAX_DECIMALS or self.sign not in SIGNS:
             raise GrammarError("regex: a malformed residue atom", source="regex")
@@ -207,16 +207,6 @@ class ResidueSpec:
             if n is not None and self.live(n):
                 mask |= 1 << b
         return mask
-
-
-def scaled_steps(steps: list, decimals: int) -> list[int]:
-    """``steps`` (Fractions) times ``10^decimals``: integers when ``decimals`` covers them."""
-    out = []
-    for s in steps:
-        scaled = s * 10**decimals
-        assert scaled.denominator == 1
-        out.append(int(scaled))
-    return out
 
 
 __all__ = ["ATOM_PREFIX", "BYTES", "DIFF_ATOM", "ResidueSpec"]
