@@ -56,6 +56,7 @@ OBJECT_KEYWORDS = frozenset(
         "dependentRequired",
         "dependentSchemas",
         "unevaluatedProperties",
+        "_extra_rules",
     }
 )
 ARRAY_KEYWORDS = frozenset(

@@ -76,7 +76,10 @@ def literal_names(names: list[str]) -> PatternNode:
 class NameSets:
     """The product DFA of `languages` over names made of `alphabet` characters."""
 
-    def __init__(self, languages: list[PatternNode], alphabet: CharSet) -> None:
+    def __init__(
+        self, languages: list[PatternNode], alphabet: CharSet, closed_forms: bool = True
+    ) -> None:
+        self.closed_forms = closed_forms
         self.atoms = _atoms(languages, alphabet)
         self.alphabet = alphabet
         self._derivs: dict[tuple[PatternNode, int], PatternNode] = {}
@@ -140,6 +143,55 @@ class NameSets:
             raise NameSetError(f"the names' regex nests more than {MAX_NESTING} groups deep")
         return regex
 
+    def names(self, accept: Callable[[tuple[bool, ...]], bool], limit: int) -> list[str] | None:
+        """Every name (decoded) whose tuple of "language i matches" satisfies `accept`, in
+        order of length then code point; None when there are infinitely many or more than
+        `limit`. Needs ``closed_forms=False`` (every state explored)."""
+        assert not self.closed_forms
+        final = {i for i, t in enumerate(self.states) if accept(tuple(map(_nullable, t)))}
+        live = self._reaching(final)
+        if 0 not in live:
+            return []
+        order: list[int] = []  # live states in topological order; a cycle: infinite
+        marks: dict[int, int] = {}
+        stack: list[tuple[int, list[int]]] = [(0, [j for j in self.edges[0] if j in live])]
+        marks[0] = 1
+        while stack:
+            state, todo = stack[-1]
+            if not todo:
+                stack.pop()
+                marks[state] = 2
+                order.append(state)
+                continue
+            j = todo.pop()
+            if marks.get(j) == 1:
+                return None
+            if j not in marks:
+                marks[j] = 1
+                stack.append((j, [k for k in self.edges[j] if k in live]))
+        counts: dict[int, int] = {}  # names from each state to a final one
+        for state in order:  # successors first
+            total = int(state in final)
+            for j, chars in self.edges[state].items():
+                if j in live:
+                    total += _size(chars) * counts[j]
+            counts[state] = min(total, limit + 1)
+        if counts[0] > limit:
+            return None
+        out: list[str] = []
+
+        def walk(state: int, prefix: str) -> None:
+            if state in final:
+                out.append(prefix)
+            for j, chars in self.edges[state].items():
+                if j in live:
+                    for low, high in chars.ranges:
+                        for code in range(low, high + 1):
+                            walk(j, prefix + chr(code))
+
+        walk(0, "")
+        return sorted(out, key=lambda name: (len(name), name))
+
     def _deriv(self, t: PatternNode, code: int) -> PatternNode:
         key = (t, code)
         if key not in self._derivs:
@@ -147,7 +199,7 @@ class NameSets:
         return self._derivs[key]
 
     def _tail(self, state: tuple[PatternNode, ...]) -> tuple[str | None, str | None] | None:
-        if len(state) != 2 or state[1] != EMPTY:
+        if not self.closed_forms or len(state) != 2 or state[1] != EMPTY:
             return None
         other = _complement(state[0], self.alphabet)
         if other is _UNSUPPORTED:
@@ -224,6 +276,10 @@ def _nesting(regex: str) -> int:
             depth -= 1
         i += 1
     return deepest
+
+
+def _size(chars: CharSet) -> int:
+    return sum(high - low + 1 for low, high in chars.ranges)
 
 
 def _atoms(languages: list[PatternNode], alphabet: CharSet) -> list[CharSet]:

@@ -68,6 +68,7 @@ _NOT_COMPLEMENTED = frozenset(
         "$recursiveRef",
         "_conds",
         "_not_all",
+        "_extra_rules",
     }
 )
 
@@ -157,7 +158,8 @@ class _Negation:
         if key in ("minContains", "maxContains") and "contains" not in flat:
             return []  # without `contains` they assert nothing
         if key in _NOT_COMPLEMENTED:
-            raise self.refuse(f"a condition with {key.lstrip('_')!r}")
+            shown = "patternProperties" if key == "_extra_rules" else key.lstrip("_")
+            raise self.refuse(f"a condition with {shown!r}")
         return []  # an annotation or unknown keyword asserts nothing
 
     def types(self, flat: dict) -> list[JSON]:

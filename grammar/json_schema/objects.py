@@ -33,6 +33,7 @@ from ..lexer.regex_builders import alt
 from .ir import ExtraClass, Never, Node, Object, Property, Union
 from .lengths import pattern_regex
 from .lowering import Lowering
+from .member_rules import rules_of
 from .name_sets import (
     NameSetError,
     NameSets,
@@ -47,7 +48,8 @@ from .strings import any_json_char_regex, encode_string
 
 MAX_ENUMERATED_NAMES = 12
 MAX_VARIANTS = 256
-MAX_PARTITIONED_PATTERNS = 4
+MAX_PARTITIONED_PATTERNS = 6
+MAX_FINITE_NAMES = 32  # names patternProperties allows that become listed properties
 
 
 @overload
@@ -85,29 +87,37 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
             detail="malformed",
         )
     patterns = PatternProperties(builder, s, pointer, base)
+    # finitely many names allowed, all of them listed: the object is closed, counts exact
+    finite = patterns.finite_names(list(listed)) if patterns else None
+    if finite is not None:
+        patterns.partitioned, patterns.extra_key = False, None
     additional = (
-        patterns.additional
+        None
+        if finite is not None
+        else patterns.additional
         if patterns and not patterns.partitioned
+        else patterns.rest(base)
+        if patterns
         else _additional(builder, s, pointer, base)
     )
     rule = _name_rule(builder, s, pointer, base)
     named: dict[str, Node] = {}  # extra names propertyNames allows, when finitely many
-    if rule is not None and patterns:  # propertyNames becomes one more language of names
+    if rule is not None and patterns and finite is None:  # one more language of names
         patterns.names = rule.language()
         if patterns.names is None:
             raise GrammarError(
                 keyword="propertyNames", pointer=pointer, detail="with patternProperties"
             )
         patterns.partitioned = True
-        additional = _additional(builder, s, pointer, base)
+        additional = patterns.rest(base)
     elif rule is not None and additional is not None:
         if not rule.parts:
             named = {n: additional for n in rule.finite if n not in listed}
             additional = None
     counted = additional is None and not (patterns and patterns.partitioned)  # no extras
-    constraints = presence_constraints(s, counted, pointer, [*listed, *named])
+    constraints = presence_constraints(s, counted, pointer, [*listed, *named, *(finite or [])])
     mentioned = [n for _, names, _ in constraints for n in names]
-    names = list(dict.fromkeys([*listed, *required, *mentioned, *named]))
+    names = list(dict.fromkeys([*listed, *required, *mentioned, *named, *(finite or [])]))
     properties = []
     for name in names:
         parts = (
@@ -115,13 +125,14 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
             if name in listed
             else []
         )
-        parts += patterns.schemas_for(name) if patterns else []
+        if patterns:
+            parts += patterns.schemas_for(name) if name in listed else patterns.view(name)
         if parts:
             node = builder.build_merged(parts, base, parts[0][1])
         elif name in named:
             node = named[name]
         elif (patterns and not patterns.partitioned) or (
-            additional is None and (name not in required or "additionalProperties" in s)
+            additional is None and (name not in required or patterns.closed(s))
         ):
             continue  # cannot appear (strict mode still lets a required name in)
         else:
@@ -143,8 +154,12 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
         extra_key = rule.extra_key(names, pointer)
         additional = None if extra_key is None else additional
     nonempty = _min_max_properties(s, properties, counted, pointer)
-    closed = not patterns and (
-        s.get("additionalProperties", True) is False or bool(rule is not None and not rule.parts)
+    closed = finite is not None or (
+        not patterns
+        and (
+            s.get("additionalProperties", True) is False
+            or bool(rule is not None and not rule.parts)
+        )
     )
     obj = Object(properties, additional, names, nonempty, closed, extra_key, classes)
     return enumerate_presence(obj, constraints, pointer) if constraints else obj
@@ -173,18 +188,27 @@ def _additional(builder: Lowering, s: dict, pointer: str, base: str) -> Node | N
 
 
 class PatternProperties:
-    """The supported shapes of `patternProperties` (see the module docstring)."""
+    """The supported shapes of `patternProperties` (see the module docstring), of one schema
+    or of several joined by allOf (``_extra_rules``: every rule binds each unlisted name)."""
 
     def __init__(self, builder: Lowering, s: dict, pointer: str, base: str) -> None:
-        self.items = list((s.get("patternProperties") or {}).items())
         self.pointer = f"{pointer}/patternProperties"
         self.additional: Node | None = None
         self.extra_key: str | None = None
+        self.merged = "_extra_rules" in s
+        self.rules = rules_of(s)
+        self.builder, self.s, self.object_pointer = builder, s, pointer
+        # every pattern of every rule: (rule index, source, schema)
+        self.items = [
+            (r, source, schema)
+            for r, rule in enumerate(self.rules)
+            for source, schema in (rule.get("patternProperties") or {}).items()
+        ]
         if not self.items:
             return
         self.key_regexes: list[str | None] = []
         self.python: list[re.Pattern[str]] = []
-        for source, _ in self.items:
+        for _, source, _ in self.items:
             try:
                 self.key_regexes.append(pattern_regex(source))
                 self.python.append(re.compile(source))
@@ -194,17 +218,19 @@ class PatternProperties:
                 ) from None
         universal = any_json_char_regex() + "*"
         everything = all(r == universal for r in self.key_regexes)
-        schemas = [(schema, f"{self.pointer}/{escape_pointer(k)}") for k, schema in self.items]
-        if everything:  # every name matches: additionalProperties never applies
+        schemas = [(schema, f"{self.pointer}/{escape_pointer(k)}") for _, k, schema in self.items]
+        if self.merged:
+            self.partitioned = True
+        elif everything:  # every name matches: additionalProperties never applies
             self.additional = builder.build_merged(schemas, base, self.pointer)
         elif s.get("additionalProperties", True) is False and all(
-            sc == self.items[0][1] for _, sc in self.items
+            sc == self.items[0][2] for _, _, sc in self.items
         ):
             self.additional = builder.build_merged(schemas[:1], base, self.pointer)
             self.extra_key = alt(self.key_regexes)
         else:  # names split by which patterns match them: see `partition`
             self.partitioned = True
-        self.builder, self.schemas = builder, schemas
+        self.base, self.schemas = base, schemas
 
     partitioned = False  # extra names are split into classes by the patterns they match
     names: tuple[PatternNode, list[str]] | None = None  # propertyNames' language, sources
@@ -212,14 +238,61 @@ class PatternProperties:
     def __bool__(self) -> bool:
         return bool(self.items)
 
+    def closed(self, s: dict) -> bool:
+        """Whether some rule says what extra properties may be (not left to strict mode)."""
+        return any("additionalProperties" in rule for rule in self.rules)
+
+    def rest(self, base: str) -> Node | None:
+        """The values of names no pattern matches: every rule's additionalProperties."""
+        if not self.merged:
+            return _additional(self.builder, self.s, self.object_pointer, base)
+        parts = [
+            (rule["additionalProperties"], f"{self.object_pointer}/additionalProperties")
+            for rule in self.rules
+            if "additionalProperties" in rule
+        ]
+        if not parts:
+            return None if self.builder.strict else self.builder.any_value()
+        node = self.builder.build_merged(parts, base, parts[0][1])
+        return None if isinstance(node, Never) and not node.cutoff else node
+
+    def _mask_node(self, mask: int, base: str) -> Node | None:
+        """The values of names matched by exactly the patterns in `mask` (None: not allowed)."""
+        parts = [self.schemas[i] for i in range(len(self.items)) if mask >> i & 1]
+        for r, rule in enumerate(self.rules):  # a rule none of whose patterns match
+            mine = [i for i, item in enumerate(self.items) if item[0] == r]
+            if not any(mask >> i & 1 for i in mine) and "additionalProperties" in rule:
+                where = f"{self.object_pointer}/additionalProperties"
+                parts.append((rule["additionalProperties"], where))
+        node = self.builder.build_merged(parts, base, parts[0][1])
+        return None if isinstance(node, Never) and not node.cutoff else node
+
+    def finite_names(self, listed: list[str]) -> list[str] | None:
+        """The unlisted names some pattern matches, when no other name is allowed (some rule
+        has ``additionalProperties: false``) and there are at most MAX_FINITE_NAMES of them
+        (None otherwise): they are then listed properties."""
+        if not any(rule.get("additionalProperties", True) is False for rule in self.rules):
+            return None
+        sources = [source for _, source, _ in self.items]
+        try:
+            languages = [search_language(parse_pattern(source)) for source in sources]
+            sets = NameSets(languages, safe_alphabet(sources), closed_forms=False)
+            found = sets.names(any, MAX_FINITE_NAMES + len(listed))
+        except (PatternError, NameSetError, RecursionError):
+            return None
+        if found is None:
+            return None
+        return [name for name in found if name not in listed][:MAX_FINITE_NAMES]
+
     def partition(
         self, listed: list[str], with_rest: bool, base: str
     ) -> tuple[tuple[ExtraClass, ...], str | None]:
         """One class per set of patterns that some unlisted name matches exactly (its values:
-        all those patterns' schemas), and the regex of the names no pattern matches (None:
-        none, or `with_rest` is False). Names are restricted to characters on which every
-        regex engine reads the patterns alike (`safe_alphabet`): narrower, never wider."""
-        sources = [source for source, _ in self.items]
+        all those patterns' schemas, and the additionalProperties of each rule none of whose
+        patterns match), and the regex of the names no pattern matches (None: none, or
+        `with_rest` is False). Names are restricted to characters on which every regex
+        engine reads the patterns alike (`safe_alphabet`): narrower, never wider."""
+        sources = [source for _, source, _ in self.items]
         if len(sources) > MAX_PARTITIONED_PATTERNS:
             raise GrammarError(
                 keyword="patternProperties", pointer=self.pointer, detail="too many patterns"
@@ -237,9 +310,8 @@ class PatternProperties:
                 key = sets.regex(partial(_exactly, mask=mask, count=count))
                 if key is None:
                     continue
-                chosen = [self.schemas[i] for i in range(count) if mask >> i & 1]
-                node = self.builder.build_merged(chosen, base, chosen[0][1])
-                if not isinstance(node, Never) or node.cutoff:
+                node = self._mask_node(mask, base)
+                if node is not None:
                     classes.append(ExtraClass(key, node))
             rest = sets.regex(partial(_exactly, mask=0, count=count)) if with_rest else None
         except (PatternError, NameSetError) as exc:
@@ -259,12 +331,29 @@ class PatternProperties:
         return ours, self.python[index].search(name) is not None
 
     def schemas_for(self, name: str) -> list[tuple[object, str]]:
-        """Pattern schemas that also bind the listed property `name`."""
-        return [
-            (schema, f"{self.pointer}/{escape_pointer(source)}")
-            for i, (source, schema) in enumerate(self.items)
-            if any(self.matches(i, name))
-        ]
+        """Pattern schemas that also bind the listed property `name` (a merged object's
+        listed schemas hold them already)."""
+        if self.merged:
+            return []
+        return [self.schemas[i] for i in range(len(self.items)) if any(self.matches(i, name))]
+
+    def view(self, name: str) -> list[tuple[object, str]]:
+        """What binds an unlisted property `name`: per rule, the schemas of its patterns
+        that match (under either reading), and its additionalProperties where some reading
+        finds none."""
+        parts = []
+        for r, rule in enumerate(self.rules):
+            reads = [self.matches(i, name) for i, item in enumerate(self.items) if item[0] == r]
+            parts += [
+                self.schemas[i]
+                for i, item in enumerate(self.items)
+                if item[0] == r and any(self.matches(i, name))
+            ]
+            by_us, by_python = any(o for o, _ in reads), any(p for _, p in reads)
+            if not (by_us and by_python) and "additionalProperties" in rule:
+                where = f"{self.object_pointer}/additionalProperties"
+                parts.append((rule["additionalProperties"], where))
+        return parts
 
     def clashes(self, names: list[str]) -> bool:
         """Whether a listed name is in a pattern's language (as extra names come from it)."""

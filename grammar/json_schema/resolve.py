@@ -21,6 +21,7 @@ from fractions import Fraction
 from urllib.parse import unquote, urldefrag, urljoin
 
 from ..errors import GrammarError
+from .member_rules import listed_view, rules_of, unlisted_view
 from .values import JSON, json_equal
 
 # Keywords whose value is a schema / list of schemas / map of schemas (for $id discovery).
@@ -302,7 +303,7 @@ def pair(a: JSON, b: JSON) -> JSON:
 
 _MAXIMA = ("maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains")
 _MINIMA = ("minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains")
-_OBJECT_GROUP = ("properties", "additionalProperties", "patternProperties")
+_OBJECT_GROUP = ("properties", "additionalProperties", "patternProperties", "_extra_rules")
 _ARRAY_GROUP = ("prefixItems", "items")
 
 
@@ -392,8 +393,8 @@ def _merge_group(out: dict, a: dict, b: dict, keys: tuple, merger, pointer: str)
 
 
 def _merge_objects(a: dict, b: dict, pointer: str) -> dict[str, JSON]:
-    if a.get("patternProperties") or b.get("patternProperties"):
-        raise GrammarError(keyword="patternProperties", pointer=pointer, detail="inside allOf")
+    if any(x.get("patternProperties") or "_extra_rules" in x for x in (a, b)):
+        return _merge_rules(a, b, pointer)
     props_a, props_b = a.get("properties", {}), b.get("properties", {})
     extra_a, extra_b = a.get("additionalProperties", True), b.get("additionalProperties", True)
     names = list(dict.fromkeys([*props_a, *props_b]))
@@ -403,6 +404,29 @@ def _merge_objects(a: dict, b: dict, pointer: str) -> dict[str, JSON]:
     if "additionalProperties" in a or "additionalProperties" in b:
         merged["additionalProperties"] = pair(extra_a, extra_b)
     return merged
+
+
+def _merge_rules(a: dict, b: dict, pointer: str) -> dict[str, JSON]:
+    """Objects with patternProperties: each listed name takes what both sides put on it,
+    unlisted names take every side's rules (member_rules.py), kept side by side."""
+    names = list(dict.fromkeys([*a.get("properties", {}), *b.get("properties", {})]))
+    properties: dict[str, JSON] = {}
+    for name in names:
+        schemas = [*_member_view(a, name, pointer), *_member_view(b, name, pointer)]
+        merged: JSON = True
+        for schema in schemas:
+            merged = pair(merged, schema)
+        properties[name] = merged
+    return {"properties": properties, "_extra_rules": [*rules_of(a), *rules_of(b)]}
+
+
+def _member_view(schema: dict, name: str, pointer: str) -> list[JSON]:
+    """The schemas one side of an allOf puts on member `name`."""
+    listed, rules = schema.get("properties", {}), rules_of(schema)
+    if name in listed:  # a merged side's listed schemas hold its rules already
+        extra = [] if "_extra_rules" in schema else listed_view(rules[0], name, pointer)
+        return [listed[name], *extra]
+    return [s for rule in rules for s in unlisted_view(rule, name, pointer)]
 
 
 def _merge_arrays(a: dict, b: dict, pointer: str) -> dict:

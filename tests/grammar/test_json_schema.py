@@ -491,7 +491,7 @@ REFUSALS = [
         "json_schema: unsupported keyword '$ref' at # (remote reference 'http://example.com/x.json')",
     ),
     (
-        {"type": "object", "patternProperties": {f"^{c}": {"const": c} for c in "abcde"}},
+        {"type": "object", "patternProperties": {f"^{c}": {"const": c} for c in "abcdefg"}},
         "json_schema: unsupported keyword 'patternProperties' at #/patternProperties (too many patterns)",
     ),
     ({"type": "string", "pattern": "(?=a)"}, None),
