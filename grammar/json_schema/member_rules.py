@@ -22,8 +22,6 @@ from .pattern import PatternError
 from .strings import encode_string
 from .values import JSON
 
-ABSENT = object()  # a rule without `additionalProperties`
-
 
 def rule_of(schema: dict) -> dict:
     """The rule of one schema's object keywords."""
@@ -53,24 +51,25 @@ def reads(source: str, name: str, pointer: str) -> tuple[bool, bool]:
     return found, python.search(name) is not None
 
 
-def unlisted_view(rule: dict, name: str, pointer: str) -> list[JSON]:
-    """The schemas one rule puts on a member `name` its schema does not list."""
-    out: list[JSON] = []
+def unlisted_view(rule: dict, name: str, pointer: str) -> list[tuple[str | None, JSON]]:
+    """What one rule puts on a member `name` its schema does not list, as (pattern source,
+    schema) pairs; the source None stands for `additionalProperties`."""
+    out: list[tuple[str | None, JSON]] = []
     by_us = by_python = False
     for source, schema in (rule.get("patternProperties") or {}).items():
         ours, python = reads(source, name, pointer)
         by_us, by_python = by_us or ours, by_python or python
         if ours or python:
-            out.append(schema)
+            out.append((source, schema))
     if not (by_us and by_python) and "additionalProperties" in rule:
-        out.append(rule["additionalProperties"])
+        out.append((None, rule["additionalProperties"]))
     return out
 
 
-def listed_view(rule: dict, name: str, pointer: str) -> list[JSON]:
-    """The pattern schemas one rule adds to a member `name` its schema lists."""
+def listed_view(rule: dict, name: str, pointer: str) -> list[tuple[str | None, JSON]]:
+    """The (pattern source, schema) pairs one rule adds to a member `name` its schema lists."""
     return [
-        schema
+        (source, schema)
         for source, schema in (rule.get("patternProperties") or {}).items()
         if any(reads(source, name, pointer))
     ]

@@ -33,7 +33,7 @@ from ..lexer.regex_builders import alt
 from .ir import ExtraClass, Never, Node, Object, Property, Union
 from .lengths import pattern_regex
 from .lowering import Lowering
-from .member_rules import rules_of
+from .member_rules import listed_view, rules_of, unlisted_view
 from .name_sets import (
     NameSetError,
     NameSets,
@@ -91,15 +91,12 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
     finite = patterns.finite_names(list(listed)) if patterns else None
     if finite is not None:
         patterns.partitioned, patterns.extra_key = False, None
-    additional = (
-        None
-        if finite is not None
-        else patterns.additional
-        if patterns and not patterns.partitioned
-        else patterns.rest(base)
-        if patterns
-        else _additional(builder, s, pointer, base)
-    )
+    if finite is not None:
+        additional = None
+    elif patterns:
+        additional = patterns.rest(base) if patterns.partitioned else patterns.additional
+    else:
+        additional = _additional(builder, s, pointer, base)
     rule = _name_rule(builder, s, pointer, base)
     named: dict[str, Node] = {}  # extra names propertyNames allows, when finitely many
     if rule is not None and patterns and finite is None:  # one more language of names
@@ -132,7 +129,7 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
         elif name in named:
             node = named[name]
         elif (patterns and not patterns.partitioned) or (
-            additional is None and (name not in required or patterns.closed(s))
+            additional is None and (name not in required or patterns.closed())
         ):
             continue  # cannot appear (strict mode still lets a required name in)
         else:
@@ -230,7 +227,7 @@ class PatternProperties:
             self.extra_key = alt(self.key_regexes)
         else:  # names split by which patterns match them: see `partition`
             self.partitioned = True
-        self.base, self.schemas = base, schemas
+        self.schemas = schemas
 
     partitioned = False  # extra names are split into classes by the patterns they match
     names: tuple[PatternNode, list[str]] | None = None  # propertyNames' language, sources
@@ -238,7 +235,7 @@ class PatternProperties:
     def __bool__(self) -> bool:
         return bool(self.items)
 
-    def closed(self, s: dict) -> bool:
+    def closed(self) -> bool:
         """Whether some rule says what extra properties may be (not left to strict mode)."""
         return any("additionalProperties" in rule for rule in self.rules)
 
@@ -335,25 +332,25 @@ class PatternProperties:
         listed schemas hold them already)."""
         if self.merged:
             return []
-        return [self.schemas[i] for i in range(len(self.items)) if any(self.matches(i, name))]
+        return self._located(listed_view(self.rules[0], name, self.pointer))
 
     def view(self, name: str) -> list[tuple[object, str]]:
-        """What binds an unlisted property `name`: per rule, the schemas of its patterns
-        that match (under either reading), and its additionalProperties where some reading
-        finds none."""
-        parts = []
-        for r, rule in enumerate(self.rules):
-            reads = [self.matches(i, name) for i, item in enumerate(self.items) if item[0] == r]
-            parts += [
-                self.schemas[i]
-                for i, item in enumerate(self.items)
-                if item[0] == r and any(self.matches(i, name))
-            ]
-            by_us, by_python = any(o for o, _ in reads), any(p for _, p in reads)
-            if not (by_us and by_python) and "additionalProperties" in rule:
-                where = f"{self.object_pointer}/additionalProperties"
-                parts.append((rule["additionalProperties"], where))
-        return parts
+        """What binds an unlisted property `name`: every rule's (member_rules.py)."""
+        return self._located(
+            [part for rule in self.rules for part in unlisted_view(rule, name, self.pointer)]
+        )
+
+    def _located(self, parts: list[tuple[str | None, object]]) -> list[tuple[object, str]]:
+        """(schema, pointer) for (pattern source or None for additionalProperties, schema)."""
+        return [
+            (
+                schema,
+                f"{self.object_pointer}/additionalProperties"
+                if source is None
+                else f"{self.pointer}/{escape_pointer(source)}",
+            )
+            for source, schema in parts
+        ]
 
     def clashes(self, names: list[str]) -> bool:
         """Whether a listed name is in a pattern's language (as extra names come from it)."""

@@ -425,8 +425,8 @@ def _member_view(schema: dict, name: str, pointer: str) -> list[JSON]:
     listed, rules = schema.get("properties", {}), rules_of(schema)
     if name in listed:  # a merged side's listed schemas hold its rules already
         extra = [] if "_extra_rules" in schema else listed_view(rules[0], name, pointer)
-        return [listed[name], *extra]
-    return [s for rule in rules for s in unlisted_view(rule, name, pointer)]
+        return [listed[name], *(s for _, s in extra)]
+    return [s for rule in rules for _, s in unlisted_view(rule, name, pointer)]
 
 
 def _merge_arrays(a: dict, b: dict, pointer: str) -> dict:
