@@ -277,9 +277,8 @@ class PatternProperties:
             found = sets.names(any, MAX_FINITE_NAMES + len(listed))
         except (PatternError, NameSetError, RecursionError):
             return None
-        if found is None:
-            return None
-        return [name for name in found if name not in listed][:MAX_FINITE_NAMES]
+        unlisted = None if found is None else [name for name in found if name not in listed]
+        return unlisted if unlisted is not None and len(unlisted) <= MAX_FINITE_NAMES else None
 
     def partition(
         self, listed: list[str], with_rest: bool, base: str

@@ -563,6 +563,66 @@ PATTERN_PROPERTIES_CASES += [  # propertyNames as one more language of names
 ]
 
 
+MERGED_PATTERN_CASES = [  # patternProperties under allOf, finitely many names listed
+    (
+        {
+            "type": "object",
+            "allOf": [
+                {"patternProperties": {"^.{1,3}$": False}, "additionalProperties": True},
+                {"patternProperties": {"a": True}, "additionalProperties": False},
+                {"patternProperties": {"b": {"type": "integer"}}},
+            ],
+        },
+        [{}, {"abcd": 1}, {"abcd": "s"}, {"acde": "s"}, {"ab": 1}, {"cdef": 1}, {"xxab": 1}],
+    ),
+    (
+        {
+            "allOf": [
+                {"properties": {"id": {"type": "integer"}}, "additionalProperties": False},
+                {"patternProperties": {"^i": {"minimum": 3}}},
+            ]
+        },
+        [{"id": 3}, {"id": 2}, {"id": "x"}, {"ix": 5}, {}],
+    ),
+    (  # five names: counts and dependencies become exact
+        {
+            "type": "object",
+            "patternProperties": {"^[a-e]$": {"type": "integer"}},
+            "additionalProperties": False,
+            "required": ["a"],
+            "maxProperties": 2,
+            "dependentRequired": {"b": ["c"]},
+        },
+        [{"a": 1}, {"a": 1, "c": 2}, {"a": 1, "b": 2}, {"a": 1, "c": 1, "d": 1}, {"f": 1}],
+    ),
+    (
+        {
+            "type": "object",
+            "patternProperties": {"^[0-3]$": True, "^x$": {"type": "string"}},
+            "additionalProperties": False,
+            "minProperties": 2,
+        },
+        [{"1": 1, "x": "s"}, {"1": 1}, {"1": 1, "x": 2}, {"1": 1, "2": 2}, {"10": 1, "2": 1}],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), MERGED_PATTERN_CASES)
+def test_pattern_properties_merged_and_listed(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+def test_finite_names_are_enumerated_or_refused_past_the_limit() -> None:
+    def names(source: str, limit: int) -> list[str] | None:
+        sets = NameSets([search_language(parse_pattern(source))], CharSet.universe(), False)
+        return sets.names(any, limit)
+
+    assert names("^[a-c]x?$", 10) == ["a", "b", "c", "ax", "bx", "cx"]
+    assert names("^[a-c]x?$", 5) is None  # more than the limit
+    assert names("^a+$", 100) is None  # infinitely many
+    assert names("^$", 3) == [""]
+
+
 @pytest.mark.parametrize(("schema", "instances"), PATTERN_PROPERTIES_CASES)
 def test_pattern_properties(schema: dict, instances: list) -> None:
     check_instances(schema, instances)
