@@ -57,6 +57,7 @@ OBJECT_KEYWORDS = frozenset(
         "dependentSchemas",
         "unevaluatedProperties",
         "_extra_rules",
+        "_some_member",
     }
 )
 ARRAY_KEYWORDS = frozenset(

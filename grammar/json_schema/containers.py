@@ -107,15 +107,23 @@ def object_body(
     extra: str | None,
     sep: str,
     listed: Callable[[ObjectShape], str | None] | None = None,
+    witness: str | None = None,
 ) -> str | None:
     """Contents between the braces for the union of `shapes`, all followed by the same
     extra members (`extra` regex, None: none allowed). None: no object qualifies.
-    `listed` writes a shape's listings (default `ObjectShape.listed`)."""
+    `listed` writes a shape's listings (default `ObjectShape.listed`). With `witness` (a
+    regex of extra members that `extra` also matches), at least one extra member is one."""
     if not shapes:
         return None
     zero_listed = any(not s.has_required for s in shapes)
-    empty = any(not s.has_required and not s.nonempty for s in shapes)
     write = listed or (lambda shape: shape.listed(sep))
+    if witness is not None:  # extras before it, the witness, extras after it
+        before = repeat(sep + extra, 0, None) if extra else ""
+        after = concat([sep + witness, before])
+        listings = alt([write(s) for s in shapes])
+        first = concat([repeat(extra + sep, 0, None) if extra else "", witness, before])
+        return alt([concat([listings, before, after]), first if zero_listed else None])
+    empty = any(not s.has_required and not s.nonempty for s in shapes)
     starts = alt([*(write(s) for s in shapes), extra if zero_listed else None])
     extras_after = repeat(sep + extra, 0, None) if extra else ""
     body = concat([starts, extras_after])

@@ -241,6 +241,8 @@ def max_nesting(node: Node, seen: int = 0) -> float:
 def _object_subsumes(a: Object, b: Object) -> bool:
     if a.extra_key is not None or b.extra_key is not None or a.classes or b.classes:
         return False
+    if a.witnesses:  # b need not have a witness
+        return False
     if a.nonempty and not b.nonempty:
         return False
     listed_a = {p.name: p for p in a.properties}

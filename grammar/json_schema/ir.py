@@ -232,6 +232,7 @@ class Union(Node):
                     tuple(option.excluded_names),
                     option.extra_key,
                     tuple((c.key, id(c.node)) for c in option.classes),
+                    tuple((w.key, id(w.node)) for w in option.witnesses),
                 )
                 if key not in groups:
                     groups[key] = []
@@ -403,7 +404,8 @@ class ExtraClass:
 class Object(Node):
     """Listed properties in order, then extra properties (None: not allowed) whose names
     differ from every name in `excluded_names`; names that match a `classes` key take that
-    class's values instead (patternProperties)."""
+    class's values instead (patternProperties). With `witnesses`, at least one extra member
+    has a name and a value of one of them (each within what the extras allow)."""
 
     properties: list[Property]
     additional: Node | None
@@ -412,6 +414,7 @@ class Object(Node):
     closed: bool = False  # the schema forbids extra properties (not just this grammar)
     extra_key: str | None = None  # regex of extra names (contents); None: any unlisted name
     classes: tuple[ExtraClass, ...] = ()
+    witnesses: tuple[ExtraClass, ...] = ()
     json_types = frozenset({"object"})
 
     def regex(self, ctx: EmitContext) -> str | None:
@@ -444,6 +447,10 @@ class Object(Node):
         if member is not None and self.properties:  # next to listed properties, an
             ctx.extras[member] = None  # undeclared one is the rare case
         return member
+
+    def witness_member(self, ctx: EmitContext) -> str | None:
+        """Regex of one extra member that is a witness (None: no witness is asked)."""
+        return alt(self._member(w.key, w.node, ctx) for w in self.witnesses)
 
     def _member(self, names: str, node: Node, ctx: EmitContext) -> str | None:
         value = ctx.regex(node)
@@ -486,8 +493,21 @@ class Object(Node):
             self.nonempty and not value
         ):
             return False
+        if self.witnesses and not any(
+            self._witnessed(key, item, ctx, depth_bound)
+            for key, item in value.items()
+            if key not in listed
+        ):
+            return False
         return all(
             self._admits_member(key, item, listed, ctx, depth_bound) for key, item in value.items()
+        )
+
+    def _witnessed(self, key: str, item: object, ctx: EmitContext, depth_bound: bool) -> bool:
+        contents = encode_string(key)[1:-1]
+        return any(
+            re.fullmatch(w.key, contents) is not None and w.node.admits(item, ctx, depth_bound)
+            for w in self.witnesses
         )
 
     def _admits_member(
@@ -513,5 +533,8 @@ def objects_regex(objects: list[Object], ctx: EmitContext) -> str | None:
         if members is not None:
             shapes.append(ObjectShape(members, obj.nonempty))
     extra = objects[0].extra_member(ctx)
-    body = object_body(shapes, extra, ctx.sep(","), ctx.listed)
+    witness = objects[0].witness_member(ctx) if objects[0].witnesses else None
+    if objects[0].witnesses and witness is None:
+        return None  # a witness is asked and none can be written
+    body = object_body(shapes, extra, ctx.sep(","), ctx.listed, witness)
     return None if body is None else rf"\{{{ctx.ws}{body}{ctx.ws}\}}"

@@ -19,12 +19,17 @@ complements, each within the keyword's own type:
     not {items: S}                 = {type: array, contains: not S}   (no prefixItems)
     not {contains: S}              = {type: array, items: {not: S}}   (no counts, no prefixItems)
     not {propertyNames: {not: {enum: [a, b]}}} = {required: [a]} | {required: [b]}
+    not {propertyNames: {pattern: P}} = an object with a member whose name P does not find
+    not {additionalProperties: S}  = an object with a member that no `properties` name and
+                                     no `patternProperties` pattern binds, valued in not S
+    not {patternProperties: {P: S}} = an object with a member whose name P finds, valued
+                                      in not S              (both: some_member.py)
     not {not: S}                   = S;   not {anyOf: [A, B]} = (not A) and (not B)
     not {oneOf: [A, B]}            = ((not A) and (not B))  |  (A and B)
 
 The union's members may overlap; each is exact (or narrower through the same documented
 narrowings as any schema, never wider). A keyword whose complement has no such form
-(`format`, `additionalProperties`, ...) raises GrammarError naming
+(`format`, `dependentRequired`, ...) raises GrammarError naming
 the keyword that asked for the complement and the pointer where it sits.
 """
 
@@ -35,6 +40,7 @@ from decimal import Decimal
 from ..errors import GrammarError
 from .lowering import Lowering
 from .resolve import METADATA, RecursionCutoff, named_values
+from .some_member import MemberClass
 from .values import JSON, json_equal, json_type
 
 MAX_ONE_OF_BRANCHES = 8
@@ -56,8 +62,6 @@ _COUNT_MAXIMA = {high: (kind, low) for low, (kind, high) in _COUNTS.items()}
 _NOT_COMPLEMENTED = frozenset(
     {
         "format",
-        "additionalProperties",
-        "patternProperties",
         "dependentRequired",
         "unevaluatedProperties",
         "prefixItems",
@@ -69,6 +73,7 @@ _NOT_COMPLEMENTED = frozenset(
         "_conds",
         "_not_all",
         "_extra_rules",
+        "_some_member",
     }
 )
 
@@ -155,6 +160,10 @@ class _Negation:
             return self.contains(value, flat)
         if key == "propertyNames":
             return self.property_names(value)
+        if key == "additionalProperties" and "_extra_rules" not in flat:
+            return self.additional(value, flat)
+        if key == "patternProperties" and "_extra_rules" not in flat:
+            return self.pattern_properties(value)
         if key in ("minContains", "maxContains") and "contains" not in flat:
             return []  # without `contains` they assert nothing
         if key in _NOT_COMPLEMENTED:
@@ -203,9 +212,15 @@ class _Negation:
 
     def property_names(self, schema: JSON) -> list[JSON]:
         """not {propertyNames: S} = an object with a name outside S: where S excludes
-        finitely many names (``not: {enum}`` / ``not: {const}``), one of them is present."""
+        finitely many names (``not: {enum}`` / ``not: {const}``), one of them is present;
+        where S is a pattern, a name it does not find is."""
         where = f"{self.pointer}/propertyNames"
         flat, _ = self.builder.flatten(schema, where, self.base)
+        keys = set(flat) - METADATA
+        if keys and keys <= {"type", "pattern"} and flat.get("type", "string") == "string":
+            if isinstance(flat.get("pattern"), str):  # (non-strings are no names: vacuous)
+                found = MemberClass(self.asked_by, where, True, not_patterns=(flat["pattern"],))
+                return [{"type": "object", "_some_member": [found.entry()]}]
         nots = flat.get("_nots", [])
         names = (
             named_values(nots[0]) if set(flat) - METADATA == {"_nots"} and len(nots) == 1 else None
@@ -213,6 +228,39 @@ class _Negation:
         if names is None:
             raise self.refuse("a condition with 'propertyNames'")
         return [{"type": "object", "required": [n]} for n in names if isinstance(n, str)]
+
+    def additional(self, schema: JSON, flat: dict) -> list[JSON]:
+        """not {additionalProperties: S} = a member no listed name or pattern binds, valued
+        in not S."""
+        listed, patterns = flat.get("properties", {}), flat.get("patternProperties", {})
+        if not isinstance(listed, dict) or not isinstance(patterns, dict):
+            raise self.refuse("a malformed 'properties' or 'patternProperties'")
+        where = f"{self.pointer}/additionalProperties"
+        negated = complement(self.builder, schema, where, self.base, self.asked_by)
+        if not negated:
+            return []
+        value = negated[0] if len(negated) == 1 else {"anyOf": negated}
+        found = MemberClass(
+            self.asked_by, where, value, not_names=tuple(listed), not_patterns=tuple(patterns)
+        )
+        return [{"type": "object", "_some_member": [found.entry()]}]
+
+    def pattern_properties(self, patterns: JSON) -> list[JSON]:
+        """not {patternProperties: {P: S, ...}} = a member whose name P finds, valued in not
+        S (for one of the patterns)."""
+        if not isinstance(patterns, dict):
+            raise self.refuse("a malformed 'patternProperties'")
+        out: list[JSON] = []
+        for source, schema in patterns.items():
+            where = (
+                f"{self.pointer}/patternProperties/{source.replace('~', '~0').replace('/', '~1')}"
+            )
+            negated = complement(self.builder, schema, where, self.base, self.asked_by)
+            if negated:
+                value = negated[0] if len(negated) == 1 else {"anyOf": negated}
+                found = MemberClass(self.asked_by, where, value, patterns=(source,))
+                out.append({"type": "object", "_some_member": [found.entry()]})
+        return out
 
     def group(self, group_keyword: str, branches: JSON) -> list[JSON]:
         """not anyOf [A, B, ...] = (not A) and (not B) and ...;

@@ -44,12 +44,14 @@ from .name_sets import (
 from .names import NameRule, name_rule
 from .pattern import PatternError, PatternNode, parse_pattern
 from .resolve import METADATA
+from .some_member import MemberClass, member_class, witness_key
 from .strings import any_json_char_regex, encode_string
 
 MAX_ENUMERATED_NAMES = 12
 MAX_VARIANTS = 256
 MAX_PARTITIONED_PATTERNS = 6
 MAX_FINITE_NAMES = 32  # names patternProperties allows that become listed properties
+Parts = tuple[tuple[object, str], ...] | list[tuple[object, str]]  # (schema, pointer) pairs
 
 
 @overload
@@ -91,6 +93,9 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
     finite = patterns.finite_names(list(listed)) if patterns else None
     if finite is not None:
         patterns.partitioned, patterns.extra_key = False, None
+    some = member_class(s)  # a member whose name is in a class, valued in a schema
+    if some is not None and patterns and finite is None:
+        patterns.partitioned, patterns.extra_key = True, None  # the class splits the extras
     if finite is not None:
         additional = None
     elif patterns:
@@ -116,6 +121,7 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
     mentioned = [n for _, names, _ in constraints for n in names]
     names = list(dict.fromkeys([*listed, *required, *mentioned, *named, *(finite or [])]))
     properties = []
+    bound: dict[str, Parts] = {}  # the schemas each property's value is valid under
     for name in names:
         parts = (
             [(listed[name], f"{pointer}/properties/{escape_pointer(name)}")]
@@ -127,14 +133,15 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
         if parts:
             node = builder.build_merged(parts, base, parts[0][1])
         elif name in named:
-            node = named[name]
+            node, parts = named[name], extra_parts(s, pointer)
         elif (patterns and not patterns.partitioned) or (
             additional is None and (name not in required or patterns.closed())
         ):
             continue  # cannot appear (strict mode still lets a required name in)
         else:
-            node = additional or builder.any_value()
+            node, parts = additional or builder.any_value(), extra_parts(s, pointer)
         properties.append(Property(name, node, name in required))
+        bound[name] = parts
     if patterns and patterns.extra_key is not None and patterns.clashes(names):
         patterns.partitioned = True  # the listed names are subtracted from the patterns
         additional = None  # additionalProperties is false in this shape
@@ -144,9 +151,14 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
     properties = kept
     extra_key = patterns.extra_key if patterns else None
     classes: tuple[ExtraClass, ...] = ()
+    witnesses: tuple[ExtraClass, ...] = ()
     if patterns and patterns.partitioned:
-        classes, extra_key = patterns.partition(names, additional is not None, base)
+        classes, extra_key, witnesses = patterns.partition(
+            names, additional is not None, base, some
+        )
         additional = None if extra_key is None else additional
+    elif some is not None and additional is not None:
+        witnesses = _witnesses(builder, s, some, names, rule, pointer, base)
     if rule is not None and additional is not None and not patterns:
         extra_key = rule.extra_key(names, pointer)
         additional = None if extra_key is None else additional
@@ -159,18 +171,86 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
         )
     )
     obj = Object(properties, additional, names, nonempty, closed, extra_key, classes)
-    return enumerate_presence(obj, constraints, pointer) if constraints else obj
+    if some is None:
+        return enumerate_presence(obj, constraints, pointer) if constraints else obj
+    options: list[Node] = [
+        enumerate_presence(o, constraints, pointer) if constraints else o
+        for o in _witnessed(builder, obj, some, bound, witnesses, base)
+    ]
+    return Union(options) if len(options) > 1 else options[0] if options else Never()
 
 
-def _exactly(matches: tuple[bool, ...], mask: int, count: int) -> bool:
+def _witnesses(
+    builder: Lowering,
+    s: dict,
+    some: MemberClass,
+    listed: list[str],
+    rule: NameRule | None,
+    pointer: str,
+    base: str,
+) -> tuple[ExtraClass, ...]:
+    """The witness class of an object without patternProperties: the extra names in
+    `some`'s class (not `listed`, allowed by propertyNames), valued under its schema and
+    additionalProperties."""
+    names = rule.language() if rule is not None else None
+    if rule is not None and names is None:
+        raise some.refuse("with this propertyNames")
+    key = witness_key(some, listed, names)
+    if key is None:
+        return ()
+    parts = [*extra_parts(s, pointer), (some.value, some.pointer)]
+    node = builder.build_merged(parts, base, parts[0][1])
+    return () if isinstance(node, Never) else (ExtraClass(key, node),)
+
+
+def _witnessed(
+    builder: Lowering,
+    obj: Object,
+    some: MemberClass,
+    bound: dict[str, Parts],
+    witnesses: tuple[ExtraClass, ...],
+    base: str,
+) -> list[Object]:
+    """`obj` with a member in `some`'s class: one variant per listed property in the class
+    (present, valued under the class's schema too), and `obj` with the `witnesses`."""
+    options: list[Object] = []
+    for i, prop in enumerate(obj.properties):
+        if isinstance(prop.node, Never) or not some.holds(prop.name):
+            continue
+        parts = [*bound[prop.name], (some.value, some.pointer)]
+        node = builder.build_merged(parts, base, parts[0][1])
+        if not isinstance(node, Never):
+            properties = list(obj.properties)
+            properties[i] = Property(prop.name, node, True)
+            options.append(dataclasses.replace(obj, properties=properties))
+    if witnesses:
+        options.append(dataclasses.replace(obj, witnesses=witnesses))
+    return options
+
+
+def _exactly(
+    matches: tuple[bool, ...], mask: int, count: int, known: int, some: MemberClass | None = None
+) -> bool:
     """Exactly the patterns in `mask` match, the name is not a listed one (language `count`)
-    and propertyNames allows it (language `count + 1`, where there is one)."""
-    allowed = len(matches) == count + 1 or matches[count + 1]
+    and propertyNames allows it (language `count + 1`, where there is one: `known` counts
+    them); with `some`, the name is in its class too (the languages from `known` on)."""
+    allowed = known == count + 1 or matches[count + 1]
     return (
         allowed
         and not matches[count]
         and all(matches[i] == bool(mask >> i & 1) for i in range(count))
+        and (some is None or some.admits(matches[known:]))
     )
+
+
+def extra_parts(s: dict, pointer: str) -> list[tuple[object, str]]:
+    """The additionalProperties schemas binding a name no pattern matches (every rule's)."""
+    where = f"{pointer}/additionalProperties"
+    return [
+        (rule["additionalProperties"], where)
+        for rule in rules_of(s)
+        if "additionalProperties" in rule
+    ]
 
 
 def _additional(builder: Lowering, s: dict, pointer: str, base: str) -> Node | None:
@@ -239,23 +319,22 @@ class PatternProperties:
         """Whether some rule says what extra properties may be (not left to strict mode)."""
         return any("additionalProperties" in rule for rule in self.rules)
 
-    def rest(self, base: str) -> Node | None:
-        """The values of names no pattern matches: every rule's additionalProperties."""
-        if not self.merged:
+    def rest(self, base: str, also: Parts = ()) -> Node | None:
+        """The values of names no pattern matches: every rule's additionalProperties (and
+        the schemas `also`)."""
+        if not self.merged and not also:
             return _additional(self.builder, self.s, self.object_pointer, base)
-        parts = [
-            (rule["additionalProperties"], f"{self.object_pointer}/additionalProperties")
-            for rule in self.rules
-            if "additionalProperties" in rule
-        ]
+        parts = [*extra_parts(self.s, self.object_pointer), *also]
         if not parts:
             return None if self.builder.strict else self.builder.any_value()
         node = self.builder.build_merged(parts, base, parts[0][1])
         return None if isinstance(node, Never) and not node.cutoff else node
 
-    def _mask_node(self, mask: int, base: str) -> Node | None:
-        """The values of names matched by exactly the patterns in `mask` (None: not allowed)."""
+    def _mask_node(self, mask: int, base: str, also: Parts = ()) -> Node | None:
+        """The values of names matched by exactly the patterns in `mask` (None: not allowed),
+        valid under the schemas `also` too."""
         parts = [self.schemas[i] for i in range(len(self.items)) if mask >> i & 1]
+        parts += also
         for r, rule in enumerate(self.rules):  # a rule none of whose patterns match
             mine = [i for i, item in enumerate(self.items) if item[0] == r]
             if not any(mask >> i & 1 for i in mine) and "additionalProperties" in rule:
@@ -281,13 +360,15 @@ class PatternProperties:
         return unlisted if unlisted is not None and len(unlisted) <= MAX_FINITE_NAMES else None
 
     def partition(
-        self, listed: list[str], with_rest: bool, base: str
-    ) -> tuple[tuple[ExtraClass, ...], str | None]:
+        self, listed: list[str], with_rest: bool, base: str, some: MemberClass | None = None
+    ) -> tuple[tuple[ExtraClass, ...], str | None, tuple[ExtraClass, ...]]:
         """One class per set of patterns that some unlisted name matches exactly (its values:
         all those patterns' schemas, and the additionalProperties of each rule none of whose
-        patterns match), and the regex of the names no pattern matches (None: none, or
-        `with_rest` is False). Names are restricted to characters on which every regex
-        engine reads the patterns alike (`safe_alphabet`): narrower, never wider."""
+        patterns match), the regex of the names no pattern matches (None: none, or
+        `with_rest` is False), and the witness classes of `some` (some_member.py): each
+        class's names in its class, valued under its schema too. Names are restricted to
+        characters on which every regex engine reads the patterns alike (`safe_alphabet`):
+        narrower, never wider."""
         sources = [source for _, source, _ in self.items]
         if len(sources) > MAX_PARTITIONED_PATTERNS:
             raise GrammarError(
@@ -300,16 +381,32 @@ class PatternProperties:
             if self.names is not None:  # propertyNames: the last language must match
                 languages.append(self.names[0])
                 sources += self.names[1]
+            known = len(languages)
+            also: Parts = ()
+            if some is not None:
+                languages += some.languages()
+                sources += some.sources()
+                also = ((some.value, some.pointer),)
             sets = NameSets(languages, safe_alphabet(sources))
-            classes = []
-            for mask in range(1, 1 << count):
-                key = sets.regex(partial(_exactly, mask=mask, count=count))
+            classes, witnesses, rest = [], [], None
+            for mask in range(0 if with_rest else 1, 1 << count):
+                key = sets.regex(partial(_exactly, mask=mask, count=count, known=known))
                 if key is None:
                     continue
-                node = self._mask_node(mask, base)
-                if node is not None:
+                if mask:
+                    node = self._mask_node(mask, base)
+                    if node is None:
+                        continue
                     classes.append(ExtraClass(key, node))
-            rest = sets.regex(partial(_exactly, mask=0, count=count)) if with_rest else None
+                else:
+                    rest = key
+                if some is not None:  # the witnesses among these names
+                    wkey = sets.regex(
+                        partial(_exactly, mask=mask, count=count, known=known, some=some)
+                    )
+                    wnode = self._mask_node(mask, base, also) if mask else self.rest(base, also)
+                    if wkey is not None and wnode is not None:
+                        witnesses.append(ExtraClass(wkey, wnode))
         except (PatternError, NameSetError) as exc:
             raise GrammarError(
                 keyword="patternProperties", pointer=self.pointer, detail=str(exc)
@@ -318,7 +415,7 @@ class PatternProperties:
             raise GrammarError(
                 keyword="patternProperties", pointer=self.pointer, detail="patterns nest too deeply"
             ) from None
-        return tuple(classes), rest
+        return tuple(classes), rest, tuple(witnesses)
 
     def matches(self, index: int, name: str) -> tuple[bool, bool]:
         """(our reading of pattern `index` matches `name`, Python's `re.search` does)."""

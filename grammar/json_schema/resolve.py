@@ -336,7 +336,15 @@ def _merge_keyword(key: str, x: JSON, y: JSON, pointer: str) -> JSON:
         return min(x, y)
     if key in _MINIMA:
         return max(x, y)
-    if key in ("_groups", "_nots", "_not_all", "_conds", "_not_multipleOf", "_not_patterns"):
+    if key in (
+        "_groups",
+        "_nots",
+        "_not_all",
+        "_conds",
+        "_not_multipleOf",
+        "_not_patterns",
+        "_some_member",
+    ):
         return list(x) + list(y)
     if key == "multipleOf" and not json_equal(x, y):
         return _common_multiple(x, y, pointer)

@@ -211,6 +211,88 @@ def test_not_as_complement(schema: dict, instances: list) -> None:
     check_instances(schema, instances)
 
 
+# The complements of additionalProperties, patternProperties and propertyNames: an object with
+# some member whose name is in a class and whose value is in a schema (some_member.py).
+SOME_MEMBER_CASES = [
+    (
+        {"type": "object", "not": {"additionalProperties": {"type": "integer"}}},
+        [{}, {"a": 1}, {"a": "s"}, {"a": 1, "b": None}, {"b": 2, "a": 1}],
+    ),
+    (
+        {
+            "not": {
+                "properties": {"bar": {}, "foo": {}},
+                "additionalProperties": {"type": "boolean"},
+            }
+        },
+        [{"bar": 1}, {"bar": 1, "q": 2}, {"q": True}, {"foo": 1, "q": True, "r": 0}, 3],
+    ),
+    (  # a listed property can be the member: in the class and valued outside S
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {}},
+            "not": {"patternProperties": {"^[ab]$": {"minimum": 3}}},
+        },
+        [{}, {"a": 1}, {"a": 5}, {"b": "x"}, {"b": 2}, {"b": 4, "a": 4}, {"ab": 1}],
+    ),
+    (
+        {"type": "object", "not": {"patternProperties": {"f.*o": {"type": "integer"}}}},
+        [{"foo": "bar"}, {"foo": 1}, {"fooooo": 2, "f123o": "x"}, {"x": "y"}, {}],
+    ),
+    (  # the names a pattern does not find
+        {
+            "type": "object",
+            "additionalProperties": {"type": "integer"},
+            "not": {"propertyNames": {"pattern": "^x"}},
+        },
+        [{}, {"xa": 1}, {"a": 1}, {"xa": 1, "b": 2}, {"a": "s"}],
+    ),
+    (  # with patterns of its own, and with propertyNames: the classes split
+        {
+            "type": "object",
+            "patternProperties": {"^n": {"type": "number"}},
+            "propertyNames": {"maxLength": 3},
+            "not": {"additionalProperties": {"type": "number"}},
+        },
+        [{}, {"n1": 1}, {"ab": 1}, {"ab": "s"}, {"n1": 1, "abc": []}, {"abcd": "s"}],
+    ),
+    (  # a closed object: only listed properties can be the member
+        {
+            "properties": {"a": {"type": "string"}, "b": {"type": "integer"}},
+            "additionalProperties": False,
+            "not": {"patternProperties": {"^a": {"minLength": 2}}},
+        },
+        [{}, {"a": "x"}, {"a": "xy"}, {"b": 1}, {"b": 1, "a": ""}],
+    ),
+    (  # enum members filtered by the complement
+        {
+            "enum": [{"bar": 2, "foo": 1, "quux": 12}, {"bar": 2, "foo": 1}, {"x": True}],
+            "not": {
+                "properties": {"bar": {}, "foo": {}},
+                "additionalProperties": {"type": "boolean"},
+            },
+        },
+        [{"bar": 2, "foo": 1, "quux": 12}, {"bar": 2, "foo": 1}, {"x": True}],
+    ),
+]
+
+
+@pytest.mark.parametrize(("schema", "instances"), SOME_MEMBER_CASES)
+def test_some_member_complements(schema: dict, instances: list) -> None:
+    check_instances(schema, instances)
+
+
+@pytest.mark.parametrize("index", range(len(SOME_MEMBER_CASES) - 1))
+def test_some_member_complements_on_every_small_object(index: int) -> None:
+    """Every object of up to two members over a few names and values agrees with jsonschema."""
+    schema = SOME_MEMBER_CASES[index][0]
+    names, values = ["a", "b", "n1", "xa", "foo", "abcd"], [1, 5, "s", "xy", None]
+    members = [(n, v) for n in names for v in values]
+    objects = [{}] + [dict([m]) for m in members]
+    objects += [dict([m, k]) for m, k in itertools.combinations(members, 2) if m[0] != k[0]]
+    check_instances(schema, objects)
+
+
 def test_conditions_stay_apart_across_all_of() -> None:
     """Each allOf member's keywords stay apart: an `if` alone asserts nothing."""
     schema = {
