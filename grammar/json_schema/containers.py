@@ -102,27 +102,34 @@ class ObjectShape:
         return alt(member + tail(i + 1) for i, (member, _) in enumerate(self.members))
 
 
+Count = tuple[int, int | None]  # (at least, at most: None for no bound)
+Runs = list[tuple[str | None, int, int | None]]  # (member regex, at least, at most) in order
+MAX_COUNTED_WITNESS = 32  # extra members counted beside a witness (the regex is quadratic)
+
+
 def object_body(
     shapes: list[ObjectShape],
     extra: str | None,
     sep: str,
     listed: Callable[[ObjectShape], str | None] | None = None,
     witness: str | None = None,
+    count: Count = (0, None),
 ) -> str | None:
     """Contents between the braces for the union of `shapes`, all followed by the same
     extra members (`extra` regex, None: none allowed). None: no object qualifies.
     `listed` writes a shape's listings (default `ObjectShape.listed`). With `witness` (a
-    regex of extra members that `extra` also matches), at least one extra member is one."""
+    regex of extra members that `extra` also matches), at least one extra member is one;
+    `count`: how many extra members there are."""
     if not shapes:
         return None
     zero_listed = any(not s.has_required for s in shapes)
     write = listed or (lambda shape: shape.listed(sep))
-    if witness is not None:  # extras before it, the witness, extras after it
-        before = repeat(sep + extra, 0, None) if extra else ""
-        after = concat([sep + witness, before])
+    if witness is not None or count != (0, None):
+        options = extra_runs(extra, witness, count)
         listings = alt([write(s) for s in shapes])
-        first = concat([repeat(extra + sep, 0, None) if extra else "", witness, before])
-        return alt([concat([listings, before, after]), first if zero_listed else None])
+        after = alt([runs_regex(runs, sep, True) for runs in options])
+        first = alt([runs_regex(runs, sep, False) for runs in options])
+        return alt([concat([listings, after]), first if zero_listed else None])
     empty = any(not s.has_required and not s.nonempty for s in shapes)
     starts = alt([*(write(s) for s in shapes), extra if zero_listed else None])
     extras_after = repeat(sep + extra, 0, None) if extra else ""
@@ -130,3 +137,39 @@ def object_body(
     if empty:
         return optional(body)
     return body
+
+
+def extra_runs(extra: str | None, witness: str | None, count: Count) -> list[Runs]:
+    """The sequences of `count` extra members, at least one of them a `witness` where one is
+    asked, as a union of runs: ``E{n}`` or ``E{a} W E{...}`` (W at the first witness)."""
+    low, high = count
+    if witness is None:
+        return [[(extra, low, high)]]
+    if high is None:  # the first witness before position low - 1, or at it or later
+        early = [
+            [(extra, a, a), (witness, 1, 1), (extra, low - 1 - a, None)] for a in range(low - 1)
+        ]
+        return [*early, [(extra, max(low - 1, 0), None), (witness, 1, 1), (extra, 0, None)]]
+    if high > MAX_COUNTED_WITNESS:
+        raise GrammarTooLarge(
+            f"json_schema: {high} extra properties counted beside a condition on some member"
+        )
+    return [
+        [(extra, a, a), (witness, 1, 1), (extra, max(low - 1 - a, 0), high - 1 - a)]
+        for a in range(high)
+    ]
+
+
+def runs_regex(runs: Runs, sep: str, leading: bool) -> str | None:
+    """The members of `runs` in order, separated by `sep` (also before the first where
+    `leading`)."""
+    if leading:
+        return concat(repeat(sep + m if m is not None else None, a, b) for m, a, b in runs)
+    if not runs:
+        return ""
+    (member, low, high), rest = runs[0], runs[1:]
+    if high == 0 or member is None:
+        return runs_regex(rest, sep, False) if low == 0 else None
+    more = repeat(sep + member, max(low - 1, 0), None if high is None else high - 1)
+    nonempty = concat([member, more, runs_regex(rest, sep, True)])
+    return alt([nonempty, runs_regex(rest, sep, False)]) if low == 0 else nonempty

@@ -241,7 +241,7 @@ def max_nesting(node: Node, seen: int = 0) -> float:
 def _object_subsumes(a: Object, b: Object) -> bool:
     if a.extra_key is not None or b.extra_key is not None or a.classes or b.classes:
         return False
-    if a.witnesses:  # b need not have a witness
+    if a.witnesses or a.extra_count != (0, None):  # b need not have a witness, or as many
         return False
     if a.nonempty and not b.nonempty:
         return False

@@ -233,6 +233,7 @@ class Union(Node):
                     option.extra_key,
                     tuple((c.key, id(c.node)) for c in option.classes),
                     tuple((w.key, id(w.node)) for w in option.witnesses),
+                    option.extra_count,
                 )
                 if key not in groups:
                     groups[key] = []
@@ -405,7 +406,8 @@ class Object(Node):
     """Listed properties in order, then extra properties (None: not allowed) whose names
     differ from every name in `excluded_names`; names that match a `classes` key take that
     class's values instead (patternProperties). With `witnesses`, at least one extra member
-    has a name and a value of one of them (each within what the extras allow)."""
+    has a name and a value of one of them (each within what the extras allow);
+    `extra_count`: how many extra members there are (at least, at most)."""
 
     properties: list[Property]
     additional: Node | None
@@ -415,6 +417,7 @@ class Object(Node):
     extra_key: str | None = None  # regex of extra names (contents); None: any unlisted name
     classes: tuple[ExtraClass, ...] = ()
     witnesses: tuple[ExtraClass, ...] = ()
+    extra_count: tuple[int, int | None] = (0, None)
     json_types = frozenset({"object"})
 
     def regex(self, ctx: EmitContext) -> str | None:
@@ -493,10 +496,12 @@ class Object(Node):
             self.nonempty and not value
         ):
             return False
+        extras = [(key, item) for key, item in value.items() if key not in listed]
+        low, high = self.extra_count
+        if len(extras) < low or (high is not None and len(extras) > high):
+            return False
         if self.witnesses and not any(
-            self._witnessed(key, item, ctx, depth_bound)
-            for key, item in value.items()
-            if key not in listed
+            self._witnessed(key, item, ctx, depth_bound) for key, item in extras
         ):
             return False
         return all(
@@ -536,5 +541,5 @@ def objects_regex(objects: list[Object], ctx: EmitContext) -> str | None:
     witness = objects[0].witness_member(ctx) if objects[0].witnesses else None
     if objects[0].witnesses and witness is None:
         return None  # a witness is asked and none can be written
-    body = object_body(shapes, extra, ctx.sep(","), ctx.listed, witness)
+    body = object_body(shapes, extra, ctx.sep(","), ctx.listed, witness, objects[0].extra_count)
     return None if body is None else rf"\{{{ctx.ws}{body}{ctx.ws}\}}"

@@ -14,7 +14,12 @@ constraints on which properties are present.
   (`names`: finitely many become listed properties, regexes restrict the
   names of extra properties, listed names subtracted).
 * minProperties with extra properties allowed: up to the number of required properties,
-  or 1. maxProperties only without extra properties.
+  or 1, as "nonempty"; other counts with extra properties allowed split the object by which
+  optional listed properties are present, each variant counting its extra members
+  (`Object.extra_count`, `_count_extras`).
+* `_some_member` (the complements of additionalProperties, patternProperties and
+  propertyNames, some_member.py): listed properties in the class become variants, extra
+  names in it witness classes.
 * Presence constraints (dependentRequired, `not: {required}`, oneOf over required sets,
   min/maxProperties without extras) by enumerating which of the involved optional
   properties are present: one Object variant per allowed combination.
@@ -30,6 +35,7 @@ from typing import overload
 
 from ..errors import GrammarError
 from ..lexer.regex_builders import alt
+from .containers import MAX_COUNTED_WITNESS, Count
 from .ir import ExtraClass, Never, Node, Object, Property, Union
 from .lengths import pattern_regex
 from .lowering import Lowering
@@ -162,7 +168,7 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
     if rule is not None and additional is not None and not patterns:
         extra_key = rule.extra_key(names, pointer)
         additional = None if extra_key is None else additional
-    nonempty = _min_max_properties(s, properties, counted, pointer)
+    nonempty, count = _min_max_properties(s, properties, counted, pointer)
     closed = finite is not None or (
         not patterns
         and (
@@ -172,12 +178,17 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
     )
     obj = Object(properties, additional, names, nonempty, closed, extra_key, classes)
     if some is None:
-        return enumerate_presence(obj, constraints, pointer) if constraints else obj
-    options: list[Node] = [
-        enumerate_presence(o, constraints, pointer) if constraints else o
-        for o in _witnessed(builder, obj, some, bound, witnesses, base)
-    ]
-    return Union(options) if len(options) > 1 else options[0] if options else Never()
+        node = enumerate_presence(obj, constraints, pointer) if constraints else obj
+    else:
+        options: list[Node] = [
+            enumerate_presence(o, constraints, pointer) if constraints else o
+            for o in _witnessed(builder, obj, some, bound, witnesses, base)
+        ]
+        node = Union(options) if len(options) > 1 else options[0] if options else Never()
+    if count is None:
+        return node
+    keyword = "maxProperties" if "maxProperties" in s else "minProperties"
+    return _count_extras(node, count, keyword, pointer)
 
 
 def _witnesses(
@@ -485,22 +496,72 @@ def _allowed_names(
     return kept
 
 
-def _min_max_properties(s: dict, properties: list, counted: bool, pointer: str) -> bool:
-    """Whether the object must be nonempty; refuses counts it cannot express (`counted`: no
-    extra properties, presence_constraints counts exactly)."""
+def _min_max_properties(
+    s: dict, properties: list, counted: bool, pointer: str
+) -> tuple[bool, Count | None]:
+    """Whether the object must be nonempty, and the (min, max) property count where the
+    extra members must be counted (`counted`: no extra properties, presence_constraints
+    counts exactly; a lone minProperties up to the required count or 1 needs no count)."""
     if counted:
-        return False
+        return False, None
     num_required = sum(p.required for p in properties)
     low = non_negative_int(s, "minProperties", pointer, 0)
-    if "maxProperties" in s:
+    high = non_negative_int(s, "maxProperties", pointer, None)
+    if high is not None or low > max(num_required, 1):
+        return False, (low, high)
+    return low == 1 and num_required == 0, None
+
+
+def _count_extras(node: Node, count: Count, keyword: str, pointer: str) -> Node:
+    """`node`'s objects split by which optional listed properties are present, each with
+    as many extra members as make the property count `count`."""
+    options: list[Node] = []
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Union):
+            stack += reversed(item.options)
+        elif isinstance(item, Object):
+            options += _counted(item, count, keyword, pointer)
+        else:  # only objects come here (enumerate_presence, _witnessed)
+            assert isinstance(item, Never), item
+    if len(options) > MAX_VARIANTS:
         raise GrammarError(
-            keyword="maxProperties", pointer=pointer, detail="with additional properties allowed"
+            keyword=keyword, pointer=pointer, detail="too many property combinations"
         )
-    if low > max(num_required, 1):
+    return Union(options) if len(options) > 1 else options[0] if options else Never()
+
+
+def _counted(obj: Object, count: Count, keyword: str, pointer: str) -> list[Object]:
+    low, high = count
+    if obj.witnesses and high is not None and high > MAX_COUNTED_WITNESS:
         raise GrammarError(
-            keyword="minProperties", pointer=pointer, detail="with additional properties allowed"
+            keyword=keyword,
+            pointer=pointer,
+            detail=f"over {MAX_COUNTED_WITNESS} beside a condition on some member",
         )
-    return low == 1 and num_required == 0
+    fixed = sum(p.required for p in obj.properties)
+    free = [p.name for p in obj.properties if not p.required and not isinstance(p.node, Never)]
+    if len(free) > MAX_ENUMERATED_NAMES:
+        raise GrammarError(keyword=keyword, pointer=pointer, detail="too many properties involved")
+    out = []
+    for mask in range(1 << len(free)):
+        present = {n for i, n in enumerate(free) if mask >> i & 1}
+        listed = fixed + len(present)
+        if high is not None and listed > high:
+            continue
+        properties = [
+            Property(p.name, p.node, True) if p.name in present else p
+            for p in obj.properties
+            if p.required or p.name in present
+        ]
+        extra = (max(low - listed, 0), None if high is None else high - listed)
+        out.append(dataclasses.replace(obj, properties=properties, extra_count=extra))
+        if len(out) > MAX_VARIANTS:
+            raise GrammarError(
+                keyword=keyword, pointer=pointer, detail="too many property combinations"
+            )
+    return out
 
 
 # Presence constraints: (keyword, names involved, predicate on the set of present names).

@@ -277,6 +277,63 @@ SOME_MEMBER_CASES = [
 ]
 
 
+# min/maxProperties where extra properties are allowed: extra members counted per variant of
+# the optional listed properties present (`_count_extras`, containers.extra_runs).
+COUNTED_CASES = [
+    {"type": "object", "maxProperties": 2},
+    {"type": "object", "minProperties": 2, "properties": {"a": {"type": "integer"}}},
+    {
+        "type": "object",
+        "minProperties": 3,
+        "maxProperties": 3,
+        "properties": {"a": {"type": "integer"}, "b": {}},
+        "required": ["b"],
+    },
+    {
+        "type": "object",
+        "patternProperties": {"^a": {"type": "integer"}},
+        "additionalProperties": {"type": "string"},
+        "minProperties": 1,
+        "maxProperties": 2,
+    },
+    {
+        "type": "object",
+        "maxProperties": 1,
+        "not": {"patternProperties": {"^x": {"type": "integer"}}},
+    },
+    {
+        "type": "object",
+        "minProperties": 2,
+        "properties": {"a": {}},
+        "not": {"additionalProperties": {"type": "integer"}},
+    },
+]
+
+
+@pytest.mark.parametrize("schema", COUNTED_CASES)
+def test_property_counts_with_extra_properties(schema: dict) -> None:
+    names, values = ["a", "b", "xa", "ab"], [1, "s", None]
+    members = [(n, v) for n in names for v in values]
+    objects = [{}] + [dict([m]) for m in members]
+    for size in (2, 3):
+        objects += [
+            dict(ms)
+            for ms in itertools.combinations(members, size)
+            if len({n for n, _ in ms}) == size
+        ][:: size * 2 - 3]
+    check_instances(schema, objects)
+
+
+def test_counted_extras_beside_a_witness_are_bounded() -> None:
+    schema = {
+        "type": "object",
+        "maxProperties": 40,
+        "not": {"additionalProperties": {"type": "integer"}},
+    }
+    with pytest.raises(GrammarError, match="'maxProperties' at # \\(over 32 beside"):
+        compile_schema(schema)
+
+
 @pytest.mark.parametrize(("schema", "instances"), SOME_MEMBER_CASES)
 def test_some_member_complements(schema: dict, instances: list) -> None:
     check_instances(schema, instances)
