@@ -68,6 +68,7 @@ ARRAY_KEYWORDS = frozenset(
         "maxItems",
         "uniqueItems",
         "contains",
+        "_contains",
         "minContains",
         "maxContains",
         "unevaluatedItems",

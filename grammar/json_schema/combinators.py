@@ -70,13 +70,15 @@ def exclusive_branches(
     if not any(overlaps.values()):
         return options
     shapes = [branch_shape(builder, p, base, pointer) for p in parts]
+    # the oneOf's own required names hold in every branch: they tell no branch apart
+    shared = set(branch_shape(builder, parts[0][:1], base, pointer)[1])
     narrowed = list(options)
     for i, others in overlaps.items():
         if not others:
             continue
         not_all = []
         for j in [i, *others]:
-            types, required = shapes[j]
+            types, required = shapes[j][0], [n for n in shapes[j][1] if n not in shared]
             if types != {"object"} or (j != i and not required):
                 narrowed[i] = _excluding_others(builder, parts, i, others, base, pointer)
                 break

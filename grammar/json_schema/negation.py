@@ -154,10 +154,12 @@ class _Negation:
             return [
                 s for group_keyword, branches in value for s in self.group(group_keyword, branches)
             ]
-        if key == "items" and "prefixItems" not in flat and self.builder.draft >= 6:
+        if key == "items" and "prefixItems" not in flat:
             return self.items(value)
         if key == "contains" and self.builder.draft >= 6:
             return self.contains(value, flat)
+        if key == "_contains":  # `contains` as a complement writes it before draft 6
+            return [{"type": "array", "items": {"not": value}}]
         if key == "propertyNames":
             return self.property_names(value)
         if key == "additionalProperties" and "_extra_rules" not in flat:
@@ -196,9 +198,8 @@ class _Negation:
         negated = complement(self.builder, schema, where, self.base, self.asked_by)
         if not negated:
             return []
-        return [
-            {"type": "array", "contains": negated[0] if len(negated) == 1 else {"anyOf": negated}}
-        ]
+        key = "contains" if self.builder.draft >= 6 else "_contains"  # (no keyword before 6)
+        return [{"type": "array", key: negated[0] if len(negated) == 1 else {"anyOf": negated}}]
 
     def contains(self, schema: JSON, flat: dict) -> list[JSON]:
         """not {contains: S} = an array none of whose items is S (as `minContains: 1` and

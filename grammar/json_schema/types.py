@@ -300,7 +300,12 @@ class TypeLowering:
         max_items = non_negative_int(s, "maxItems", pointer, None)
         array = Array(prefix, items, min_items, max_items)
         unique = s.get("uniqueItems") is True and not at_most_one_item(array)
-        if "contains" in s and self.builder.draft >= 6:
+        contains = "contains" in s and self.builder.draft >= 6
+        if "_contains" in s and self.builder.draft < 6:  # a complement's (negation.py)
+            ignored = ("_contains", "contains", "minContains", "maxContains")
+            s = {**{k: v for k, v in s.items() if k not in ignored}, "contains": s["_contains"]}
+            contains = True
+        if contains:
             if unique:
                 raise GrammarError(
                     keyword="uniqueItems", pointer=pointer, detail="together with contains"

@@ -823,6 +823,23 @@ ONE_OF_CASES = [  # overlapping branches: "Bi and not Bj" for every other j
         {"oneOf": [{"enum": [1, 2, 3]}, {"enum": [3, 4]}, {"type": "string"}]},
         [1, 3, 4, "x", 5],
     ),
+    (  # the oneOf's own required name tells no branch apart (it made the schema empty)
+        {
+            "type": "object",
+            "required": ["e"],
+            "oneOf": [
+                {"properties": {"a": {"enum": ["rpm"]}, "e": {"items": {"pattern": "^x+$"}}}},
+                {"properties": {"a": {"enum": ["deb"]}, "e": {"items": {"pattern": "^x*$"}}}},
+            ],
+        },
+        [
+            {"e": ["x"]},
+            {"e": [""]},
+            {"a": "rpm", "e": ["x"]},
+            {"a": "deb", "e": ["x"]},
+            {"a": "rpm", "e": [""]},
+        ],
+    ),
 ]
 
 
@@ -1057,3 +1074,13 @@ def test_refusals_name_keyword_and_pointer(schema: object, message: str) -> None
     with pytest.raises(GrammarError) as info:
         schema_to_regex(schema)
     assert str(info.value) == message
+
+
+def test_items_complement_before_draft_6() -> None:
+    """It is written with `contains`, which draft 4 does not know: an internal `_contains`
+    there, while a `contains` the schema writes stays an unknown word."""
+    draft4 = "http://json-schema.org/draft-04/schema#"
+    schema = {"$schema": draft4, "not": {"items": {"type": "string"}}}
+    check_instances(schema, [["a"], [1], ["a", 1], [], "x", 3])
+    ignored = {"$schema": draft4, "type": "array", "contains": {"type": "string"}}
+    check_instances(ignored, [[], [1], "x"])
