@@ -104,7 +104,7 @@ class ObjectShape:
 
 Count = tuple[int, int | None]  # (at least, at most: None for no bound)
 Runs = list[tuple[str | None, int, int | None]]  # (member regex, at least, at most) in order
-MAX_COUNTED_WITNESS = 32  # extra members counted beside a witness (the regex is quadratic)
+MAX_RUNS = 512  # sequences of counted extra members and witnesses (each one regex branch)
 
 
 def object_body(
@@ -112,20 +112,20 @@ def object_body(
     extra: str | None,
     sep: str,
     listed: Callable[[ObjectShape], str | None] | None = None,
-    witness: str | None = None,
+    witnesses: list[list[str]] | None = None,
     count: Count = (0, None),
 ) -> str | None:
     """Contents between the braces for the union of `shapes`, all followed by the same
     extra members (`extra` regex, None: none allowed). None: no object qualifies.
-    `listed` writes a shape's listings (default `ObjectShape.listed`). With `witness` (a
-    regex of extra members that `extra` also matches), at least one extra member is one;
-    `count`: how many extra members there are."""
+    `listed` writes a shape's listings (default `ObjectShape.listed`). With `witnesses`
+    (lists of regexes of extra members that `extra` also matches), the extra members hold
+    one list's members in its order; `count`: how many extra members there are."""
     if not shapes:
         return None
     zero_listed = any(not s.has_required for s in shapes)
     write = listed or (lambda shape: shape.listed(sep))
-    if witness is not None or count != (0, None):
-        options = extra_runs(extra, witness, count)
+    if witnesses is not None or count != (0, None):
+        options = extra_runs(extra, witnesses, count)
         listings = alt([write(s) for s in shapes])
         after = alt([runs_regex(runs, sep, True) for runs in options])
         first = alt([runs_regex(runs, sep, False) for runs in options])
@@ -139,25 +139,51 @@ def object_body(
     return body
 
 
-def extra_runs(extra: str | None, witness: str | None, count: Count) -> list[Runs]:
-    """The sequences of `count` extra members, at least one of them a `witness` where one is
-    asked, as a union of runs: ``E{n}`` or ``E{a} W E{...}`` (W at the first witness)."""
+def extra_runs(extra: str | None, witnesses: list[list[str]] | None, count: Count) -> list[Runs]:
+    """The sequences of `count` extra members holding one of the `witnesses` lists in order
+    (None: none asked), as a union of runs ``E{g0} W1 E{g1} W2 ... E{gm}``: each W where
+    its conditions are first met, the gaps enumerated so the count holds."""
+    if witnesses is None:
+        return [[(extra, *count)]]
+    out: list[Runs] = []
+    for sequence in witnesses:
+        for gaps in gap_bounds(len(sequence), count):
+            runs: Runs = [(extra, *gaps[0])]
+            for member, gap in zip(sequence, gaps[1:]):
+                runs += [(member, 1, 1), (extra, *gap)]
+            out.append(runs)
+            if len(out) > MAX_RUNS:
+                raise GrammarTooLarge(
+                    "json_schema: too many ways to count extra properties beside conditions on"
+                    " some member"
+                )
+    return out
+
+
+def gap_bounds(m: int, count: Count) -> list[list[Count]]:
+    """(at least, at most) for each of the m + 1 gaps between m witnesses, one list per
+    union member, so that m plus the gaps' sizes is within `count`."""
     low, high = count
-    if witness is None:
-        return [[(extra, low, high)]]
-    if high is None:  # the first witness before position low - 1, or at it or later
-        early = [
-            [(extra, a, a), (witness, 1, 1), (extra, low - 1 - a, None)] for a in range(low - 1)
-        ]
-        return [*early, [(extra, max(low - 1, 0), None), (witness, 1, 1), (extra, 0, None)]]
-    if high > MAX_COUNTED_WITNESS:
-        raise GrammarTooLarge(
-            f"json_schema: {high} extra properties counted beside a condition on some member"
-        )
-    return [
-        [(extra, a, a), (witness, 1, 1), (extra, max(low - 1 - a, 0), high - 1 - a)]
-        for a in range(high)
-    ]
+    room = None if high is None else high - m
+    if room is not None and room < 0:
+        return []
+    out: list[list[Count]] = []
+
+    def walk(i: int, need: int, room: int | None, done: list[Count]) -> None:
+        if i == m:  # the last gap takes what is left
+            out.append([*done, (need, room)])
+        elif room is None:  # this gap exactly g < need, or at least need (the rest free)
+            for g in range(need):
+                walk(i + 1, need - g, None, [*done, (g, g)])
+            walk(i + 1, 0, None, [*done, (need, None)])
+        else:
+            for g in range(room + 1):
+                walk(i + 1, max(need - g, 0), room - g, [*done, (g, g)])
+        if len(out) > MAX_RUNS:
+            raise GrammarTooLarge("json_schema: too many ways to count extra properties")
+
+    walk(0, max(low - m, 0), room, [])
+    return out
 
 
 def runs_regex(runs: Runs, sep: str, leading: bool) -> str | None:
@@ -170,6 +196,8 @@ def runs_regex(runs: Runs, sep: str, leading: bool) -> str | None:
     (member, low, high), rest = runs[0], runs[1:]
     if high == 0 or member is None:
         return runs_regex(rest, sep, False) if low == 0 else None
+    if any(at_least > 0 for _, at_least, _ in rest):  # a member follows: each is followed by sep
+        return concat([repeat(member + sep, low, high), runs_regex(rest, sep, False)])
     more = repeat(sep + member, max(low - 1, 0), None if high is None else high - 1)
     nonempty = concat([member, more, runs_regex(rest, sep, True)])
     return alt([nonempty, runs_regex(rest, sep, False)]) if low == 0 else nonempty

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import GrammarTooLarge
@@ -232,7 +233,7 @@ class Union(Node):
                     tuple(option.excluded_names),
                     option.extra_key,
                     tuple((c.key, id(c.node)) for c in option.classes),
-                    tuple((w.key, id(w.node)) for w in option.witnesses),
+                    id(option.witnesses),
                     option.extra_count,
                 )
                 if key not in groups:
@@ -402,11 +403,53 @@ class ExtraClass:
 
 
 @dataclass(eq=False)
+class Witnesses:
+    """Extra members an object must have: for each condition in `needs`, one that meets it.
+    `classes[which]`: the extra members (names and values) that meet every condition in
+    `which` (some_member.py); one member may meet several."""
+
+    needs: frozenset[int]
+    classes: dict[frozenset[int], tuple[ExtraClass, ...]]
+
+    def sequences(self, member: Callable[[ExtraClass], str | None]) -> list[list[str]]:
+        """Regexes of the members that first meet each block of an ordered partition of
+        `needs`, one list per partition whose blocks all have members."""
+        regexes: dict[frozenset[int], str] = {}
+        for which, classes in self.classes.items():
+            regex = alt(member(c) for c in classes)
+            if regex is not None and which <= self.needs:
+                regexes[which] = regex
+        out: list[list[str]] = []
+
+        def walk(left: frozenset[int], done: list[str]) -> None:
+            if not left:
+                out.append(done)
+                return
+            for which, regex in regexes.items():
+                if which <= left:
+                    walk(left - which, [*done, regex])
+
+        walk(self.needs, [])
+        return out
+
+    def met(self, members: list[tuple[str, object]], admits: Callable) -> bool:
+        """Whether the (name contents, value) pairs meet every condition in `needs`."""
+        return all(
+            any(
+                re.fullmatch(c.key, name) is not None and admits(c.node, value)
+                for c in self.classes.get(frozenset({i}), ())
+                for name, value in members
+            )
+            for i in self.needs
+        )
+
+
+@dataclass(eq=False)
 class Object(Node):
     """Listed properties in order, then extra properties (None: not allowed) whose names
     differ from every name in `excluded_names`; names that match a `classes` key take that
-    class's values instead (patternProperties). With `witnesses`, at least one extra member
-    has a name and a value of one of them (each within what the extras allow);
+    class's values instead (patternProperties). With `witnesses`, extra members meet some
+    conditions (names and values, each within what the extras allow);
     `extra_count`: how many extra members there are (at least, at most)."""
 
     properties: list[Property]
@@ -416,7 +459,7 @@ class Object(Node):
     closed: bool = False  # the schema forbids extra properties (not just this grammar)
     extra_key: str | None = None  # regex of extra names (contents); None: any unlisted name
     classes: tuple[ExtraClass, ...] = ()
-    witnesses: tuple[ExtraClass, ...] = ()
+    witnesses: Witnesses | None = None
     extra_count: tuple[int, int | None] = (0, None)
     json_types = frozenset({"object"})
 
@@ -451,9 +494,11 @@ class Object(Node):
             ctx.extras[member] = None  # undeclared one is the rare case
         return member
 
-    def witness_member(self, ctx: EmitContext) -> str | None:
-        """Regex of one extra member that is a witness (None: no witness is asked)."""
-        return alt(self._member(w.key, w.node, ctx) for w in self.witnesses)
+    def witness_sequences(self, ctx: EmitContext) -> list[list[str]] | None:
+        """The witnesses' member regexes in each order they may come (None: none asked)."""
+        if self.witnesses is None:
+            return None
+        return self.witnesses.sequences(lambda c: self._member(c.key, c.node, ctx))
 
     def _member(self, names: str, node: Node, ctx: EmitContext) -> str | None:
         value = ctx.regex(node)
@@ -500,19 +545,13 @@ class Object(Node):
         low, high = self.extra_count
         if len(extras) < low or (high is not None and len(extras) > high):
             return False
-        if self.witnesses and not any(
-            self._witnessed(key, item, ctx, depth_bound) for key, item in extras
+        if self.witnesses is not None and not self.witnesses.met(
+            [(encode_string(key)[1:-1], item) for key, item in extras],
+            lambda node, item: node.admits(item, ctx, depth_bound),
         ):
             return False
         return all(
             self._admits_member(key, item, listed, ctx, depth_bound) for key, item in value.items()
-        )
-
-    def _witnessed(self, key: str, item: object, ctx: EmitContext, depth_bound: bool) -> bool:
-        contents = encode_string(key)[1:-1]
-        return any(
-            re.fullmatch(w.key, contents) is not None and w.node.admits(item, ctx, depth_bound)
-            for w in self.witnesses
         )
 
     def _admits_member(
@@ -538,8 +577,6 @@ def objects_regex(objects: list[Object], ctx: EmitContext) -> str | None:
         if members is not None:
             shapes.append(ObjectShape(members, obj.nonempty))
     extra = objects[0].extra_member(ctx)
-    witness = objects[0].witness_member(ctx) if objects[0].witnesses else None
-    if objects[0].witnesses and witness is None:
-        return None  # a witness is asked and none can be written
-    body = object_body(shapes, extra, ctx.sep(","), ctx.listed, witness, objects[0].extra_count)
+    witnesses = objects[0].witness_sequences(ctx)
+    body = object_body(shapes, extra, ctx.sep(","), ctx.listed, witnesses, objects[0].extra_count)
     return None if body is None else rf"\{{{ctx.ws}{body}{ctx.ws}\}}"

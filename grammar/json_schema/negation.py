@@ -216,6 +216,13 @@ class _Negation:
         finitely many names (``not: {enum}`` / ``not: {const}``), one of them is present;
         where S is a pattern, a name it does not find is."""
         where = f"{self.pointer}/propertyNames"
+        if schema is False:  # no name is allowed: fails on every nonempty object
+            return [
+                {
+                    "type": "object",
+                    "_some_member": [MemberClass(self.asked_by, where, True).entry()],
+                }
+            ]
         flat, _ = self.builder.flatten(schema, where, self.base)
         keys = set(flat) - METADATA
         if keys and keys <= {"type", "pattern"} and flat.get("type", "string") == "string":
@@ -223,6 +230,10 @@ class _Negation:
                 found = MemberClass(self.asked_by, where, True, not_patterns=(flat["pattern"],))
                 return [{"type": "object", "_some_member": [found.entry()]}]
         nots = flat.get("_nots", [])
+        lone = _lone_pattern(self.builder, nots[0], where, self.base) if len(nots) == 1 else None
+        if keys == {"_nots"} and lone is not None:  # not {pattern: P}: some name P finds
+            entry = MemberClass(self.asked_by, where, True, patterns=(lone,)).entry()
+            return [{"type": "object", "_some_member": [entry]}]
         names = (
             named_values(nots[0]) if set(flat) - METADATA == {"_nots"} and len(nots) == 1 else None
         )
@@ -293,6 +304,18 @@ class _Negation:
         if value != int(value):
             raise GrammarError(keyword=key, pointer=self.pointer, detail="expected a count")
         return int(value)
+
+
+def _lone_pattern(builder: Lowering, schema: JSON, pointer: str, base: str) -> str | None:
+    """P, where `schema` is only ``{pattern: P}`` (with ``type: string`` at most)."""
+    if not isinstance(schema, dict):
+        return None
+    flat, _ = builder.flatten(schema, pointer, base)
+    keys = set(flat) - METADATA
+    pattern = flat.get("pattern")
+    if keys - {"type"} == {"pattern"} and flat.get("type", "string") == "string":
+        return pattern if isinstance(pattern, str) else None
+    return None
 
 
 def value_complement(members: JSON, pointer: str, keyword: str) -> list[JSON]:

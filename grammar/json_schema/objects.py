@@ -18,8 +18,8 @@ constraints on which properties are present.
   optional listed properties are present, each variant counting its extra members
   (`Object.extra_count`, `_count_extras`).
 * `_some_member` (the complements of additionalProperties, patternProperties and
-  propertyNames, some_member.py): listed properties in the class become variants, extra
-  names in it witness classes.
+  propertyNames, some_member.py): each condition is met by a listed property in its class
+  (a variant) or by extra members (`Witnesses`: witness classes per set of conditions).
 * Presence constraints (dependentRequired, `not: {required}`, oneOf over required sets,
   min/maxProperties without extras) by enumerating which of the involved optional
   properties are present: one Object variant per allowed combination.
@@ -28,6 +28,7 @@ constraints on which properties are present.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from collections.abc import Callable
 from functools import partial
@@ -35,8 +36,8 @@ from typing import overload
 
 from ..errors import GrammarError
 from ..lexer.regex_builders import alt
-from .containers import MAX_COUNTED_WITNESS, Count
-from .ir import ExtraClass, Never, Node, Object, Property, Union
+from .containers import Count
+from .ir import ExtraClass, Never, Node, Object, Property, Union, Witnesses
 from .lengths import pattern_regex
 from .lowering import Lowering
 from .member_rules import listed_view, rules_of, unlisted_view
@@ -50,7 +51,7 @@ from .name_sets import (
 from .names import NameRule, name_rule
 from .pattern import PatternError, PatternNode, parse_pattern
 from .resolve import METADATA
-from .some_member import MemberClass, member_class, witness_key
+from .some_member import Conditions, member_conditions, witness_keys
 from .strings import any_json_char_regex, encode_string
 
 MAX_ENUMERATED_NAMES = 12
@@ -99,7 +100,7 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
     finite = patterns.finite_names(list(listed)) if patterns else None
     if finite is not None:
         patterns.partitioned, patterns.extra_key = False, None
-    some = member_class(s)  # a member whose name is in a class, valued in a schema
+    some = member_conditions(s)  # members whose names are in classes, valued in schemas
     if some is not None and patterns and finite is None:
         patterns.partitioned, patterns.extra_key = True, None  # the class splits the extras
     if finite is not None:
@@ -157,7 +158,7 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
     properties = kept
     extra_key = patterns.extra_key if patterns else None
     classes: tuple[ExtraClass, ...] = ()
-    witnesses: tuple[ExtraClass, ...] = ()
+    witnesses: dict[frozenset[int], tuple[ExtraClass, ...]] = {}
     if patterns and patterns.partitioned:
         classes, extra_key, witnesses = patterns.partition(
             names, additional is not None, base, some
@@ -194,63 +195,94 @@ def lower_object(builder: Lowering, s: dict, pointer: str, base: str) -> Node:
 def _witnesses(
     builder: Lowering,
     s: dict,
-    some: MemberClass,
+    some: Conditions,
     listed: list[str],
     rule: NameRule | None,
     pointer: str,
     base: str,
-) -> tuple[ExtraClass, ...]:
-    """The witness class of an object without patternProperties: the extra names in
-    `some`'s class (not `listed`, allowed by propertyNames), valued under its schema and
-    additionalProperties."""
+) -> dict[frozenset[int], tuple[ExtraClass, ...]]:
+    """The witness classes of an object without patternProperties, per set of conditions:
+    the extra names in all their classes (not `listed`, allowed by propertyNames), valued
+    under their schemas and additionalProperties."""
     names = rule.language() if rule is not None else None
     if rule is not None and names is None:
         raise some.refuse("with this propertyNames")
-    key = witness_key(some, listed, names)
-    if key is None:
-        return ()
-    parts = [*extra_parts(s, pointer), (some.value, some.pointer)]
-    node = builder.build_merged(parts, base, parts[0][1])
-    return () if isinstance(node, Never) else (ExtraClass(key, node),)
+    out: dict[frozenset[int], tuple[ExtraClass, ...]] = {}
+    for which, key in witness_keys(some, listed, names).items():
+        parts = [*extra_parts(s, pointer), *some.values(which)]
+        node = builder.build_merged(parts, base, parts[0][1])
+        if not isinstance(node, Never):
+            out[which] = (ExtraClass(key, node),)
+    return out
 
 
 def _witnessed(
     builder: Lowering,
     obj: Object,
-    some: MemberClass,
+    some: Conditions,
     bound: dict[str, Parts],
-    witnesses: tuple[ExtraClass, ...],
+    witnesses: dict[frozenset[int], tuple[ExtraClass, ...]],
     base: str,
 ) -> list[Object]:
-    """`obj` with a member in `some`'s class: one variant per listed property in the class
-    (present, valued under the class's schema too), and `obj` with the `witnesses`."""
-    options: list[Object] = []
-    for i, prop in enumerate(obj.properties):
-        if isinstance(prop.node, Never) or not some.holds(prop.name):
+    """`obj` with members meeting every condition: each condition is met by a listed
+    property in its class (present, valued under the class's schema too) or by the extra
+    members (`obj` with the `Witnesses` of the conditions left to them), in every
+    combination."""
+    choices: list[list[int | None]] = []  # per condition: listed property indices, or None
+    for c in some.classes:
+        found: list[int | None] = [
+            i
+            for i, p in enumerate(obj.properties)
+            if not isinstance(p.node, Never) and c.holds(p.name)
+        ]
+        choices.append([*found, None])
+    combinations = 1
+    for options in choices:
+        combinations *= len(options)
+    if combinations > MAX_VARIANTS:
+        raise some.refuse("too many ways to meet the conditions on some member")
+    kept: dict[frozenset[int], Witnesses] = {}  # one per set of conditions left to extras
+    out: list[Object] = []
+    for picks in itertools.product(*choices):
+        properties = list(obj.properties)
+        met: dict[int, frozenset[int]] = {}
+        for condition, index in enumerate(picks):
+            if index is not None:
+                met[index] = met.get(index, frozenset()) | {condition}
+        impossible = False
+        for index, which in met.items():
+            prop = properties[index]
+            parts = [*bound[prop.name], *some.values(which)]
+            node = builder.build_merged(parts, base, parts[0][1])
+            impossible = impossible or isinstance(node, Never)
+            properties[index] = Property(prop.name, node, True)
+        needs = frozenset(c for c, index in enumerate(picks) if index is None)
+        if impossible or any(frozenset({c}) not in witnesses for c in needs):
             continue
-        parts = [*bound[prop.name], (some.value, some.pointer)]
-        node = builder.build_merged(parts, base, parts[0][1])
-        if not isinstance(node, Never):
-            properties = list(obj.properties)
-            properties[i] = Property(prop.name, node, True)
-            options.append(dataclasses.replace(obj, properties=properties))
-    if witnesses:
-        options.append(dataclasses.replace(obj, witnesses=witnesses))
-    return options
+        variant = dataclasses.replace(obj, properties=properties)
+        if needs:
+            variant.witnesses = kept.setdefault(needs, Witnesses(needs, witnesses))
+        out.append(variant)
+    return out
 
 
 def _exactly(
-    matches: tuple[bool, ...], mask: int, count: int, known: int, some: MemberClass | None = None
+    matches: tuple[bool, ...],
+    mask: int,
+    count: int,
+    known: int,
+    some: tuple[Conditions, frozenset[int]] | None = None,
 ) -> bool:
     """Exactly the patterns in `mask` match, the name is not a listed one (language `count`)
     and propertyNames allows it (language `count + 1`, where there is one: `known` counts
-    them); with `some`, the name is in its class too (the languages from `known` on)."""
+    them); with `some` (conditions, which of them), the name is in their classes too (the
+    languages from `known` on)."""
     allowed = known == count + 1 or matches[count + 1]
     return (
         allowed
         and not matches[count]
         and all(matches[i] == bool(mask >> i & 1) for i in range(count))
-        and (some is None or some.admits(matches[known:]))
+        and (some is None or some[0].admits(matches[known:], some[1]))
     )
 
 
@@ -371,13 +403,14 @@ class PatternProperties:
         return unlisted if unlisted is not None and len(unlisted) <= MAX_FINITE_NAMES else None
 
     def partition(
-        self, listed: list[str], with_rest: bool, base: str, some: MemberClass | None = None
-    ) -> tuple[tuple[ExtraClass, ...], str | None, tuple[ExtraClass, ...]]:
+        self, listed: list[str], with_rest: bool, base: str, some: Conditions | None = None
+    ) -> tuple[tuple[ExtraClass, ...], str | None, dict[frozenset[int], tuple[ExtraClass, ...]]]:
         """One class per set of patterns that some unlisted name matches exactly (its values:
         all those patterns' schemas, and the additionalProperties of each rule none of whose
         patterns match), the regex of the names no pattern matches (None: none, or
-        `with_rest` is False), and the witness classes of `some` (some_member.py): each
-        class's names in its class, valued under its schema too. Names are restricted to
+        `with_rest` is False), and the witness classes of `some` (some_member.py) per set
+        of its conditions: each class's names in all their classes, valued under their
+        schemas too. Names are restricted to
         characters on which every regex engine reads the patterns alike (`safe_alphabet`):
         narrower, never wider."""
         sources = [source for _, source, _ in self.items]
@@ -393,13 +426,12 @@ class PatternProperties:
                 languages.append(self.names[0])
                 sources += self.names[1]
             known = len(languages)
-            also: Parts = ()
             if some is not None:
-                languages += some.languages()
-                sources += some.sources()
-                also = ((some.value, some.pointer),)
+                languages += some.languages
+                sources += some.sources
             sets = NameSets(languages, safe_alphabet(sources))
-            classes, witnesses, rest = [], [], None
+            classes, rest = [], None
+            witnesses: dict[frozenset[int], list[ExtraClass]] = {}
             for mask in range(0 if with_rest else 1, 1 << count):
                 key = sets.regex(partial(_exactly, mask=mask, count=count, known=known))
                 if key is None:
@@ -411,13 +443,15 @@ class PatternProperties:
                     classes.append(ExtraClass(key, node))
                 else:
                     rest = key
-                if some is not None:  # the witnesses among these names
+                for which in some.subsets if some is not None else []:  # witnesses
+                    assert some is not None
                     wkey = sets.regex(
-                        partial(_exactly, mask=mask, count=count, known=known, some=some)
+                        partial(_exactly, mask=mask, count=count, known=known, some=(some, which))
                     )
+                    also = some.values(which)
                     wnode = self._mask_node(mask, base, also) if mask else self.rest(base, also)
                     if wkey is not None and wnode is not None:
-                        witnesses.append(ExtraClass(wkey, wnode))
+                        witnesses.setdefault(which, []).append(ExtraClass(wkey, wnode))
         except (PatternError, NameSetError) as exc:
             raise GrammarError(
                 keyword="patternProperties", pointer=self.pointer, detail=str(exc)
@@ -426,7 +460,7 @@ class PatternProperties:
             raise GrammarError(
                 keyword="patternProperties", pointer=self.pointer, detail="patterns nest too deeply"
             ) from None
-        return tuple(classes), rest, tuple(witnesses)
+        return tuple(classes), rest, {w: tuple(c) for w, c in witnesses.items()}
 
     def matches(self, index: int, name: str) -> tuple[bool, bool]:
         """(our reading of pattern `index` matches `name`, Python's `re.search` does)."""
@@ -534,12 +568,6 @@ def _count_extras(node: Node, count: Count, keyword: str, pointer: str) -> Node:
 
 def _counted(obj: Object, count: Count, keyword: str, pointer: str) -> list[Object]:
     low, high = count
-    if obj.witnesses and high is not None and high > MAX_COUNTED_WITNESS:
-        raise GrammarError(
-            keyword=keyword,
-            pointer=pointer,
-            detail=f"over {MAX_COUNTED_WITNESS} beside a condition on some member",
-        )
     fixed = sum(p.required for p in obj.properties)
     free = [p.name for p in obj.properties if not p.required and not isinstance(p.node, Never)]
     if len(free) > MAX_ENUMERATED_NAMES:

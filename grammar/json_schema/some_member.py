@@ -20,13 +20,15 @@ merged as JSON). The object lowers (`lower_some_member`) to the union of
 
 A pattern is read two ways, ours (the regex the grammar uses) and Python's `re.search`; a
 listed name is in the class only where both readings put it there, and extra names are
-restricted to the characters every engine reads alike: narrower, never wider. One entry per
-object (an allOf of two such complements is refused, naming the keyword that asked).
+restricted to the characters every engine reads alike: narrower, never wider. An allOf of
+such complements asks for several members at once (`Conditions`, up to 4): one member may meet
+several, so the witness classes are written for every set of conditions (`Witnesses`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from ..errors import GrammarError
 from .member_rules import reads
@@ -88,12 +90,48 @@ class MemberClass:
         return out
 
 
-def member_class(s: dict) -> MemberClass | None:
-    """The one ``_some_member`` entry of a flattened object schema (None: none)."""
+MAX_CONDITIONS = 4  # conditions on some member of one object (2^n - 1 sets of them)
+
+
+class Conditions:
+    """The ``_some_member`` entries of one object: each must be met by some member (one
+    member may meet several). A set of them is a frozenset of their indices."""
+
+    def __init__(self, classes: list[MemberClass]) -> None:
+        if len(classes) > MAX_CONDITIONS:
+            raise classes[MAX_CONDITIONS].refuse(
+                f"over {MAX_CONDITIONS} conditions on some member of one object"
+            )
+        self.classes = classes
+        self.languages = [lang for c in classes for lang in c.languages()]
+        self.sources = [src for c in classes for src in c.sources()]
+        self.bounds = []  # each class's slice of `languages`
+        start = 0
+        for c in classes:
+            end = start + len(c.sources()) + 1
+            self.bounds.append((start, end))
+            start = end
+        every = range(len(classes))
+        self.subsets = [
+            frozenset(i for i in every if mask >> i & 1) for mask in range(1, 1 << len(classes))
+        ]
+
+    def admits(self, matches: tuple[bool, ...], which: frozenset[int]) -> bool:
+        """Whether a name is in every class of `which`, given its `languages` matches."""
+        return all(self.classes[i].admits(matches[slice(*self.bounds[i])]) for i in which)
+
+    def values(self, which: frozenset[int]) -> list[tuple[object, str]]:
+        """The (schema, pointer) of every class in `which`."""
+        return [(self.classes[i].value, self.classes[i].pointer) for i in sorted(which)]
+
+    def refuse(self, detail: str) -> GrammarError:
+        return self.classes[0].refuse(detail)
+
+
+def member_conditions(s: dict) -> Conditions | None:
+    """The ``_some_member`` entries of a flattened object schema (None: none)."""
     entries = [_read(e) for e in s.get("_some_member", [])]
-    if len(entries) > 1:
-        raise entries[1].refuse("two conditions on some member of one object")
-    return entries[0] if entries else None
+    return Conditions(entries) if entries else None
 
 
 def _read(entry: dict) -> MemberClass:
@@ -108,21 +146,47 @@ def _read(entry: dict) -> MemberClass:
     )
 
 
-def witness_key(
-    entry: MemberClass, listed: list[str], names: tuple[PatternNode, list[str]] | None
-) -> str | None:
-    """Contents regex of the names in `entry`'s class that an object without patterns takes
-    as extra names: not in `listed`, and in `names` (propertyNames' language) where given."""
+def witness_keys(
+    conditions: Conditions, listed: list[str], names: tuple[PatternNode, list[str]] | None
+) -> dict[frozenset[int], str]:
+    """For each set of conditions, the contents regex of the names in all their classes that
+    an object without patterns takes as extra names: not in `listed`, and in `names`
+    (propertyNames' language) where given (sets without such names left out)."""
     languages = [literal_names(listed), *([names[0]] if names else [])]
     sources = names[1] if names else []
+    known = len(languages)
     try:
         sets = NameSets(
-            [*languages, *entry.languages()], safe_alphabet([*sources, *entry.sources()])
+            [*languages, *conditions.languages], safe_alphabet([*sources, *conditions.sources])
         )
-        return sets.regex(
-            lambda m: not m[0] and (names is None or m[1]) and entry.admits(m[len(languages) :])
-        )
+        keys = {}
+        for which in conditions.subsets:
+            key = sets.regex(
+                partial(
+                    _extra_name,
+                    names=names is not None,
+                    known=known,
+                    conditions=conditions,
+                    which=which,
+                )
+            )
+            if key is not None:
+                keys[which] = key
+        return keys
     except NameSetError as exc:
-        raise entry.refuse(str(exc)) from None
+        raise conditions.refuse(str(exc)) from None
     except RecursionError:
-        raise entry.refuse("patterns nest too deeply") from None
+        raise conditions.refuse("patterns nest too deeply") from None
+
+
+def _extra_name(
+    matches: tuple[bool, ...],
+    names: bool,
+    known: int,
+    conditions: Conditions,
+    which: frozenset[int],
+) -> bool:
+    """Not listed (language 0), allowed by propertyNames (language 1, where `names`), in the
+    classes of `which`."""
+    listed_ok = not matches[0] and (not names or matches[1])
+    return listed_ok and conditions.admits(matches[known:], which)

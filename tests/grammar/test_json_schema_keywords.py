@@ -264,6 +264,43 @@ SOME_MEMBER_CASES = [
         },
         [{}, {"a": "x"}, {"a": "xy"}, {"b": 1}, {"b": 1, "a": ""}],
     ),
+    (  # two conditions, and the count: one member meets both
+        {
+            "type": "object",
+            "maxProperties": 1,
+            "allOf": [
+                {"not": {"patternProperties": {"a": False}}},
+                {"not": {"patternProperties": {"b": False}}},
+            ],
+        },
+        [{}, {"ab": 1}, {"a": 1}, {"a": 1, "b": 2}, {"ba": None}],
+    ),
+    (  # names some pattern finds, and a nonempty object
+        {
+            "type": "object",
+            "maxProperties": 2,
+            "allOf": [
+                {"not": {"propertyNames": {"not": {"pattern": "a"}}}},
+                {"not": {"propertyNames": {"not": {"pattern": "b"}}}},
+                {"not": {"propertyNames": False}},
+            ],
+        },
+        [{}, {"ab": 1}, {"a": 1, "b": 2}, {"a": 1, "x": 2}, {"a": 1, "b": 2, "x": 3}],
+    ),
+    (  # a listed property meets one condition, extra members the other
+        {
+            "type": "object",
+            "properties": {"ab": {"type": "string"}},
+            "minProperties": 1,
+            "maxProperties": 2,
+            "allOf": [
+                {"not": {"patternProperties": {"a": {"type": "string"}}}},
+                {"not": {"patternProperties": {"b": {"type": "string"}}}},
+                {"not": {"additionalProperties": {"type": "string"}}},
+            ],
+        },
+        [{"ab": "s"}, {"ab": "s", "x": 1}, {"a": 1, "b": 2}, {"ab": "s", "a": None}, {"x": 1}],
+    ),
     (  # enum members filtered by the complement
         {
             "enum": [{"bar": 2, "foo": 1, "quux": 12}, {"bar": 2, "foo": 1}, {"x": True}],
@@ -324,13 +361,11 @@ def test_property_counts_with_extra_properties(schema: dict) -> None:
     check_instances(schema, objects)
 
 
-def test_counted_extras_beside_a_witness_are_bounded() -> None:
-    schema = {
-        "type": "object",
-        "maxProperties": 40,
-        "not": {"additionalProperties": {"type": "integer"}},
-    }
-    with pytest.raises(GrammarError, match="'maxProperties' at # \\(over 32 beside"):
+def test_counted_extras_beside_conditions_are_bounded() -> None:
+    """The ways to place the members meeting conditions among counted extras are bounded."""
+    npn = [{"not": {"propertyNames": {"not": {"pattern": p}}}} for p in "abcd"]
+    schema = {"type": "object", "maxProperties": 30, "allOf": npn}
+    with pytest.raises(GrammarError, match="too many ways"):
         compile_schema(schema)
 
 
