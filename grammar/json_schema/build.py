@@ -69,6 +69,7 @@ ARRAY_KEYWORDS = frozenset(
         "uniqueItems",
         "contains",
         "_contains",
+        "_contains_more",
         "minContains",
         "maxContains",
         "unevaluatedItems",

@@ -160,6 +160,25 @@ def extra_runs(extra: str | None, witnesses: list[list[str]] | None, count: Coun
     return out
 
 
+def ordered_partitions(
+    needs: frozenset[int], regexes: dict[frozenset[int], str]
+) -> list[list[str]]:
+    """The regexes of the blocks of every ordered partition of `needs` whose blocks all have
+    one (`regexes[block]`: the members that meet every condition of the block)."""
+    out: list[list[str]] = []
+
+    def walk(left: frozenset[int], done: list[str]) -> None:
+        if not left:
+            out.append(done)
+            return
+        for which, regex in regexes.items():
+            if which <= left:
+                walk(left - which, [*done, regex])
+
+    walk(needs, [])
+    return out
+
+
 def gap_bounds(m: int, count: Count) -> list[list[Count]]:
     """(at least, at most) for each of the m + 1 gaps between m witnesses, one list per
     union member, so that m plus the gaps' sizes is within `count`."""

@@ -26,7 +26,13 @@ from dataclasses import dataclass, field
 from ..errors import GrammarTooLarge
 from ..lexer.native import regex_matcher
 from ..lexer.regex_builders import alt, escape_literal, needs_escape
-from .containers import MAX_REGEX_CHARS, ObjectShape, object_body, sequence_regex
+from .containers import (
+    MAX_REGEX_CHARS,
+    ObjectShape,
+    object_body,
+    ordered_partitions,
+    sequence_regex,
+)
 from .numbers import INTEGER, NUMBER, Bound
 from .strings import (
     ANY_STRING,
@@ -419,18 +425,7 @@ class Witnesses:
             regex = alt(member(c) for c in classes)
             if regex is not None and which <= self.needs:
                 regexes[which] = regex
-        out: list[list[str]] = []
-
-        def walk(left: frozenset[int], done: list[str]) -> None:
-            if not left:
-                out.append(done)
-                return
-            for which, regex in regexes.items():
-                if which <= left:
-                    walk(left - which, [*done, regex])
-
-        walk(self.needs, [])
-        return out
+        return ordered_partitions(self.needs, regexes)
 
     def met(self, members: list[tuple[str, object]], admits: Callable) -> bool:
         """Whether the (name contents, value) pairs meet every condition in `needs`."""

@@ -160,6 +160,8 @@ class _Negation:
             return self.contains(value, flat)
         if key == "_contains":  # `contains` as a complement writes it before draft 6
             return [{"type": "array", "items": {"not": value}}]
+        if key == "_contains_more":  # an item for each: not so where every item fails one
+            return [{"type": "array", "items": {"not": v}} for v in value]
         if key == "propertyNames":
             return self.property_names(value)
         if key == "additionalProperties" and "_extra_rules" not in flat:

@@ -318,6 +318,8 @@ def merge(a: dict, b: dict, pointer: str) -> dict:
             out[key] = value
         elif key == "pattern" and out[key] != value:  # both must match: kept side by side
             out["_patterns"] = list(dict.fromkeys([*out.get("_patterns", []), value]))
+        elif key == "contains" and not json_equal(out[key], value):  # an item for each
+            out["_contains_more"] = [*out.get("_contains_more", []), value]
         else:
             out[key] = _merge_keyword(key, out[key], value, pointer)
     _merge_group(out, a, b, _OBJECT_GROUP, _merge_objects, pointer)
@@ -344,6 +346,7 @@ def _merge_keyword(key: str, x: JSON, y: JSON, pointer: str) -> JSON:
         "_not_multipleOf",
         "_not_patterns",
         "_some_member",
+        "_contains_more",
     ):
         return list(x) + list(y)
     if key == "multipleOf" and not json_equal(x, y):

@@ -510,6 +510,40 @@ def test_contains(schema: dict, instances: list) -> None:
     check_instances(schema, instances)
 
 
+# several `contains` at once, or one beside minItems/maxItems: an item meeting each, counted
+WITNESSED_ARRAY_CASES = [
+    {
+        "type": "array",
+        "allOf": [{"contains": {"type": "integer"}}, {"contains": {"type": "string"}}],
+    },
+    {
+        "type": "array",
+        "allOf": [{"contains": {"minimum": 2}}, {"contains": {"maximum": 3}}],
+        "maxItems": 2,
+    },
+    {"type": "array", "contains": {"type": "string"}, "maxItems": 2},
+    {
+        "type": "array",
+        "contains": {"type": "string"},
+        "minItems": 3,
+        "items": {"type": ["string", "integer"]},
+    },
+    {
+        "type": "array",
+        "allOf": [{"not": {"items": {"type": "integer"}}}, {"not": {"items": {"type": "string"}}}],
+        "maxItems": 3,
+    },
+    {"not": {"allOf": [{"contains": {"type": "integer"}}, {"contains": {"type": "string"}}]}},
+]
+
+
+@pytest.mark.parametrize("schema", WITNESSED_ARRAY_CASES)
+def test_several_contains_and_counted_items(schema: dict) -> None:
+    values = [1, 3, "s", None, 2.5]
+    arrays: list = [list(p) for n in range(4) for p in itertools.product(values, repeat=n)]
+    check_instances(schema, [*arrays[::3], "x", {}])
+
+
 def test_contains_whitespace_and_draft_07() -> None:
     schema = {"contains": {"const": 1}, "maxContains": 1}
     assert re.fullmatch(schema_to_regex(schema, whitespace="flexible"), "[ 2 , 1 ,\n3 ]")
@@ -1057,13 +1091,17 @@ REFUSALS = [
         {"contains": {"format": "ipv4"}, "items": {"type": "string"}},
         "json_schema: unsupported keyword 'contains' at #/contains (a condition with 'format')",
     ),
-    (
-        {"contains": {"type": "string"}, "maxItems": 3},
+    (  # (without minContains/maxContains these are counted: WitnessedArray)
+        {"contains": {"type": "string"}, "minContains": 2, "maxItems": 3},
         "json_schema: unsupported keyword 'maxItems' at # (together with contains)",
     ),
     (
-        {"contains": {"type": "string"}, "minItems": 2},
+        {"contains": {"type": "string"}, "minContains": 2, "minItems": 3},
         "json_schema: unsupported keyword 'minItems' at # (together with contains)",
+    ),
+    (
+        {"allOf": [{"contains": {"type": "string"}}, {"contains": {"const": 1}}], "maxContains": 2},
+        "json_schema: unsupported keyword 'maxContains' at # (with several contains)",
     ),
     (
         {"contains": {"type": "string"}, "uniqueItems": True, "items": {"type": "boolean"}},
