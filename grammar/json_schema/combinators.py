@@ -21,7 +21,7 @@ from .disjoint import disjoint, uncovered
 from .ir import Boolean, Const, Never, Node, Null, Number, String, Union
 from .lowering import Lowering
 from .names import names_not_in
-from .negation import complement, value_complement
+from .negation import any_of, complement, value_complement
 from .numbers import FRACTIONAL
 from .resolve import METADATA, RecursionCutoff, merge
 from .strings import string_not_in_regex
@@ -159,7 +159,7 @@ def lower_not(builder: Lowering, s: dict, nots: list, pointer: str, base: str) -
             complemented = complement(builder, negated, where, base, "not")
             if not complemented:
                 return Never()  # S accepts everything
-            fails = complemented[0] if len(complemented) == 1 else {"anyOf": complemented}
+            fails = any_of(complemented)
             doubled.append((fails, where))
     if fractional:
         if not (doubled or excluded or set(rest) & _NUMBER_KEYWORDS):

@@ -17,7 +17,7 @@ from functools import reduce
 from ..errors import GrammarError
 from .ir import Never, Node, Union
 from .lowering import Lowering
-from .negation import complement
+from .negation import any_of, complement
 from .resolve import (
     Condition,
     RecursionCutoff,
@@ -46,7 +46,7 @@ def lower_condition(
         negated = complement(builder, cond.condition, where_if, base, cond.keyword)
         branches = [[(cond.condition, where_if), (cond.then, where_then)]]
         if negated:
-            fails = negated[0] if len(negated) == 1 else {"anyOf": negated}
+            fails = any_of(negated)
             branches.append([(fails, where_if), (cond.otherwise, where_else)])
     live_parts = [
         [(rest, pointer), *parts]

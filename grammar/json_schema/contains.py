@@ -27,7 +27,7 @@ from ..lexer.regex_builders import alt, concat, optional, repeat
 from .containers import extra_runs, ordered_partitions, runs_regex
 from .ir import Array, EmitContext, Never, Node
 from .lowering import Lowering
-from .negation import complement
+from .negation import any_of, complement
 from .objects import non_negative_int
 from .values import write_generic
 
@@ -157,7 +157,7 @@ def lower_contains(builder: Lowering, s: dict, array: Array, pointer: str, base:
     negated = complement(builder, s["contains"], where, base, "contains")
     miss: Node = Never()
     if negated:
-        fails = negated[0] if len(negated) == 1 else {"anyOf": negated}
+        fails = any_of(negated)
         miss = builder.build_merged([items, (fails, where)], base, pointer)
     return CountedArray(hit, miss, low, high)
 

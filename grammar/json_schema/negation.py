@@ -39,6 +39,7 @@ from decimal import Decimal
 
 from ..errors import GrammarError
 from .lowering import Lowering
+from .objects import escape_pointer, lone_pattern
 from .resolve import METADATA, RecursionCutoff, named_values
 from .some_member import MemberClass
 from .values import JSON, json_equal, json_type
@@ -189,7 +190,7 @@ class _Negation:
             raise self.refuse("a malformed 'properties'")
         out: list[JSON] = []
         for name, schema in listed.items():
-            where = f"{self.pointer}/properties/{name.replace('~', '~0').replace('/', '~1')}"
+            where = f"{self.pointer}/properties/{escape_pointer(name)}"
             for negated in complement(self.builder, schema, where, self.base, self.asked_by):
                 out.append({"type": "object", "required": [name], "properties": {name: negated}})
         return out
@@ -201,7 +202,7 @@ class _Negation:
         if not negated:
             return []
         key = "contains" if self.builder.draft >= 6 else "_contains"  # (no keyword before 6)
-        return [{"type": "array", key: negated[0] if len(negated) == 1 else {"anyOf": negated}}]
+        return [{"type": "array", key: any_of(negated)}]
 
     def contains(self, schema: JSON, flat: dict) -> list[JSON]:
         """not {contains: S} = an array none of whose items is S (as `minContains: 1` and
@@ -227,13 +228,15 @@ class _Negation:
             ]
         flat, _ = self.builder.flatten(schema, where, self.base)
         keys = set(flat) - METADATA
-        if keys and keys <= {"type", "pattern"} and flat.get("type", "string") == "string":
-            if isinstance(flat.get("pattern"), str):  # (non-strings are no names: vacuous)
-                found = MemberClass(self.asked_by, where, True, not_patterns=(flat["pattern"],))
-                return [{"type": "object", "_some_member": [found.entry()]}]
+        own = lone_pattern(flat)  # (`type: string` at most: non-strings are no names)
+        if own is not None:
+            found = MemberClass(self.asked_by, where, True, not_patterns=(own,))
+            return [{"type": "object", "_some_member": [found.entry()]}]
         nots = flat.get("_nots", [])
-        lone = _lone_pattern(self.builder, nots[0], where, self.base) if len(nots) == 1 else None
-        if keys == {"_nots"} and lone is not None:  # not {pattern: P}: some name P finds
+        lone = None
+        if keys == {"_nots"} and len(nots) == 1 and isinstance(nots[0], dict):
+            lone = lone_pattern(self.builder.flatten(nots[0], where, self.base)[0])
+        if lone is not None:  # not {pattern: P}: some name P finds
             entry = MemberClass(self.asked_by, where, True, patterns=(lone,)).entry()
             return [{"type": "object", "_some_member": [entry]}]
         names = (
@@ -253,9 +256,12 @@ class _Negation:
         negated = complement(self.builder, schema, where, self.base, self.asked_by)
         if not negated:
             return []
-        value = negated[0] if len(negated) == 1 else {"anyOf": negated}
         found = MemberClass(
-            self.asked_by, where, value, not_names=tuple(listed), not_patterns=tuple(patterns)
+            self.asked_by,
+            where,
+            any_of(negated),
+            not_names=tuple(listed),
+            not_patterns=tuple(patterns),
         )
         return [{"type": "object", "_some_member": [found.entry()]}]
 
@@ -266,13 +272,10 @@ class _Negation:
             raise self.refuse("a malformed 'patternProperties'")
         out: list[JSON] = []
         for source, schema in patterns.items():
-            where = (
-                f"{self.pointer}/patternProperties/{source.replace('~', '~0').replace('/', '~1')}"
-            )
+            where = f"{self.pointer}/patternProperties/{escape_pointer(source)}"
             negated = complement(self.builder, schema, where, self.base, self.asked_by)
             if negated:
-                value = negated[0] if len(negated) == 1 else {"anyOf": negated}
-                found = MemberClass(self.asked_by, where, value, patterns=(source,))
+                found = MemberClass(self.asked_by, where, any_of(negated), patterns=(source,))
                 out.append({"type": "object", "_some_member": [found.entry()]})
         return out
 
@@ -290,7 +293,7 @@ class _Negation:
             if not negated:  # a branch accepts everything: no value fails every branch
                 parts = []
                 break
-            parts.append(negated[0] if len(negated) == 1 else {"anyOf": negated})
+            parts.append(any_of(negated))
         out = [] if not parts else [parts[0] if len(parts) == 1 else {"allOf": parts}]
         if group_keyword == "oneOf":
             out += [{"allOf": [a, b]} for i, a in enumerate(branches) for b in branches[i + 1 :]]
@@ -308,16 +311,9 @@ class _Negation:
         return int(value)
 
 
-def _lone_pattern(builder: Lowering, schema: JSON, pointer: str, base: str) -> str | None:
-    """P, where `schema` is only ``{pattern: P}`` (with ``type: string`` at most)."""
-    if not isinstance(schema, dict):
-        return None
-    flat, _ = builder.flatten(schema, pointer, base)
-    keys = set(flat) - METADATA
-    pattern = flat.get("pattern")
-    if keys - {"type"} == {"pattern"} and flat.get("type", "string") == "string":
-        return pattern if isinstance(pattern, str) else None
-    return None
+def any_of(schemas: list[JSON]) -> JSON:
+    """The union of `schemas` (a nonempty complement) as one schema."""
+    return schemas[0] if len(schemas) == 1 else {"anyOf": schemas}
 
 
 def value_complement(members: JSON, pointer: str, keyword: str) -> list[JSON]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import re
 from collections.abc import Callable
 from functools import partial
@@ -236,10 +237,7 @@ def _witnessed(
             if not isinstance(p.node, Never) and c.holds(p.name)
         ]
         choices.append([*found, None])
-    combinations = 1
-    for options in choices:
-        combinations *= len(options)
-    if combinations > MAX_VARIANTS:
+    if math.prod(len(options) for options in choices) > MAX_VARIANTS:
         raise some.refuse("too many ways to meet the conditions on some member")
     kept: dict[frozenset[int], Witnesses] = {}  # one per set of conditions left to extras
     out: list[Object] = []
@@ -410,9 +408,8 @@ class PatternProperties:
         patterns match), the regex of the names no pattern matches (None: none, or
         `with_rest` is False), and the witness classes of `some` (some_member.py) per set
         of its conditions: each class's names in all their classes, valued under their
-        schemas too. Names are restricted to
-        characters on which every regex engine reads the patterns alike (`safe_alphabet`):
-        narrower, never wider."""
+        schemas too. Names are restricted to characters on which every regex engine reads
+        the patterns alike (`safe_alphabet`): narrower, never wider."""
         sources = [source for _, source, _ in self.items]
         if len(sources) > MAX_PARTITIONED_PATTERNS:
             raise GrammarError(
@@ -443,15 +440,15 @@ class PatternProperties:
                     classes.append(ExtraClass(key, node))
                 else:
                     rest = key
-                for which in some.subsets if some is not None else []:  # witnesses
-                    assert some is not None
-                    wkey = sets.regex(
-                        partial(_exactly, mask=mask, count=count, known=known, some=(some, which))
+                if some is not None:
+                    self._witness_classes(
+                        sets,
+                        partial(_exactly, mask=mask, count=count, known=known),
+                        mask,
+                        some,
+                        base,
+                        witnesses,
                     )
-                    also = some.values(which)
-                    wnode = self._mask_node(mask, base, also) if mask else self.rest(base, also)
-                    if wkey is not None and wnode is not None:
-                        witnesses.setdefault(which, []).append(ExtraClass(wkey, wnode))
         except (PatternError, NameSetError) as exc:
             raise GrammarError(
                 keyword="patternProperties", pointer=self.pointer, detail=str(exc)
@@ -461,6 +458,24 @@ class PatternProperties:
                 keyword="patternProperties", pointer=self.pointer, detail="patterns nest too deeply"
             ) from None
         return tuple(classes), rest, {w: tuple(c) for w, c in witnesses.items()}
+
+    def _witness_classes(
+        self,
+        sets: NameSets,
+        exactly: partial[bool],
+        mask: int,
+        some: Conditions,
+        base: str,
+        out: dict[frozenset[int], list[ExtraClass]],
+    ) -> None:
+        """Add to `out` the witnesses among the names `exactly` accepts (those matched by
+        exactly the patterns in `mask`), per set of `some`'s conditions."""
+        for which in some.subsets:
+            key = sets.regex(partial(exactly, some=(some, which)))
+            also = some.values(which)
+            node = self._mask_node(mask, base, also) if mask else self.rest(base, also)
+            if key is not None and node is not None:
+                out.setdefault(which, []).append(ExtraClass(key, node))
 
     def matches(self, index: int, name: str) -> tuple[bool, bool]:
         """(our reading of pattern `index` matches `name`, Python's `re.search` does)."""
@@ -504,11 +519,11 @@ def _name_rule(builder: Lowering, s: dict, pointer: str, base: str) -> NameRule 
     if schema is True or schema == {}:
         return None
     node = builder.build(schema, f"{pointer}/propertyNames", base)
-    rule = name_rule(node, pointer, _lone_pattern(schema))
+    rule = name_rule(node, pointer, lone_pattern(schema))
     return None if rule.everything else rule
 
 
-def _lone_pattern(schema: object) -> str | None:
+def lone_pattern(schema: object) -> str | None:
     """The pattern of a name schema that is just ``{"pattern": P}`` (type string at most)."""
     if not isinstance(schema, dict) or schema.get("type", "string") != "string":
         return None
